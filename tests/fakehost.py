@@ -1,0 +1,185 @@
+"""Build directory trees laid out like a host's `/` (sysfs with relative symlinks, procfs text) for
+unit tests. The layout follows what the kernel writes; nothing here is read back by this module."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+from pathlib import Path
+
+
+def _le_hex(addr: str) -> str:
+    value: int = struct.unpack("<I", socket.inet_aton(addr))[0]
+    return f"{value:08X}"
+
+
+class FakeHost:
+    def __init__(
+        self,
+        base: Path,
+        *,
+        vendor: str = "GenuineIntel",
+        flags: str = "fpu vme vmx pdpe1gb",
+        cmdline: str = "BOOT_IMAGE=/vmlinuz root=/dev/sda1 intel_iommu=on iommu=pt",
+        acpi_tables: tuple[str, ...] = ("APIC", "DMAR"),
+        iommu_units: tuple[str, ...] = ("dmar0",),
+        nodes: int = 1,
+        release: str = "6.1.0-test-amd64",
+        interrupt_remapping: bool = True,
+    ) -> None:
+        self.base = base
+        self.routes: list[str] = []
+        self.local4: list[str] = []
+        self.inet6: list[str] = []
+        self.release = release
+        self.write("proc/cpuinfo", "".join(
+            f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}\n\n" for i in range(2)))
+        self.write("proc/cmdline", cmdline + "\n")
+        self.write("proc/sys/kernel/osrelease", release + "\n")
+        self.write("proc/modules", "e1000e 286720 0 - Live 0x0000000000000000\n")
+        self.write("proc/meminfo", "MemTotal:       16384000 kB\nHugepagesize:       2048 kB\n")
+        self.write("proc/mounts", "sysfs /sys sysfs rw 0 0\nproc /proc proc rw 0 0\n")
+        chip = "IR-PCI-MSI" if interrupt_remapping else "PCI-MSI"
+        self.write("proc/interrupts", f"           CPU0       CPU1\n 24:  10  0  {chip} 1048576-edge  eth0\n")
+        self.write(f"lib/modules/{release}/modules.dep",
+                   "kernel/drivers/vfio/pci/vfio-pci.ko.xz: kernel/drivers/vfio/vfio.ko.xz\n"
+                   "kernel/drivers/vfio/vfio_iommu_type1.ko.xz: kernel/drivers/vfio/vfio.ko.xz\n")
+        self.write(f"lib/modules/{release}/modules.builtin", "kernel/drivers/pci/pcieport.ko\n")
+        for table in acpi_tables:
+            self.write(f"sys/firmware/acpi/tables/{table}", table + "\0" * 40)
+        self.mkdir("sys/class/iommu")
+        self.mkdir("sys/kernel/iommu_groups")
+        for unit in iommu_units:
+            sub = "amd-iommu" if unit.startswith("ivhd") else "intel-iommu"
+            self.write(f"sys/devices/virtual/iommu/{unit}/{sub}/cap", "d2008c40660462\n")
+            self.link(f"sys/class/iommu/{unit}", f"sys/devices/virtual/iommu/{unit}")
+        self.dev("/dev/kvm")
+        for kib in (2048, 1048576):
+            self.write(f"sys/kernel/mm/hugepages/hugepages-{kib}kB/nr_hugepages", "0\n")
+            self.write(f"sys/kernel/mm/hugepages/hugepages-{kib}kB/free_hugepages", "0\n")
+            for n in range(nodes):
+                d = f"sys/devices/system/node/node{n}/hugepages/hugepages-{kib}kB"
+                self.write(f"{d}/nr_hugepages", "0\n")
+                self.write(f"{d}/free_hugepages", "0\n")
+        for n in range(nodes):
+            self.write(f"sys/devices/system/node/node{n}/cpulist", f"{n}\n")
+        self.mkdir("sys/bus/pci/devices")
+        self.finish()
+
+    # files -----------------------------------------------------------------------------------
+    def p(self, rel: str) -> Path:
+        return self.base / rel.lstrip("/")
+
+    def write(self, rel: str, text: str) -> None:
+        path = self.p(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    def mkdir(self, rel: str) -> None:
+        self.p(rel).mkdir(parents=True, exist_ok=True)
+
+    def dev(self, rel: str) -> None:
+        self.write(rel, "")
+
+    def link(self, rel: str, target_rel: str) -> None:
+        path = self.p(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink():
+            path.unlink()
+        path.symlink_to(os.path.relpath(self.p(target_rel), path.parent))
+
+    # devices ---------------------------------------------------------------------------------
+    def pci(
+        self,
+        bdf: str,
+        vendor: int = 0x8086,
+        device: int = 0x10D3,
+        pci_class: int = 0x020000,
+        *,
+        driver: str | None = None,
+        group: int | None = None,
+        numa: int = -1,
+        netdevs: tuple[str, ...] = (),
+        parent: str | None = None,
+        reset: str | None = "flr bus",
+        virtio: bool = False,
+        sriov: tuple[int, int] | None = None,
+        physfn: str | None = None,
+    ) -> str:
+        """Add a PCI device; returns its sysfs directory (relative to the root)."""
+        parent_dir = self.devdir(parent) if parent else f"sys/devices/pci{bdf[:7]}"
+        d = f"{parent_dir}/{bdf}"
+        self.write(f"{d}/vendor", f"0x{vendor:04x}\n")
+        self.write(f"{d}/device", f"0x{device:04x}\n")
+        self.write(f"{d}/class", f"0x{pci_class:06x}\n")
+        self.write(f"{d}/numa_node", f"{numa}\n")
+        self.write(f"{d}/driver_override", "(null)\n")
+        if reset is not None:
+            self.write(f"{d}/reset_method", reset + "\n")
+        if sriov is not None:
+            self.write(f"{d}/sriov_numvfs", f"{sriov[0]}\n")
+            self.write(f"{d}/sriov_totalvfs", f"{sriov[1]}\n")
+        if physfn is not None:
+            self.link(f"{d}/physfn", self.devdir(physfn))
+        self.link(f"sys/bus/pci/devices/{bdf}", d)
+        if driver:
+            self.mkdir(f"sys/bus/pci/drivers/{driver}")
+            self.link(f"{d}/driver", f"sys/bus/pci/drivers/{driver}")
+        if group is not None:
+            g = f"sys/kernel/iommu_groups/{group}"
+            self.write(f"{g}/type", "DMA\n")
+            self.link(f"{d}/iommu_group", g)
+            self.link(f"{g}/devices/{bdf}", d)
+        for i, name in enumerate(netdevs):
+            nd = f"{d}/virtio{i}/net/{name}" if virtio else f"{d}/net/{name}"
+            self.write(f"{nd}/operstate", "up\n")
+            self.link(f"sys/class/net/{name}", nd)
+        return d
+
+    def devdir(self, bdf: str) -> str:
+        return os.path.relpath(os.path.realpath(self.p(f"sys/bus/pci/devices/{bdf}")), self.base)
+
+    def virtual_netdev(self, name: str) -> None:
+        d = f"sys/devices/virtual/net/{name}"
+        self.write(f"{d}/operstate", "up\n")
+        self.link(f"sys/class/net/{name}", d)
+
+    def enslave(self, iface: str, master: str) -> None:
+        """`<iface>/master` points at the master's directory, as the kernel's link does."""
+        iface_dir = Path(os.path.realpath(self.p(f"sys/class/net/{iface}")))
+        master_dir = os.path.realpath(self.p(f"sys/class/net/{master}"))
+        (iface_dir / "master").symlink_to(os.path.relpath(master_dir, iface_dir))
+
+    # addresses and routes --------------------------------------------------------------------
+    def route(self, iface: str, dest: str, mask: str, gateway: str = "0.0.0.0") -> None:
+        flags = "0003" if gateway != "0.0.0.0" else "0001"
+        self.routes.append(
+            f"{iface}\t{_le_hex(dest)}\t{_le_hex(gateway)}\t{flags}\t0\t0\t0\t{_le_hex(mask)}\t0\t0\t0")
+        self.finish()
+
+    def address(self, iface: str, addr: str, prefix: int) -> None:
+        """An IPv4 address with the prefix route the kernel adds for it."""
+        net = ipaddress.ip_network(f"{addr}/{prefix}", strict=False)
+        self.local4.append(addr)
+        self.route(iface, str(net.network_address), str(net.netmask))
+
+    def address6(self, iface: str, addr: str, scope: str = "00") -> None:
+        hexaddr = ipaddress.IPv6Address(addr).exploded.replace(":", "")
+        self.inet6.append(f"{hexaddr} 02 40 {scope} 80 {iface:>8}")
+        self.finish()
+
+    def mount(self, line: str) -> None:
+        with open(self.p("proc/mounts"), "a") as f:
+            f.write(line + "\n")
+
+    def finish(self) -> None:
+        header = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT"
+        self.write("proc/net/route", "\n".join([header, *self.routes]) + "\n")
+        trie = ["Main:", "  +-- 0.0.0.0/0 3 0 5"]
+        for a in self.local4:
+            trie += [f"     |-- {a}", "        /32 host LOCAL"]
+        self.write("proc/net/fib_trie", "\n".join(trie) + "\n")
+        self.write("proc/net/if_inet6", "".join(line + "\n" for line in self.inet6))
+        self.write("proc/net/ipv6_route", "")

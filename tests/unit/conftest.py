@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakehost import FakeHost
+from vmharness.cli import main
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path / "root")
+
+
+class Cli:
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def json(self, *argv: str) -> dict[str, Any]:
+        code, out, err = self(*argv, "--json")
+        assert err == "", err
+        data: dict[str, Any] = json.loads(out)
+        data["_exit"] = code
+        return data
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(capsys)

@@ -1,0 +1,5 @@
+import sys
+
+from vmharness.cli import main
+
+sys.exit(main())

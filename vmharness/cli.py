@@ -1,0 +1,155 @@
+"""The `vmharness` command: parse, call one function, render."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from vmharness import __version__
+from vmharness.errors import HarnessError
+from vmharness.host import checks, iommu, pci, pciids, show, snapshot
+from vmharness.host.root import HostRoot
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise HarnessError(message, f"see `{self.prog} --help`")
+
+
+def _emit(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _where(root: HostRoot) -> str:
+    return "the live host" if root.live else f"host root {root.base}"
+
+
+def cmd_host_check(args: argparse.Namespace) -> int:
+    root = HostRoot.open(args.host_root)
+    results = checks.run_checks(root)
+    failed = any(c.status == checks.FAIL for c in results)
+    if args.json:
+        _emit({"checks": [c.to_json() for c in results], "ok": not failed})
+    else:
+        print(show.checks_text(results, _where(root)))
+    return 1 if failed else 0
+
+
+def _class_filter(text: str | None) -> int | None:
+    if text is None:
+        return None
+    names = {v: k for k, v in pciids.BASE_CLASSES.items()}
+    if text.lower() in names:
+        return names[text.lower()]
+    try:
+        value = int(text, 16)
+    except ValueError:
+        value = -1
+    if value in pciids.BASE_CLASSES:
+        return value
+    raise HarnessError(
+        f"unknown device class {text!r}",
+        "use a name (" + ", ".join(sorted(names)[:6]) + ", ...) or a hex base class such as 02",
+    )
+
+
+def cmd_host_groups(args: argparse.Namespace) -> int:
+    root = HostRoot.open(args.host_root)
+    wanted_class = _class_filter(args.device_class)
+    only = pci.find(root, args.bdf) if args.bdf else None
+    views = iommu.device_views(root, pci.scan(root))
+    groups = iommu.groups(root, views)
+    grouped = {m.dev.bdf for g in groups for m in g.members}
+    ungrouped = [v for v in views if v.dev.bdf not in grouped]
+    if only is not None:
+        groups = [g for g in groups if any(m.dev.bdf == only.bdf for m in g.members)]
+        ungrouped = [v for v in ungrouped if v.dev.bdf == only.bdf]
+    if wanted_class is not None:
+        groups = [g for g in groups if any(m.dev.base_class == wanted_class for m in g.members)]
+        ungrouped = [v for v in ungrouped if v.dev.base_class == wanted_class]
+    if args.json:
+        _emit({
+            "iommu_enabled": bool(iommu.groups(root, views)),
+            "groups": [g.to_json() for g in groups],
+            "ungrouped": [v.to_json() for v in ungrouped],
+        })
+    else:
+        print(show.groups_text(groups, ungrouped))
+    return 0
+
+
+def cmd_host_snapshot(args: argparse.Namespace) -> int:
+    root = HostRoot.open(args.host_root)
+    out = Path(args.out)
+    size = snapshot.write(root, out)
+    print(f"wrote {out} ({size / 1024:.1f} KiB) from {_where(root)}")
+    print(f"inspect it elsewhere: mkdir snap && tar xzf {out} -C snap && vmharness host-check --host-root snap")
+    return 0
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _add(
+    subs: Any, name: str, func: Command, summary: str, example: str, json_flag: bool = True
+) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subs.add_parser(
+        name, help=summary, description=summary, epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host-root", metavar="DIR",
+                   help="inspect a directory laid out like / (an unpacked host-snapshot) instead of this "
+                        "host; also VMHARNESS_HOST_ROOT")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=func)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="vmharness", description="Measure what mitigations cost a webserver in a KVM guest.")
+    parser.add_argument("--version", action="version", version=f"vmharness {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every command run")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    _add(subs, "host-check", cmd_host_check,
+         "check that this host can pass a NIC through to a KVM guest (exit 1 if a check FAILs)",
+         "vmharness host-check --json")
+    p = _add(subs, "host-groups", cmd_host_groups,
+             "list IOMMU groups, their devices, and whether each can go to VFIO whole",
+             "vmharness host-groups --class network")
+    p.add_argument("--bdf", help="only the group of this device (DDDD:BB:DD.F or BB:DD.F)")
+    p.add_argument("--class", dest="device_class", metavar="CLASS",
+                   help="only groups holding a device of this class (network, storage, display, ... or hex)")
+    p = _add(subs, "host-snapshot", cmd_host_snapshot,
+             "write what host-check and host-groups read to a small tarball for diagnosis elsewhere",
+             "vmharness host-snapshot myhost.tar.gz", json_flag=False)
+    p.add_argument("out", metavar="OUT.tar.gz", help="the tarball to write")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                            format="%(name)s: %(message)s")
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        code: int = args.func(args)
+        return code
+    except HarnessError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Hugepage sizes, reservations per NUMA node, and hugetlbfs mounts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vmharness.host.root import HostRoot
+
+NODES = "/sys/devices/system/node"
+GLOBAL = "/sys/kernel/mm/hugepages"
+
+
+def size_label(kib: int) -> str:
+    if kib % (1024 * 1024) == 0:
+        return f"{kib // (1024 * 1024)}G"
+    if kib % 1024 == 0:
+        return f"{kib // 1024}M"
+    return f"{kib}K"
+
+
+def parse_size_kib(text: str) -> int | None:
+    """`2M`, `1G`, `2048k`, `1048576kB` -> KiB."""
+    m = re.fullmatch(r"(\d+)\s*([kKmMgG])?[bB]?", text.strip())
+    if not m:
+        return None
+    value, unit = int(m.group(1)), (m.group(2) or "k").lower()
+    return value * {"k": 1, "m": 1024, "g": 1024 * 1024}[unit]
+
+
+@dataclass(frozen=True)
+class NodePages:
+    node: int
+    size_kib: int
+    total: int
+    free: int
+
+
+@dataclass(frozen=True)
+class Mount:
+    path: str
+    pagesize_kib: int | None
+
+
+def sizes(root: HostRoot) -> list[int]:
+    out = []
+    for d in root.listdir(GLOBAL):
+        m = re.fullmatch(r"hugepages-(\d+)kB", d)
+        if m:
+            out.append(int(m.group(1)))
+    return sorted(out)
+
+
+def nodes(root: HostRoot) -> list[int]:
+    return sorted(int(d[4:]) for d in root.listdir(NODES) if re.fullmatch(r"node\d+", d))
+
+
+def per_node(root: HostRoot) -> list[NodePages]:
+    out = []
+    for node in nodes(root):
+        for kib in sizes(root):
+            d = f"{NODES}/node{node}/hugepages/hugepages-{kib}kB"
+            total, free = root.read_optional(f"{d}/nr_hugepages"), root.read_optional(f"{d}/free_hugepages")
+            if total is not None and free is not None:
+                out.append(NodePages(node, kib, int(total), int(free)))
+    return out
+
+
+def default_size_kib(root: HostRoot) -> int | None:
+    for line in (root.read_optional("/proc/meminfo") or "").splitlines():
+        if line.startswith("Hugepagesize:"):
+            return parse_size_kib(line.split(":", 1)[1].replace(" ", ""))
+    return None
+
+
+def mounts(root: HostRoot) -> list[Mount]:
+    out = []
+    default = default_size_kib(root)
+    for line in (root.read_optional("/proc/mounts") or "").splitlines():
+        cols = line.split()
+        if len(cols) >= 4 and cols[2] == "hugetlbfs":
+            size = default
+            for opt in cols[3].split(","):
+                if opt.startswith("pagesize="):
+                    size = parse_size_kib(opt.split("=", 1)[1])
+            out.append(Mount(cols[1], size))
+    return out

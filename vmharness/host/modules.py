@@ -1,0 +1,55 @@
+"""Kernel modules: loaded, built in, loadable from /lib/modules, or not to be had."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vmharness.host.root import HostRoot
+
+
+@dataclass(frozen=True)
+class ModuleState:
+    name: str
+    state: str  # loaded | built-in | loadable | missing
+    detail: str
+
+    @property
+    def available(self) -> bool:
+        return self.state != "missing"
+
+
+def kernel_release(root: HostRoot) -> str | None:
+    return root.read_optional("/proc/sys/kernel/osrelease")
+
+
+def _files_name(name: str) -> tuple[str, ...]:
+    base = name.replace("_", "-"), name.replace("-", "_")
+    return tuple(f"{b}.ko{ext}" for b in base for ext in ("", ".xz", ".zst", ".gz"))
+
+
+def _listed(text: str | None, files: tuple[str, ...]) -> bool:
+    if not text:
+        return False
+    for line in text.splitlines():
+        path = line.split(":", 1)[0].strip()
+        if path.rsplit("/", 1)[-1] in files:
+            return True
+    return False
+
+
+def state(root: HostRoot, name: str) -> ModuleState:
+    sysname = name.replace("-", "_")
+    if root.exists(f"/sys/module/{sysname}/initstate"):
+        return ModuleState(name, "loaded", "loaded")
+    rel = kernel_release(root)
+    moddir = f"/lib/modules/{rel}"
+    files = _files_name(name)
+    if root.exists(f"/sys/module/{sysname}") or _listed(root.read_optional(f"{moddir}/modules.builtin"), files):
+        return ModuleState(name, "built-in", "built into the kernel")
+    if _listed(root.read_optional(f"{moddir}/modules.dep"), files):
+        return ModuleState(name, "loadable", f"loadable from {moddir}")
+    if not root.exists("/proc/modules"):
+        return ModuleState(name, "missing", "not built in, and this kernel cannot load modules")
+    if not root.exists(moddir):
+        return ModuleState(name, "missing", f"not loaded and {moddir} does not exist")
+    return ModuleState(name, "missing", f"not loaded, not built in, not in {moddir}")

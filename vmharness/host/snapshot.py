@@ -1,0 +1,205 @@
+"""host-snapshot: a small tarball of exactly what host-check and host-groups read, laid out like `/`.
+
+Symlinks are stored as the kernel wrote them (relative), so `--host-root` on the unpacked tree
+resolves them inside it. Device nodes become empty files (only their existence is read). MAC
+addresses, serial numbers and file contents outside this list are not taken. Works on any host root,
+so a snapshot can be taken of a snapshot.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import tarfile
+from pathlib import Path
+
+from vmharness.errors import HarnessError
+from vmharness.host import hugepages, modules, probes
+from vmharness.host.checks import ACPI_TABLES, FIRMWARE_IOMMU
+from vmharness.host.iommu import GROUPS
+from vmharness.host.pci import PCI_DEVICES
+from vmharness.host.root import HostRoot
+
+PROC_FILES = (
+    "/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/interrupts", "/proc/mounts",
+    "/proc/modules", "/proc/sys/kernel/osrelease", "/proc/net/route", "/proc/net/ipv6_route",
+    "/proc/net/fib_trie", "/proc/net/if_inet6", "/proc/net/dev",
+)
+PCI_ATTRS = (
+    "vendor", "device", "class", "subsystem_vendor", "subsystem_device", "revision", "numa_node",
+    "local_cpulist", "driver_override", "reset_method", "sriov_numvfs", "sriov_totalvfs", "enable",
+)
+PCI_LINKS = ("driver", "iommu_group", "physfn")
+NETDEV_ATTRS = ("operstate", "ifindex", "type", "flags", "mtu")
+HUGEPAGE_ATTRS = ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages",
+                  "nr_overcommit_hugepages")
+MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1", "vfio_pci_core", "kvm", "kvm_intel", "kvm_amd")
+DEVICE_NODES = ("/dev/kvm", "/dev/vfio")
+
+
+class _Writer:
+    def __init__(self, root: HostRoot, tar: tarfile.TarFile) -> None:
+        self.root = root
+        self.tar = tar
+        self.seen: set[str] = set()
+
+    def _info(self, path: str, kind: bytes) -> tarfile.TarInfo | None:
+        name = path.lstrip("/")
+        if not name or name in self.seen:
+            return None
+        parent = os.path.dirname(name)
+        if parent:
+            self.dir("/" + parent)
+        self.seen.add(name)
+        info = tarfile.TarInfo(name)
+        info.type, info.mtime, info.mode = kind, 0, 0o755 if kind == tarfile.DIRTYPE else 0o644
+        return info
+
+    def dir(self, path: str) -> None:
+        info = self._info(path, tarfile.DIRTYPE)
+        if info is not None:
+            self.tar.addfile(info)
+
+    def data(self, path: str, content: bytes) -> None:
+        info = self._info(path, tarfile.REGTYPE)
+        if info is not None:
+            info.size = len(content)
+            self.tar.addfile(info, io.BytesIO(content))
+
+    def file(self, path: str) -> None:
+        """Copy a file if it exists and can be read; sysfs attributes some devices refuse are skipped."""
+        real = self.root.path(path)
+        if real.is_file() and real.stat().st_mode & 0o444:  # write-only attributes have no content
+            try:
+                content = real.read_bytes()
+            except PermissionError as exc:
+                raise HarnessError(f"no permission to read {path}", "run host-snapshot as root") from exc
+            except OSError:
+                return
+            self.data(path, content)
+
+    def link(self, path: str) -> None:
+        real = self.root.path(path)
+        if not real.is_symlink():
+            return
+        info = self._info(path, tarfile.SYMTYPE)
+        if info is not None:
+            info.linkname = os.readlink(real)
+            self.tar.addfile(info)
+
+    def real_dir(self, path: str) -> str:
+        """Record the directory a symlink points to, and return its host path."""
+        target = self.root.realpath(path)
+        self.dir(target)
+        return target
+
+
+def _pci(w: _Writer) -> None:
+    root = w.root
+    w.dir(PCI_DEVICES)
+    for drv in root.listdir("/sys/bus/pci/drivers"):
+        w.dir(f"/sys/bus/pci/drivers/{drv}")
+    for bdf in root.listdir(PCI_DEVICES):
+        w.link(f"{PCI_DEVICES}/{bdf}")
+        dev = w.real_dir(f"{PCI_DEVICES}/{bdf}")
+        for attr in PCI_ATTRS:
+            w.file(f"{dev}/{attr}")
+        for link in PCI_LINKS + tuple(n for n in root.listdir(dev) if n.startswith("virtfn")):
+            w.link(f"{dev}/{link}")
+        for sub in ["net"] + [n for n in root.listdir(dev) if n.startswith("virtio")]:
+            base = f"{dev}/{sub}" if sub == "net" else f"{dev}/{sub}/net"
+            for ifname in root.listdir(base):
+                w.dir(f"{base}/{ifname}")
+
+
+def _net(w: _Writer) -> None:
+    for ifname in w.root.listdir("/sys/class/net"):
+        path = f"/sys/class/net/{ifname}"
+        w.link(path)
+        target = w.real_dir(path)
+        for attr in NETDEV_ATTRS:
+            w.file(f"{target}/{attr}")
+        w.link(f"{target}/master")
+
+
+def _iommu(w: _Writer) -> None:
+    root = w.root
+    w.dir(GROUPS)
+    for group in root.listdir(GROUPS):
+        w.file(f"{GROUPS}/{group}/type")
+        w.dir(f"{GROUPS}/{group}/devices")
+        for dev in root.listdir(f"{GROUPS}/{group}/devices"):
+            w.link(f"{GROUPS}/{group}/devices/{dev}")
+    w.dir("/sys/class/iommu")
+    for unit in root.listdir("/sys/class/iommu"):
+        w.link(f"/sys/class/iommu/{unit}")
+        target = w.real_dir(f"/sys/class/iommu/{unit}")
+        for sub in ("intel-iommu", "amd-iommu"):
+            for attr in root.listdir(f"{target}/{sub}"):
+                w.file(f"{target}/{sub}/{attr}")
+    for table in FIRMWARE_IOMMU:
+        w.file(f"{ACPI_TABLES}/{table}")
+    w.dir(ACPI_TABLES)
+
+
+def _memory(w: _Writer) -> None:
+    root = w.root
+    for kib in hugepages.sizes(root):
+        for attr in HUGEPAGE_ATTRS:
+            w.file(f"{hugepages.GLOBAL}/hugepages-{kib}kB/{attr}")
+    for name in ("online", "possible", "has_cpu", "has_memory"):
+        w.file(f"{hugepages.NODES}/{name}")
+    for node in hugepages.nodes(root):
+        base = f"{hugepages.NODES}/node{node}"
+        w.file(f"{base}/cpulist")
+        w.file(f"{base}/meminfo")
+        for d in root.listdir(f"{base}/hugepages"):
+            for attr in HUGEPAGE_ATTRS:
+                w.file(f"{base}/hugepages/{d}/{attr}")
+
+
+def _kernel(w: _Writer) -> None:
+    root = w.root
+    for path in PROC_FILES:
+        content = root.read_optional(path)
+        if content is not None:
+            w.data(path, (content + "\n").encode())
+    for mod in MODULES:
+        if root.exists(f"/sys/module/{mod}"):
+            w.dir(f"/sys/module/{mod}")
+            w.file(f"/sys/module/{mod}/initstate")
+            for p in root.listdir(f"/sys/module/{mod}/parameters"):
+                w.file(f"/sys/module/{mod}/parameters/{p}")
+    rel = modules.kernel_release(root)
+    if rel and re.fullmatch(r"[\w.+~-]+", rel):
+        for name in ("modules.dep", "modules.builtin"):
+            w.file(f"/lib/modules/{rel}/{name}")
+    for node in DEVICE_NODES:
+        if root.is_dir(node):
+            for entry in root.listdir(node):
+                w.data(f"{node}/{entry}", b"")
+            w.dir(node)
+        elif root.exists(node):
+            w.data(node, b"")
+
+
+def write(root: HostRoot, out: Path) -> int:
+    """Write the snapshot of `root` to `out` (a .tar.gz); returns its size in bytes."""
+    if not root.is_dir(PCI_DEVICES):
+        raise HarnessError(f"{root.base} has no {PCI_DEVICES}: nothing to snapshot", "is /sys mounted?")
+    live = probes.load(root)
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        w = _Writer(root, tar)
+        for part in (_kernel, _pci, _net, _iommu, _memory):
+            part(w)
+        if live is not None:
+            w.data(probes.PROBES_FILE, json.dumps(live, indent=2, sort_keys=True).encode())
+    try:
+        out.write_bytes(buf.getvalue())
+    except OSError as exc:
+        raise HarnessError(f"cannot write {out}: {exc.strerror}", "choose a writable path") from exc
+    return len(buf.getvalue())

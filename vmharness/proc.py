@@ -1,0 +1,117 @@
+"""The one subprocess wrapper: argv lists only, a timeout on every wait, each call logged."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vmharness.errors import HarnessError
+
+log = logging.getLogger("vmharness.proc")
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def _env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
+    if not extra:
+        return None
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+def run(
+    argv: Sequence[str | Path],
+    *,
+    timeout: float,
+    check: bool = True,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> Result:
+    """Run argv to completion. A missing program or a timeout is a HarnessError;
+    a non-zero exit is one too when `check` is set."""
+    args = [str(a) for a in argv]
+    log.debug("run: %s", shlex.join(args))
+    try:
+        cp = subprocess.run(
+            args,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(env),
+            cwd=cwd,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise HarnessError(
+            f"{args[0]} is not installed", f"install the package that provides {args[0]}"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise HarnessError(
+            f"{shlex.join(args)} did not finish within {timeout:g} s",
+            "the tool hung; check the machine's state and retry",
+        ) from exc
+    result = Result(tuple(args), cp.returncode, cp.stdout, cp.stderr)
+    if check and not result.ok:
+        detail = (cp.stderr.strip() or cp.stdout.strip()).splitlines()
+        last = detail[-1] if detail else "no output"
+        raise HarnessError(f"{shlex.join(args)} failed (exit {cp.returncode}): {last}")
+    return result
+
+
+def spawn(
+    argv: Sequence[str | Path],
+    *,
+    stdout: int | None = subprocess.DEVNULL,
+    stderr: int | None = subprocess.DEVNULL,
+    stdin: int | None = subprocess.DEVNULL,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a long-running process in its own session; the caller stops it by PID
+    (see `stop`)."""
+    args = [str(a) for a in argv]
+    log.debug("spawn: %s", shlex.join(args))
+    try:
+        return subprocess.Popen(
+            args,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=_env(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise HarnessError(
+            f"{args[0]} is not installed", f"install the package that provides {args[0]}"
+        ) from exc
+
+
+def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
+    """Stop a process this harness started: SIGTERM, then SIGKILL after `grace` seconds."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=grace)
+    return p.returncode

@@ -26,6 +26,16 @@ class Result:
     def ok(self) -> bool:
         return self.returncode == 0
 
+    def failure(self, where: str = "") -> HarnessError:
+        """The error for a command that exited non-zero: its last line of output says why."""
+        detail = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        last = detail[-1] if detail else "no output"
+        return HarnessError(f"{where}{shlex.join(self.argv)} failed (exit {self.returncode}): {last}")
+
+
+def _not_installed(program: str) -> HarnessError:
+    return HarnessError(f"{program} is not installed", f"install the package that provides {program}")
+
 
 def _env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
     if not extra:
@@ -60,9 +70,7 @@ def run(
             check=False,
         )
     except FileNotFoundError as exc:
-        raise HarnessError(
-            f"{args[0]} is not installed", f"install the package that provides {args[0]}"
-        ) from exc
+        raise _not_installed(args[0]) from exc
     except subprocess.TimeoutExpired as exc:
         raise HarnessError(
             f"{shlex.join(args)} did not finish within {timeout:g} s",
@@ -70,9 +78,7 @@ def run(
         ) from exc
     result = Result(tuple(args), cp.returncode, cp.stdout, cp.stderr)
     if check and not result.ok:
-        detail = (cp.stderr.strip() or cp.stdout.strip()).splitlines()
-        last = detail[-1] if detail else "no output"
-        raise HarnessError(f"{shlex.join(args)} failed (exit {cp.returncode}): {last}")
+        raise result.failure()
     return result
 
 
@@ -100,9 +106,7 @@ def spawn(
             start_new_session=True,
         )
     except FileNotFoundError as exc:
-        raise HarnessError(
-            f"{args[0]} is not installed", f"install the package that provides {args[0]}"
-        ) from exc
+        raise _not_installed(args[0]) from exc
 
 
 def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:

@@ -120,3 +120,11 @@ def test_exit_code_and_json(cli, host: FakeHost) -> None:
     (host.base / "sys/firmware/acpi/tables/DMAR").unlink()
     data = cli.json("host-check", "--host-root", str(host.base))
     assert data["_exit"] == 1 and data["ok"] is False
+
+
+def test_iommu_vendor_comes_from_the_firmware_table(tmp_path: Path) -> None:
+    # a TCG guest: AMD CPU model, emulated Intel IOMMU, cmdline without intel_iommu=on
+    host = FakeHost(tmp_path, vendor="AuthenticAMD", flags="svm", cmdline="root=/dev/vda", iommu_units=())
+    r = rows(host.base)
+    assert r["IOMMU on cmdline"].status == "FAIL" and "intel_iommu=on" in r["IOMMU on cmdline"].detail
+    assert "intel_iommu=on" in r["IOMMU in kernel"].fix

@@ -108,7 +108,7 @@ def test_cli_text_makes_cards_and_blockers_obvious(cli, host: FakeHost) -> None:
     code, out, _ = cli("host-groups", "--host-root", str(host.base))
     assert code == 0
     assert "IOMMU group 40 (DMA): NOT viable: 0000:b3:00.0 (mlx5_core), 0000:b3:00.1 (mlx5_core)" in out
-    assert "multi-function card: 0000:b3:00.0, 0000:b3:00.1 share this group and move together" in out
+    assert "multi-function device: 0000:b3:00.0, 0000:b3:00.1 share this group and move together" in out
     assert "ens1f0 [IN USE: route 192.0.2.0/24, address 192.0.2.10]" in out
     assert "!0000:b3:00.1" in out
 

@@ -40,6 +40,11 @@ class Facts:
 
     @property
     def vendor(self) -> str:
+        """Whose IOMMU: the firmware table says (a TCG guest can pair an AMD CPU with VT-d); else the CPU."""
+        if self.root.exists(f"{ACPI_TABLES}/DMAR"):
+            return "intel"
+        if self.root.exists(f"{ACPI_TABLES}/IVRS"):
+            return "amd"
         if self.cpu_vendor is not None:
             return "amd" if "AMD" in self.cpu_vendor else "intel"
         return "amd" if "svm" in self.cpu_flags else "intel"
@@ -96,15 +101,17 @@ def _live(f: Facts, key: str, name: str) -> dict[str, Any] | Check:
     return value
 
 
-def kvm_usable(f: Facts) -> Check:
-    name = "KVM usable"
-    data = _live(f, "kvm", name)
+def _live_flag(f: Facts, key: str, name: str, flag: str, fix: str) -> Check:
+    """A live-only fact of the form {flag: bool, detail: str}."""
+    data = _live(f, key, name)
     if isinstance(data, Check):
         return data
-    if data.get("usable"):
-        return Check(name, PASS, data["detail"])
-    return Check(name, FAIL, data["detail"],
-                 "guests must run under TCG (slow); fix nested virtualization or use bare metal")
+    return Check(name, PASS, data["detail"]) if data.get(flag) else Check(name, FAIL, data["detail"], fix)
+
+
+def kvm_usable(f: Facts) -> Check:
+    return _live_flag(f, "kvm", "KVM usable", "usable",
+                      "guests must run under TCG (slow); fix nested virtualization or use bare metal")
 
 
 def iommu_firmware(f: Facts) -> Check:
@@ -211,13 +218,7 @@ def hugetlbfs(f: Facts) -> Check:
 
 
 def libvirt(f: Facts) -> Check:
-    name = "libvirtd"
-    data = _live(f, "libvirtd", name)
-    if isinstance(data, Check):
-        return data
-    if data.get("reachable"):
-        return Check(name, PASS, data["detail"])
-    return Check(name, FAIL, data["detail"], "start it: libvirtd -d (or systemctl start libvirtd)")
+    return _live_flag(f, "libvirtd", "libvirtd", "reachable", "start it: libvirtd -d (or systemctl start libvirtd)")
 
 
 def qemu(f: Facts) -> Check:

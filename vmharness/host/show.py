@@ -64,7 +64,7 @@ def groups_text(groups: list[Group], ungrouped: list[DeviceView]) -> str:
             state = f"NOT viable: {who} must leave {'its' if len(g.blockers) == 1 else 'their'} driver"
         extra = []
         for fns in g.multifunction:
-            extra.append(f"multi-function card: {', '.join(fns)} share this group and move together")
+            extra.append(f"multi-function device: {', '.join(fns)} share this group and move together")
         titles[len(rows)] = [f"IOMMU group {g.number} ({g.type or 'type ?'}): {state}"] + [
             f"  * {e}" for e in extra
         ]
@@ -81,7 +81,11 @@ def groups_text(groups: list[Group], ungrouped: list[DeviceView]) -> str:
     for i, row in enumerate(rendered[1:]):
         lines.extend(titles.get(i, []))
         lines.append(row)
-    lines.append("")
-    lines.append("! = keeps its group from being viable (bound to a host driver); IN USE = holds a route or "
-                 "an address (probably how you reach this host)")
+    legend = []
+    if any(g.blockers for g in groups):
+        legend.append("! = keeps its group from being viable (bound to a host driver)")
+    if any(v.active for g in groups for v in g.members) or any(v.active for v in ungrouped):
+        legend.append("IN USE = holds a route or an address (probably how you reach this host)")
+    if legend:
+        lines += ["", "; ".join(legend)]
     return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""The rig itself: L1 has the IOMMU, NUMA and NIC layout the harness's tests rely on."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import PurePosixPath
+
+import pytest
+
+from tests.rig import Rig
+from tests.rig.qga import AgentError
+
+pytestmark = [pytest.mark.integration, pytest.mark.vm]
+
+
+def sh(rig: Rig, script: str) -> str:
+    return rig.run(["sh", "-c", script], timeout=60, check=True).stdout
+
+
+def link_name(rig: Rig, path: str) -> str:
+    """The last component of what a sysfs symlink points to (a group number, a driver)."""
+    target = rig.run(["readlink", "-f", path], timeout=30, check=True).stdout.strip()
+    return PurePosixPath(target).name
+
+
+def iommu_group(rig: Rig, bdf: str) -> str:
+    return link_name(rig, f"/sys/bus/pci/devices/{bdf}/iommu_group")
+
+
+def test_kernel_command_line_turns_the_iommu_on(l1: Rig) -> None:
+    assert "intel_iommu=on" in sh(l1, "cat /proc/cmdline").split()
+
+
+def test_a_dmar_unit_is_registered(l1: Rig) -> None:
+    units = sh(l1, "ls /sys/class/iommu").split()
+    assert any(u.startswith("dmar") for u in units), units
+
+
+def test_iommu_groups_exist(l1: Rig) -> None:
+    assert sh(l1, "ls /sys/kernel/iommu_groups").split()
+
+
+def test_nic1_and_nic2_share_a_group_and_nic0_is_alone(l1: Rig) -> None:
+    g0, g1, g2 = (iommu_group(l1, nic.bdf) for nic in (l1.nic0, l1.nic1, l1.nic2))
+    assert g1 == g2
+    assert g0 != g1
+    members = sh(l1, f"ls /sys/kernel/iommu_groups/{g1}/devices").split()
+    assert {l1.nic1.bdf, l1.nic2.bdf} <= set(members)
+
+
+def test_nic1_and_nic2_are_functions_of_one_slot(l1: Rig) -> None:
+    assert l1.nic1.bdf.endswith(".0")
+    assert l1.nic2.bdf == l1.nic1.bdf[:-1] + "1"
+
+
+def test_nic1_and_nic2_sit_on_numa_node_1(l1: Rig) -> None:
+    for nic in (l1.nic1, l1.nic2):
+        assert sh(l1, f"cat /sys/bus/pci/devices/{nic.bdf}/numa_node").strip() == "1"
+    assert sh(l1, "cat /sys/devices/system/node/online").strip() == "0-1"
+
+
+def test_e1000e_drives_all_three_nics(l1: Rig) -> None:
+    for nic in (l1.nic0, l1.nic1, l1.nic2):
+        assert link_name(l1, f"/sys/bus/pci/devices/{nic.bdf}/driver") == "e1000e", nic
+        assert sh(l1, f"cat /sys/class/net/{nic.ifname}/address").strip() == nic.mac
+
+
+def test_default_route_goes_out_of_nic0(l1: Rig) -> None:
+    rows = [line.split() for line in sh(l1, "cat /proc/net/route").splitlines()[1:]]
+    defaults = [r for r in rows if r[1] == "00000000" and r[7] == "00000000"]
+    assert [r[0] for r in defaults] == [l1.nic0.ifname]
+    gateway = socket.inet_ntoa(struct.pack("<I", int(defaults[0][2], 16)))
+    assert gateway == "198.18.0.254"
+    assert "198.18.0.1/24" in sh(l1, f"ip -o -4 addr show dev {l1.nic0.ifname}")
+
+
+def test_modules_of_the_running_kernel_are_in_the_chroot(l1: Rig) -> None:
+    sh(l1, 'test -s "/lib/modules/$(uname -r)/modules.dep"')
+    assert sh(l1, "uname -r").strip() == l1.release
+
+
+def test_the_kernel_can_load_modules_on_demand(l1: Rig) -> None:
+    sh(l1, "modprobe vfio_iommu_type1 && grep -q '^vfio_iommu_type1 ' /proc/modules")
+
+
+def test_l0_root_is_visible_read_only_with_writable_scratch(l1: Rig) -> None:
+    sh(l1, f"test -f {l1.repo}/vmharness/proc.py")
+    denied = l1.run(["touch", f"{l1.repo}/.rig-write-probe"], timeout=30)
+    assert denied.returncode != 0
+    sh(l1, "touch /tmp/probe /var/tmp/probe /run/probe")
+
+
+def test_run_reports_status_output_and_environment(l1: Rig) -> None:
+    script = 'echo "out $RIG_X"; echo err >&2; exit 3'
+    r = l1.run(["sh", "-c", script], timeout=30, env={"RIG_X": "1"})
+    assert (r.returncode, r.stdout, r.stderr) == (3, "out 1\n", "err\n")
+    assert l1.run(["cat"], timeout=30, input="fed\n").stdout == "fed\n"
+
+
+def test_run_gives_up_at_its_timeout(l1: Rig) -> None:
+    with pytest.raises(AgentError, match="did not finish"):
+        l1.run(["sleep", "30"], timeout=1)
+    assert l1.run(["true"], timeout=30).returncode == 0  # the agent is still in step
+
+
+def test_files_can_be_copied_in_and_back(l1: Rig) -> None:
+    data = bytes(range(256)) * 1000
+    l1.put_file("/tmp/rig-copy", data, mode=0o600)
+    assert l1.read_file("/tmp/rig-copy") == data
+    assert sh(l1, "stat -c %a /tmp/rig-copy").strip() == "600"
+
+
+def test_the_agent_is_restarted_when_it_exits(l1: Rig) -> None:
+    before = sh(l1, "pidof qemu-ga").strip()
+    sh(l1, "(sleep 0.3; kill $(pidof qemu-ga)) >/dev/null 2>&1 &")
+    deadline = time.monotonic() + 60
+    after = before
+    while after == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+        try:
+            after = l1.run(["pidof", "qemu-ga"], timeout=10).stdout.strip()
+        except AgentError:
+            continue  # asked while no agent was listening; the next call resynchronises
+    assert after and after != before

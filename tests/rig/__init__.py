@@ -1,0 +1,5 @@
+"""A nested-VM rig for integration tests: L1 under TCG, driven through its guest agent."""
+
+from tests.rig.rig import GUEST_ENV, Nic, Rig, RigError
+
+__all__ = ["GUEST_ENV", "Nic", "Rig", "RigError"]

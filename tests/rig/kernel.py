@@ -1,0 +1,172 @@
+"""The Debian kernel L1 boots: fetched with `apt-get download` and unpacked into the cache,
+never installed on this machine."""
+
+from __future__ import annotations
+
+import logging
+import lzma
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.rig.paths import cache_lock
+from vmharness.errors import HarnessError
+from vmharness.proc import run
+
+log = logging.getLogger("tests.rig.kernel")
+
+META_PACKAGE = "linux-image-amd64"
+_DONE = ".release"  # "<release> <version>", written last: without it, a tree is unfinished
+
+
+@dataclass(frozen=True)
+class Kernel:
+    package: str
+    version: str
+    release: str
+    root: Path
+    """The unpacked package: `boot/` and `lib/modules/<release>/` (with a generated modules.dep)."""
+
+    @property
+    def vmlinuz(self) -> Path:
+        return self.root / "boot" / f"vmlinuz-{self.release}"
+
+    @property
+    def vmlinux(self) -> Path:
+        return self.root / "boot" / f"vmlinux-{self.release}"
+
+    @property
+    def modules(self) -> Path:
+        return self.root / "lib" / "modules" / self.release
+
+    @property
+    def boot_image(self) -> Path:
+        """What QEMU's -kernel gets: the unpacked ELF when there is one (QEMU boots it
+        through its PVH entry point, about 3 s sooner under TCG), else the bzImage."""
+        return self.vmlinux if self.vmlinux.is_file() else self.vmlinuz
+
+
+def obtain(meta: str = META_PACKAGE) -> Kernel:
+    """Return the kernel package `meta` depends on, downloading and unpacking it unless
+    a tree for that package (its ABI name, e.g. linux-image-6.1.0-56-amd64) is cached."""
+    with cache_lock() as cache:
+        store = cache / "kernel"
+        store.mkdir(exist_ok=True)
+        package = _resolve(meta)
+        if package is not None:
+            cached = _load(store / package)
+            if cached is not None:
+                _unpack_vmlinux(cached)
+                return cached
+        else:
+            newest = _newest_cached(store)
+            if newest is not None:
+                log.info("apt cannot resolve %s; reusing cached %s", meta, newest.package)
+                return newest
+        try:
+            if package is None:
+                raise HarnessError(f"apt-cache cannot resolve {meta}")
+            return _fetch(cache, store, package)
+        except HarnessError as first:
+            log.info("%s; running apt-get update once and retrying", first.message)
+            run(["apt-get", "update"], timeout=600)
+            package = _resolve(meta)
+            if package is None:
+                raise HarnessError(
+                    f"apt-cache cannot resolve {meta} even after apt-get update",
+                    "check /etc/apt/sources.list for a bookworm main entry",
+                ) from first
+            return _load(store / package) or _fetch(cache, store, package)
+
+
+def _resolve(meta: str) -> str | None:
+    """The real kernel package `meta` (a metapackage) depends on, per apt's lists."""
+    deps = run(["apt-cache", "depends", meta], timeout=60, check=False)
+    if not deps.ok:
+        return None
+    for line in deps.stdout.splitlines():
+        kind, _, target = line.strip().lstrip("|").partition(": ")
+        if kind == "Depends" and target.startswith("linux-image-"):
+            return target.strip()
+    return None
+
+
+def _load(tree: Path) -> Kernel | None:
+    try:
+        release, version = (tree / _DONE).read_text().split()
+    except (OSError, ValueError):
+        return None
+    return Kernel(tree.name, version, release, tree)
+
+
+def _newest_cached(store: Path) -> Kernel | None:
+    trees = [k for k in (_load(p) for p in store.iterdir()) if k is not None]
+    return max(trees, key=lambda k: k.root.stat().st_mtime, default=None)
+
+
+def _fetch(cache: Path, store: Path, package: str) -> Kernel:
+    debs = cache / "debs"
+    debs.mkdir(exist_ok=True)
+    for stale in debs.glob(f"{package}_*.deb"):
+        stale.unlink()
+    # As root apt would drop to _apt, which may not be able to write here; the
+    # download itself is a plain fetch from the configured mirror.
+    run(
+        ["apt-get", "download", "-o", "APT::Sandbox::User=root", package],
+        timeout=900,
+        cwd=debs,
+    )
+    found = sorted(debs.glob(f"{package}_*.deb"))
+    if len(found) != 1:
+        raise HarnessError(f"apt-get download left {len(found)} {package} packages in {debs}")
+    deb = found[0]
+    version = deb.name.split("_")[1].replace("%3a", ":")
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=store))
+    try:
+        run(["dpkg-deb", "-x", deb, staging], timeout=600)
+        releases = sorted(p.name for p in (staging / "lib" / "modules").iterdir())
+        if len(releases) != 1:
+            raise HarnessError(f"{deb.name} holds {len(releases)} module trees, expected one")
+        release = releases[0]
+        # Debian generates modules.dep in postinst, so the package does not ship it.
+        run([_sbin("depmod"), "-b", staging, release], timeout=300)
+        shutil.rmtree(staging / "usr", ignore_errors=True)
+        _unpack_vmlinux(Kernel(package, version, release, staging))
+        (staging / _DONE).write_text(f"{release} {version}\n")
+        final = store / package
+        staging.rename(final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    deb.unlink()
+    log.info("unpacked %s %s (release %s) into %s", package, version, release, final)
+    return Kernel(package, version, release, final)
+
+
+def _sbin(tool: str) -> str:
+    """`tool` from PATH, or from the sbin directories a non-login PATH may lack."""
+    return shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin") or tool
+
+
+def _unpack_vmlinux(kernel: Kernel) -> None:
+    """Write the ELF kernel held xz-compressed inside the bzImage, if the kernel can be
+    entered through PVH; otherwise leave the bzImage as the boot image."""
+    if kernel.vmlinux.is_file():
+        return
+    config = kernel.root / "boot" / f"config-{kernel.release}"
+    if not config.is_file() or "CONFIG_PVH=y" not in config.read_text().splitlines():
+        return
+    image = kernel.vmlinuz.read_bytes()
+    start = image.find(b"\xfd7zXZ\x00")
+    if start < 0:
+        return
+    try:
+        elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(image[start:])
+    except lzma.LZMAError:
+        return
+    if elf[:4] != b"\x7fELF":
+        return
+    partial = kernel.vmlinux.with_name(kernel.vmlinux.name + ".part")
+    partial.write_bytes(elf)
+    partial.rename(kernel.vmlinux)

@@ -1,0 +1,86 @@
+#!/bin/busybox sh
+# PID 1 of the L1 guest, run by busybox from the rig's initramfs.
+# initramfs.py fills in the @-delimited placeholders; the kernel command line passes
+# rig_modules=<L0 path of the unpacked lib/modules/<release>> in the environment.
+# PID 1 must never exit: on a fatal error it powers off (QEMU runs with -no-reboot,
+# so the host sees QEMU exit and shows this console), otherwise it ends in the
+# agent loop.
+
+/bin/busybox mkdir -p /sbin /usr/bin /usr/sbin
+/bin/busybox --install -s
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8
+
+say() { echo "rig-init: $*"; }
+fatal() {
+    echo "rig-init: FATAL: $*"
+    poweroff -f
+    while :; do sleep 3600; done
+}
+must() { "$@" || fatal "failed: $*"; }
+
+must mount -t proc proc /proc
+must mount -t sysfs sysfs /sys
+must mount -t devtmpfs devtmpfs /dev
+
+for m in @MODULES@; do
+    must insmod "/lib/modules/@RELEASE@/$m"
+done
+# Let the kernel load further modules (vfio_iommu_type1, ...) with L0's modprobe
+# inside the chroot, where /lib/modules/@RELEASE@ is bound below.
+echo /sbin/rig-modprobe > /proc/sys/kernel/modprobe
+
+# L0's root, read-only; everything writable below is L1's own.
+must mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=@MSIZE@ hostroot /host
+must mount -t proc proc /host/proc
+must mount -t sysfs sysfs /host/sys
+must mount -t devtmpfs devtmpfs /host/dev
+mkdir -p /host/dev/pts /host/dev/shm /host/dev/hugepages
+must mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /host/dev/pts
+must mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
+must mount -t hugetlbfs hugetlbfs /host/dev/hugepages
+must mount -t tmpfs -o mode=755 tmpfs /host/run
+must mount -t tmpfs -o mode=1777 tmpfs /host/tmp
+must mount -t tmpfs -o mode=1777 tmpfs /host/var/tmp
+
+# /lib/modules/<release> for the chroot. L0 need not have /lib/modules at all, and
+# a read-only tree cannot grow a mount point, so /lib (usr/lib on merged-/usr
+# systems) gets a tmpfs-backed overlay first.
+[ -n "$rig_modules" ] || fatal "rig_modules= missing from the kernel command line"
+libdir=/host$(chroot /host readlink -f /lib)
+case $libdir in /host/?*) ;; *) fatal "cannot resolve L0's /lib" ;; esac
+mkdir -p /run/lib-overlay
+must mount -t tmpfs -o mode=755 tmpfs /run/lib-overlay
+mkdir -p /run/lib-overlay/upper /run/lib-overlay/work
+must mount -t overlay -o "lowerdir=$libdir,upperdir=/run/lib-overlay/upper,workdir=/run/lib-overlay/work" overlay "$libdir"
+must mkdir -p "$libdir/modules/@RELEASE@"
+must mount -o bind,ro "/host$rig_modules" "$libdir/modules/@RELEASE@"
+
+hostname @HOSTNAME@
+must ip link set lo up
+nic0=
+for d in /sys/class/net/*; do
+    [ "$(cat "$d/address")" = "@NIC0_MAC@" ] && nic0=${d##*/}
+done
+[ -n "$nic0" ] || fatal "no interface with MAC @NIC0_MAC@ (nic0)"
+must ip link set "$nic0" up
+must ip addr add @NIC0_ADDR@ dev "$nic0"
+must ip route add default via @GATEWAY@ dev "$nic0"
+
+port=
+tries=0
+while [ -z "$port" ]; do
+    for p in /sys/class/virtio-ports/*; do
+        [ "$(cat "$p/name" 2>/dev/null)" = "@AGENT_PORT@" ] && port=/dev/${p##*/}
+    done
+    tries=$((tries + 1))
+    [ -n "$port" ] || [ "$tries" -lt 100 ] || fatal "no virtio port named @AGENT_PORT@"
+    [ -n "$port" ] || sleep 0.1
+done
+
+say "nic0 is $nic0; starting qemu-ga on $port"
+while :; do
+    chroot /host /usr/sbin/qemu-ga -m virtio-serial -p "$port"
+    say "qemu-ga exited with status $?; restarting"
+    sleep 1
+done

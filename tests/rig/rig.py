@@ -1,0 +1,241 @@
+"""The rig: an L1 guest under TCG with an IOMMU, two NUMA nodes and three e1000e
+functions, which sees L0's root read-only and runs commands through the guest agent."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from tests.rig import initramfs, kernel, leftovers, topology
+from tests.rig.paths import REPO, cache_dir
+from tests.rig.qga import GuestAgent
+from tests.rig.qmp import quit_qemu
+from vmharness.errors import HarnessError
+from vmharness.proc import Result, spawn, stop
+
+log = logging.getLogger("tests.rig")
+
+GUEST_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+}
+"""The environment of every command run in L1; `env=` entries are added on top."""
+
+CONSOLE_LINES = 30
+
+_DISCOVER = r"""
+for d in /sys/class/net/*; do
+    [ -e "$d/device" ] || continue
+    echo "${d##*/} $(cat "$d/address") $(basename "$(readlink -f "$d/device")")"
+done
+"""
+
+
+class RigError(HarnessError):
+    """The rig could not be started or used."""
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str  # nic0, nic1, nic2: the QEMU device id
+    mac: str
+    hub: int  # QEMU hub of its hubport
+    bdf: str  # PCI address as L1 sees it, e.g. 0000:81:00.1
+    ifname: str  # L1's interface name while e1000e drives it
+
+
+class Rig:
+    """Use `Rig.start()`, as a context manager or with `stop()` in a `finally`."""
+
+    repo: Path = REPO
+    """The repository root; the same path works inside L1."""
+
+    def __init__(self, kern: kernel.Kernel, files: topology.Files, qemu: subprocess.Popen[bytes]) -> None:
+        self.kernel = kern
+        self.files = files
+        self.qemu = qemu
+        self.agent = GuestAgent(files.agent)
+        self.nics: dict[str, Nic] = {}
+        self.boot_seconds = 0.0
+        self._stopped = False
+        atexit.register(self.stop)
+
+    @property
+    def release(self) -> str:
+        return self.kernel.release
+
+    @property
+    def nic0(self) -> Nic:
+        return self.nics["nic0"]
+
+    @property
+    def nic1(self) -> Nic:
+        return self.nics["nic1"]
+
+    @property
+    def nic2(self) -> Nic:
+        return self.nics["nic2"]
+
+    @classmethod
+    def start(cls, timeout: float = 180.0) -> Self:
+        """Boot L1 and return once its agent answers and its NICs are found. `timeout`
+        covers the boot; fetching and building the kernel and initramfs have their own."""
+        kern = kernel.obtain()
+        initrd = initramfs.build(kern)
+        leftovers.reap()
+        files = topology.Files(leftovers.new_dir())
+        argv = topology.qemu_argv(kern.boot_image, initrd, topology.cmdline(kern.modules), files)
+        argv += ["-pidfile", str(files.tmp / leftovers.QEMU_PID)]
+        began = time.monotonic()
+        try:
+            with open(files.qemu_log, "wb") as qemu_log:
+                qemu = spawn(argv, stdout=qemu_log.fileno(), stderr=subprocess.STDOUT)
+        except BaseException:
+            shutil.rmtree(files.tmp, ignore_errors=True)
+            raise
+        rig = cls(kern, files, qemu)
+        try:
+            rig._wait_for_agent(began + timeout, timeout)
+            rig._discover_nics(max(began + timeout - time.monotonic(), 30.0))
+        except BaseException:
+            rig.stop()
+            raise
+        rig.boot_seconds = time.monotonic() - began
+        log.info("L1 is up after %.1f s (QEMU pid %d)", rig.boot_seconds, qemu.pid)
+        return rig
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        *,
+        input: str | None = None,
+        check: bool = False,
+    ) -> Result:
+        """Run argv in L1, chrooted into L0's root; stdout/stderr are decoded text.
+        A non-zero exit raises only with `check`; running past `timeout` always raises."""
+        self._require_running()
+        result = self.agent.exec(
+            list(argv),
+            env={**GUEST_ENV, **(env or {})},
+            timeout=timeout,
+            input=None if input is None else input.encode(),
+        )
+        if check and not result.ok:
+            raise result.failure("in L1: ")
+        return result
+
+    def put_file(self, path: str, data: bytes, *, mode: int | None = None, timeout: float = 60.0) -> None:
+        """Write `data` to `path` in L1 (somewhere writable: /tmp, /run, /var/tmp)."""
+        self._require_running()
+        self.agent.write_file(path, data, timeout=timeout)
+        if mode is not None:
+            self.run(["chmod", f"{mode:o}", path], timeout=timeout, check=True)
+
+    def read_file(self, path: str, *, timeout: float = 60.0) -> bytes:
+        self._require_running()
+        return self.agent.read_file(path, timeout=timeout)
+
+    def console_tail(self, lines: int = CONSOLE_LINES) -> str:
+        try:
+            text = self.files.console.read_text(errors="replace")
+        except OSError:
+            return "(no console output)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Quit QEMU (QMP `quit`; L1 keeps nothing worth a clean shutdown), then
+        SIGTERM/SIGKILL its PID if it lingers; always remove the temp dir."""
+        if self._stopped:
+            return
+        self._stopped = True
+        atexit.unregister(self.stop)
+        try:
+            self.agent.close()
+            if self.qemu.poll() is None:
+                try:
+                    quit_qemu(self.files.qmp, timeout=min(timeout, 5.0))
+                except (HarnessError, OSError) as exc:
+                    log.info("QMP quit: %s", exc)  # QEMU may close the socket as it quits
+                try:
+                    self.qemu.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    log.warning("QEMU %d ignored quit; terminating it", self.qemu.pid)
+            stop(self.qemu, grace=5.0)
+        finally:
+            shutil.rmtree(self.files.tmp, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _require_running(self) -> None:
+        if self._stopped:
+            raise RigError("the rig has been stopped")
+        if self.qemu.poll() is not None:
+            raise self._failure(f"QEMU exited with status {self.qemu.returncode}")
+
+    def _wait_for_agent(self, deadline: float, timeout: float) -> None:
+        self.agent.connect(timeout=max(deadline - time.monotonic(), 0.1))
+        while True:
+            if self.qemu.poll() is not None:
+                raise self._failure(f"QEMU exited with status {self.qemu.returncode} during boot")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._failure(f"the guest agent in L1 did not answer within {timeout:g} s")
+            try:
+                # Short tries: an unanswered sync only leaves a stale reply to skip.
+                self.agent.sync(timeout=min(remaining, 0.5))
+                return
+            except HarnessError:
+                continue
+
+    def _discover_nics(self, timeout: float) -> None:
+        """Find each NIC by its MAC, and check the layout the tests rely on."""
+        out = self.run(["sh", "-c", _DISCOVER], timeout=timeout, check=True).stdout
+        seen: dict[str, tuple[str, str]] = {}
+        for line in out.splitlines():
+            ifname, mac, bdf = line.split()
+            seen[mac.lower()] = (ifname, bdf)
+        for spec in topology.NICS:
+            if spec.mac not in seen:
+                raise self._failure(f"no interface in L1 has {spec.name}'s MAC {spec.mac}: {out!r}")
+            ifname, bdf = seen[spec.mac]
+            self.nics[spec.name] = Nic(spec.name, spec.mac, spec.hub, bdf, ifname)
+        one, two = self.nic1.bdf, self.nic2.bdf
+        if one[:-1] != two[:-1] or not (one.endswith(".0") and two.endswith(".1")):
+            raise self._failure(f"nic1 {one} and nic2 {two} are not functions 0 and 1 of one slot")
+        if self.nic0.bdf.split(":")[1] == one.split(":")[1]:
+            raise self._failure(f"nic0 {self.nic0.bdf} shares a bus with nic1 {one}")
+
+    def _failure(self, what: str) -> RigError:
+        parts = [what, f"--- last {CONSOLE_LINES} lines of L1's console ---", self.console_tail()]
+        try:
+            qemu_out = self.files.qemu_log.read_text(errors="replace").strip()
+        except OSError:
+            qemu_out = ""
+        if qemu_out:
+            parts += ["--- QEMU's own output ---", qemu_out[-3000:]]
+        kept = cache_dir() / "last-failed-console.log"
+        try:
+            shutil.copyfile(self.files.console, kept)
+        except OSError:
+            return RigError("\n".join(parts))
+        return RigError("\n".join(parts), f"the whole console is kept in {kept}")

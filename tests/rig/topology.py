@@ -1,0 +1,109 @@
+"""The L1 machine: what QEMU is asked to build, and the facts L1's init needs about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HOSTNAME = "rig-l1"
+AGENT_PORT = "org.qemu.guest_agent.0"
+NIC0_ADDR = "198.18.0.1/24"
+GATEWAY = "198.18.0.254"  # nothing answers; it only has to be the default route
+NINEP_MSIZE = 512 * 1024
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    name: str
+    mac: str
+    hub: int
+    """QEMU hub the NIC's hubport joins. nic0 and nic1 share hub 0, a wire between L1's
+    client side and the function passed through to L2; nic2 sits alone on hub 1."""
+
+
+NICS = (
+    NicSpec("nic0", "52:54:00:12:00:00", 0),
+    NicSpec("nic1", "52:54:00:12:00:01", 0),
+    NicSpec("nic2", "52:54:00:12:00:02", 1),
+)
+
+
+@dataclass(frozen=True)
+class Files:
+    """What a running L1 uses on L0, all in the rig's private temp dir."""
+
+    tmp: Path
+
+    @property
+    def console(self) -> Path:
+        return self.tmp / "console.log"
+
+    @property
+    def qemu_log(self) -> Path:
+        return self.tmp / "qemu.log"
+
+    @property
+    def agent(self) -> Path:
+        return self.tmp / "qga.sock"
+
+    @property
+    def qmp(self) -> Path:
+        return self.tmp / "qmp.sock"
+
+
+def cmdline(modules_on_l0: Path) -> str:
+    if any(c.isspace() for c in str(modules_on_l0)):
+        raise ValueError(f"the kernel command line cannot carry {modules_on_l0!r}")
+    return " ".join(
+        [
+            "console=ttyS0",
+            "intel_iommu=on",
+            "panic=-1",  # with -no-reboot a panic ends QEMU instead of hanging
+            f"rig_modules={modules_on_l0}",  # becomes an environment variable of init
+        ]
+    )
+
+
+def qemu_argv(kernel: Path, initrd: Path, append: str, files: Files) -> list[str]:
+    """Two NUMA nodes, a DMAR IOMMU, L0's root over 9p, and three e1000e functions:
+    nic0 on pcie.0, nic1+nic2 as functions .0/.1 behind one root port on a pxb-pcie
+    expander of NUMA node 1 (behind a root port, the functions share an IOMMU group)."""
+    nic0, nic1, nic2 = NICS
+    argv = [
+        "qemu-system-x86_64",
+        "-name", HOSTNAME,
+        "-machine", "q35,accel=tcg,kernel-irqchip=split",
+        "-cpu", "max",
+        "-smp", "2,sockets=2,cores=1,threads=1",  # one socket per node: no shared LLC
+        "-m", "2G",
+        "-object", "memory-backend-ram,id=mem0,size=1G",
+        "-object", "memory-backend-ram,id=mem1,size=1G",
+        "-numa", "node,nodeid=0,cpus=0,memdev=mem0",
+        "-numa", "node,nodeid=1,cpus=1,memdev=mem1",
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-kernel", str(kernel),
+        "-initrd", str(initrd),
+        "-append", append,
+        "-chardev", f"file,id=console,path={files.console}",
+        "-serial", "chardev:console",
+        "-qmp", f"unix:{files.qmp},server=on,wait=off",
+        # The IOMMU has to come before the PCI devices it translates for.
+        "-device", "intel-iommu,intremap=on,caching-mode=on",
+        # Every device gets bus=pcie.0 explicitly: QEMU would otherwise put some
+        # of them on the expander's bus and refuse.
+        "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+        "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,bus=pcie.0,addr=0x3",
+        "-device", "virtio-serial-pci,id=vser0,bus=pcie.0,addr=0x4",
+        "-chardev", f"socket,id=agent,path={files.agent},server=on,wait=off",
+        "-device", f"virtserialport,bus=vser0.0,chardev=agent,name={AGENT_PORT}",
+        "-netdev", f"hubport,id=hp0,hubid={nic0.hub}",
+        "-device", f"e1000e,id={nic0.name},netdev=hp0,mac={nic0.mac},bus=pcie.0,addr=0x2",
+        "-device", "pxb-pcie,id=pxb1,bus_nr=0x80,numa_node=1,bus=pcie.0,addr=0x5",
+        "-device", "pcie-root-port,id=rp1,bus=pxb1,chassis=1,slot=1,addr=0x0",
+        "-netdev", f"hubport,id=hp1,hubid={nic1.hub}",
+        "-device",
+        f"e1000e,id={nic1.name},netdev=hp1,mac={nic1.mac},bus=rp1,addr=0x0.0,multifunction=on",
+        "-netdev", f"hubport,id=hp2,hubid={nic2.hub}",
+        "-device", f"e1000e,id={nic2.name},netdev=hp2,mac={nic2.mac},bus=rp1,addr=0x0.1",
+    ]  # fmt: skip
+    return argv

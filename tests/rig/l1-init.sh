@@ -39,9 +39,27 @@ mkdir -p /host/dev/pts /host/dev/shm /host/dev/hugepages
 must mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /host/dev/pts
 must mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
 must mount -t hugetlbfs hugetlbfs /host/dev/hugepages
+# The tmpfs mounts below would hide the repository or the cache if L0 keeps them under
+# /tmp, /run or /var/tmp (a CI clone may): bind each rig_keep path aside first, and back
+# in place wherever a tmpfs covered it.
+keep_paths=$(echo "$rig_keep" | tr : ' ')
+i=0
+for k in $keep_paths; do
+    must mkdir -p "/keep/$i"
+    must mount -o bind "/host$k" "/keep/$i"
+    i=$((i + 1))
+done
 must mount -t tmpfs -o mode=755 tmpfs /host/run
 must mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 must mount -t tmpfs -o mode=1777 tmpfs /host/var/tmp
+i=0
+for k in $keep_paths; do
+    if [ ! -e "/host$k" ]; then
+        must mkdir -p "/host$k"
+        must mount -o bind "/keep/$i" "/host$k"
+    fi
+    i=$((i + 1))
+done
 
 # /lib/modules/<release> for the chroot. L0 need not have /lib/modules at all, and
 # a read-only tree cannot grow a mount point, so /lib (usr/lib on merged-/usr

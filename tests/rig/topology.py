@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,15 +52,19 @@ class Files:
         return self.tmp / "qmp.sock"
 
 
-def cmdline(modules_on_l0: Path) -> str:
-    if any(c.isspace() for c in str(modules_on_l0)):
-        raise ValueError(f"the kernel command line cannot carry {modules_on_l0!r}")
+def cmdline(modules_on_l0: Path, keep: Sequence[Path] = ()) -> str:
+    """`keep`: L0 directories that must stay visible in L1 even under /tmp, /run or /var/tmp,
+    which L1 covers with its own tmpfs (the repository and the cache, wherever CI cloned them)."""
+    for path in (modules_on_l0, *keep):
+        if any(c.isspace() or c == ":" for c in str(path)):
+            raise ValueError(f"the kernel command line cannot carry {path!r}")
     return " ".join(
         [
             "console=ttyS0",
             "intel_iommu=on",
             "panic=-1",  # with -no-reboot a panic ends QEMU instead of hanging
             f"rig_modules={modules_on_l0}",  # becomes an environment variable of init
+            "rig_keep=" + ":".join(str(p) for p in keep),
         ]
     )
 

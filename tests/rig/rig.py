@@ -93,7 +93,8 @@ class Rig:
         initrd = initramfs.build(kern)
         leftovers.reap()
         files = topology.Files(leftovers.new_dir())
-        argv = topology.qemu_argv(kern.boot_image, initrd, topology.cmdline(kern.modules, keep=(REPO, cache_dir())), files)
+        append = topology.cmdline(kern.modules, keep=(REPO, cache_dir()))
+        argv = topology.qemu_argv(kern.boot_image, initrd, append, files)
         argv += ["-pidfile", str(files.tmp / leftovers.QEMU_PID)]
         began = time.monotonic()
         try:

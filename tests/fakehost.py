@@ -28,6 +28,7 @@ class FakeHost:
         nodes: int = 1,
         release: str = "6.1.0-test-amd64",
         interrupt_remapping: bool = True,
+        node_mib: int = 16384,
     ) -> None:
         self.base = base
         self.routes: list[str] = []
@@ -65,6 +66,8 @@ class FakeHost:
                 self.write(f"{d}/free_hugepages", "0\n")
         for n in range(nodes):
             self.write(f"sys/devices/system/node/node{n}/cpulist", f"{n}\n")
+            self.write(f"sys/devices/system/node/node{n}/meminfo",
+                       f"Node {n} MemTotal:  {node_mib * 1024} kB\nNode {n} MemFree:  {node_mib * 900} kB\n")
         self.mkdir("sys/bus/pci/devices")
         self.finish()
 

@@ -12,8 +12,10 @@ from typing import Any, NoReturn
 
 from vmharness import __version__
 from vmharness.errors import HarnessError
-from vmharness.host import checks, iommu, pci, pciids, show, snapshot
 from vmharness.host.root import HostRoot
+
+# Each command imports what it uses when it runs: under TCG (the test rig) every module costs a
+# noticeable part of a second, and a command should not pay for the others.
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,6 +32,8 @@ def _where(root: HostRoot) -> str:
 
 
 def cmd_host_check(args: argparse.Namespace) -> int:
+    from vmharness.host import checks, show
+
     root = HostRoot.open(args.host_root)
     results = checks.run_checks(root)
     failed = any(c.status == checks.FAIL for c in results)
@@ -41,6 +45,8 @@ def cmd_host_check(args: argparse.Namespace) -> int:
 
 
 def _class_filter(text: str | None) -> int | None:
+    from vmharness.host import pciids
+
     if text is None:
         return None
     names = {v: k for k, v in pciids.BASE_CLASSES.items()}
@@ -59,6 +65,8 @@ def _class_filter(text: str | None) -> int | None:
 
 
 def cmd_host_groups(args: argparse.Namespace) -> int:
+    from vmharness.host import iommu, pci, show
+
     root = HostRoot.open(args.host_root)
     wanted_class = _class_filter(args.device_class)
     only = pci.find(root, args.bdf) if args.bdf else None
@@ -84,11 +92,77 @@ def cmd_host_groups(args: argparse.Namespace) -> int:
 
 
 def cmd_host_snapshot(args: argparse.Namespace) -> int:
+    from vmharness.host import snapshot
+
     root = HostRoot.open(args.host_root)
     out = Path(args.out)
     size = snapshot.write(root, out)
     print(f"wrote {out} ({size / 1024:.1f} KiB) from {_where(root)}")
     print(f"inspect it elsewhere: mkdir snap && tar xzf {out} -C snap && vmharness host-check --host-root snap")
+    return 0
+
+
+def _say(line: str) -> None:
+    print(f"  {line}", flush=True)
+
+
+def cmd_host_prepare(args: argparse.Namespace) -> int:
+    from vmharness.host import journal, plan, prepare, show_plan
+
+    root = HostRoot.open(args.host_root)
+    request = plan.Request(tuple(args.bdf), args.hugepages, args.hugepage_size, args.node, args.force)
+    if args.dry_run:
+        the_plan = plan.make(root, request)
+        if args.json:
+            _emit(the_plan.to_json())
+        else:
+            print(show_plan.plan_text(the_plan, dry_run=True))
+        return 0
+    if not root.live:
+        raise HarnessError("host-prepare changes the live host; with --host-root only --dry-run works",
+                           "drop --host-root, or add --dry-run")
+    with journal.Lock(root):
+        the_plan = plan.make(root, request)
+        print(show_plan.plan_text(the_plan, dry_run=False), flush=True)
+        if the_plan.changes_nothing:
+            return 0
+        prepare.execute(root, the_plan, _say)
+    print("prepared; undo with: vmharness host-restore")
+    return 0
+
+
+def cmd_host_restore(args: argparse.Namespace) -> int:
+    from vmharness.host import journal, restore, show_plan
+
+    root = HostRoot.open(args.host_root)
+    if args.dry_run:
+        print(show_plan.restore_text(restore.pending(root)))
+        return 0
+    if not root.live:
+        raise HarnessError("host-restore changes the live host; with --host-root only --dry-run works",
+                           "drop --host-root, or add --dry-run")
+    with journal.Lock(root):
+        pending = restore.pending(root)
+        print(show_plan.restore_text(pending), flush=True)
+        problems = restore.undo(root, _say) if pending else []
+    for p in problems:
+        print(f"  NOT RESTORED: {p}")
+    if problems:
+        print("the journal is kept: fix what is listed and run vmharness host-restore again")
+        return 1
+    if pending:
+        print("restored: the host is as vmharness found it")
+    return 0
+
+
+def cmd_host_setup(args: argparse.Namespace) -> int:
+    from vmharness.host import plan, setup
+
+    if not args.print:
+        raise HarnessError("host-setup only prints (it never edits boot files)", "add --print")
+    root = HostRoot.open(args.host_root)
+    request = plan.Request(tuple(args.bdf), args.hugepages, args.hugepage_size, args.node, args.force)
+    print(setup.render(root, request))
     return 0
 
 
@@ -111,6 +185,14 @@ def _add(
     return p
 
 
+def _prepare_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bdf", action="append", default=[], help="a device to pass through (repeatable)")
+    p.add_argument("--hugepages", metavar="SIZE", help="memory to have free in hugepages, e.g. 8G")
+    p.add_argument("--hugepage-size", default="2M", choices=["2M", "1G"], help="page size (default 2M)")
+    p.add_argument("--node", default="auto", help="NUMA node for the pages: auto (the NIC's) or a number")
+    p.add_argument("--force", action="store_true", help="take a NIC even though it holds a route or an address")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="vmharness", description="Measure what mitigations cost a webserver in a KVM guest.")
     parser.add_argument("--version", action="version", version=f"vmharness {__version__}")
@@ -129,6 +211,22 @@ def build_parser() -> argparse.ArgumentParser:
              "write what host-check and host-groups read to a small tarball for diagnosis elsewhere",
              "vmharness host-snapshot myhost.tar.gz", json_flag=False)
     p.add_argument("out", metavar="OUT.tar.gz", help="the tarball to write")
+    p = _add(subs, "host-prepare", cmd_host_prepare,
+             "bind a NIC and its whole IOMMU group to vfio-pci and reserve hugepages on its NUMA node "
+             "(journaled; undo with host-restore)",
+             "vmharness host-prepare --bdf 0000:b3:00.0 --hugepages 8G --hugepage-size 1G --dry-run")
+    _prepare_options(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    p = _add(subs, "host-restore", cmd_host_restore,
+             "undo everything host-prepare journaled, newest first (also after a crash)",
+             "vmharness host-restore --dry-run", json_flag=False)
+    p.add_argument("--dry-run", action="store_true", help="print what would be undone")
+    p = _add(subs, "host-setup", cmd_host_setup,
+             "print the persistent configuration (kernel cmdline, modprobe.d, udev rule) that makes a "
+             "host-prepare survive reboots", "vmharness host-setup --print --bdf 0000:b3:00.0 --hugepages 8G "
+             "--hugepage-size 1G", json_flag=False)
+    _prepare_options(p)
+    p.add_argument("--print", action="store_true", help="print the files' contents (the only mode)")
     return parser
 
 

@@ -85,3 +85,19 @@ def mounts(root: HostRoot) -> list[Mount]:
                     size = parse_size_kib(opt.split("=", 1)[1])
             out.append(Mount(cols[1], size))
     return out
+
+
+def node_memory_kib(root: HostRoot, node: int) -> tuple[int | None, int | None]:
+    """MemTotal and MemFree of a NUMA node, from its meminfo ("Node 1 MemTotal:  1015808 kB")."""
+    total = free = None
+    for line in (root.read_optional(f"{NODES}/node{node}/meminfo") or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "MemTotal:":
+            total = int(parts[3])
+        elif len(parts) >= 4 and parts[2] == "MemFree:":
+            free = int(parts[3])
+    return total, free
+
+
+def counter(node: int, size_kib: int) -> str:
+    return f"{NODES}/node{node}/hugepages/hugepages-{size_kib}kB/nr_hugepages"

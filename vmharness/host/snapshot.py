@@ -102,6 +102,9 @@ def _pci(w: _Writer) -> None:
     w.dir(PCI_DEVICES)
     for drv in root.listdir("/sys/bus/pci/drivers"):
         w.dir(f"/sys/bus/pci/drivers/{drv}")
+        if root.exists(f"/sys/bus/pci/drivers/{drv}/module"):
+            w.link(f"/sys/bus/pci/drivers/{drv}/module")
+            w.real_dir(f"/sys/bus/pci/drivers/{drv}/module")
     for bdf in root.listdir(PCI_DEVICES):
         w.link(f"{PCI_DEVICES}/{bdf}")
         dev = w.real_dir(f"{PCI_DEVICES}/{bdf}")

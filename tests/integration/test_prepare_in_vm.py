@@ -1,0 +1,138 @@
+"""host-prepare and host-restore for real, inside L1 (emulated VT-d, two NUMA nodes, e1000e NICs):
+the whole group to vfio-pci, /dev/vfio/N, pages on node 1, the routed NIC refused, the host given back
+field by field — also after a SIGKILL half-way."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+
+import pytest
+
+from tests.rig import Rig
+from vmharness.proc import Result
+
+pytestmark = [pytest.mark.integration, pytest.mark.vm]
+
+STATE = r"""
+for d in {bdfs}; do
+    dev=/sys/bus/pci/devices/$d
+    echo "driver $d $(basename "$(readlink $dev/driver)" 2>/dev/null)"
+    echo "override $d $(cat $dev/driver_override)"
+    echo "netdevs $d $(ls $dev/net 2>/dev/null | tr '\n' ' ')"
+    for n in $(ls $dev/net 2>/dev/null); do echo "flags $n $(cat /sys/class/net/$n/flags)"; done
+done
+for f in /sys/devices/system/node/node*/hugepages/*/nr_hugepages /sys/kernel/mm/hugepages/*/nr_hugepages; do
+    echo "pages $f $(cat $f)"
+done
+awk '$3 == "hugetlbfs" {{print "mount", $2, $4}}' /proc/mounts
+awk '{{print "module", $1}}' /proc/modules | sort
+echo "vfio $(ls /dev/vfio 2>/dev/null | tr '\n' ' ')"
+"""
+
+
+def sh(l1: Rig, script: str, timeout: float = 300) -> Result:
+    return l1.run(["sh", "-c", script], timeout=timeout)
+
+
+def tool(l1: Rig, *args: str) -> Result:
+    res = l1.run([str(l1.repo / ".venv/bin/vmharness"), *args], timeout=600)
+    assert "Traceback" not in res.stderr, res.stderr
+    return res
+
+
+def state(l1: Rig) -> list[str]:
+    bdfs = " ".join(n.bdf for n in (l1.nic0, l1.nic1, l1.nic2))
+    res = sh(l1, STATE.format(bdfs=bdfs))
+    assert res.ok, res.stderr
+    return res.stdout.splitlines()
+
+
+def group_of(l1: Rig, bdf: str) -> str:
+    return sh(l1, f"basename $(readlink /sys/bus/pci/devices/{bdf}/iommu_group)").stdout.strip()
+
+
+@pytest.fixture
+def no_hugetlbfs(l1: Rig) -> Iterator[None]:
+    """L1 boots with a 2M hugetlbfs on /dev/hugepages, which host-prepare would rightly reuse; without
+    it, prepare must mount one and restore must take it away again."""
+    assert sh(l1, "umount /dev/hugepages").ok
+    try:
+        yield
+    finally:
+        sh(l1, "mount -t hugetlbfs -o pagesize=2M hugetlbfs /dev/hugepages")
+
+
+@pytest.fixture
+def pristine(l1: Rig, no_hugetlbfs: None) -> Iterator[list[str]]:
+    """L1's state before the test; whatever happens, the test ends with host-restore."""
+    before = state(l1)
+    try:
+        yield before
+    finally:
+        tool(l1, "host-restore")
+
+
+def test_dry_run_plans_the_whole_group_on_node_1(l1: Rig, pristine: list[str]) -> None:
+    res = tool(l1, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", "64M", "--dry-run")
+    assert res.ok, res.stderr
+    assert f"{l1.nic2.bdf}  e1000e -> vfio-pci  (same IOMMU group: comes along; netdev {l1.nic2.ifname}" in res.stdout
+    assert "hugepages: node 1, 2M pages 0 -> 32" in res.stdout
+    assert state(l1) == pristine, "a dry run changes nothing"
+
+
+def test_refuses_the_routed_nic(l1: Rig, pristine: list[str]) -> None:
+    res = tool(l1, "host-prepare", "--bdf", l1.nic0.bdf)
+    assert res.returncode == 2
+    assert "probably your SSH connection" in res.stderr and "default route" in res.stderr
+    assert state(l1) == pristine
+
+
+def test_prepare_then_restore_gives_the_host_back(l1: Rig, pristine: list[str]) -> None:
+    group = group_of(l1, l1.nic1.bdf)
+    res = tool(l1, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", "64M")
+    assert res.ok, res.stdout + res.stderr
+    now = state(l1)
+    for nic in (l1.nic1, l1.nic2):
+        assert f"driver {nic.bdf} vfio-pci" in now
+        assert f"override {nic.bdf} vfio-pci" in now
+    assert f"driver {l1.nic0.bdf} e1000e" in now
+    assert "pages /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages 32" in now
+    assert "pages /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages 0" in now
+    assert any(line.startswith("mount /run/vmharness/hugepages-2M") and "pagesize=2M" in line for line in now)
+    assert group in now[-1].split()[1:], f"/dev/vfio/{group} exists"
+    assert any(line == "module vfio_pci" for line in now)
+
+    again = tool(l1, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", "64M")
+    assert again.ok and "nothing to change: the host is already prepared" in again.stdout
+    assert "prepared earlier by vmharness" in again.stdout
+
+    res = tool(l1, "host-restore")
+    assert res.ok, res.stdout + res.stderr
+    assert "restored: the host is as vmharness found it" in res.stdout
+    assert state(l1) == pristine
+    assert not sh(l1, "test -e /run/vmharness/hugepages-2M").ok, "the mount point made is removed"
+
+
+def test_sigkill_half_way_is_recovered_by_restore(l1: Rig, pristine: list[str]) -> None:
+    prepare = shlex.join([str(l1.repo / ".venv/bin/vmharness"), "host-prepare", "--bdf", l1.nic1.bdf,
+                          "--hugepages", "64M"])
+    res = sh(l1, f"""
+        {prepare} > /tmp/prepare.out 2>&1 & pid=$!
+        i=0
+        until grep -q '"op": "bind"' /run/vmharness/journal.jsonl 2>/dev/null; do
+            i=$((i + 1)); [ $i -lt 1200 ] || {{ echo "no bind record"; kill -9 $pid; exit 1; }}
+            sleep 0.05
+        done
+        kill -9 $pid; wait $pid; echo "exit $?"
+        sed -n 's/.*"op": "\\([a-z]*\\)".*/\\1/p' /run/vmharness/journal.jsonl | tr '\\n' ' '
+    """)
+    assert res.ok, res.stdout + res.stderr
+    assert "exit 137" in res.stdout
+    ops = res.stdout.splitlines()[-1].split()
+    assert "bind" in ops and "mount" not in ops, f"the kill did not land half-way: {ops}"
+    assert state(l1) != pristine, "something was half-changed"
+
+    res = tool(l1, "host-restore")
+    assert res.ok, res.stdout + res.stderr
+    assert state(l1) == pristine

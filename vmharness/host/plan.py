@@ -1,0 +1,209 @@
+"""host-prepare's plan: every change decided, and every refusal raised, before anything is touched."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from vmharness.errors import HarnessError
+from vmharness.host import checks, hugepages, iommu, journal, modules, netstate, vfio_users
+from vmharness.host.pci import PciDevice, find, read_device
+from vmharness.host.root import HostRoot
+
+VFIO_DRIVER = "vfio-pci"
+VFIO_MODULES = ("vfio-pci", "vfio_iommu_type1")
+MOUNT_BASE = "/run/vmharness"
+
+
+@dataclass(frozen=True)
+class Request:
+    bdfs: tuple[str, ...]
+    hugepages: str | None = None  # an amount of memory: "512M", "8G"
+    pagesize: str = "2M"
+    node: str = "auto"
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Bind:
+    bdf: str
+    group: int
+    driver: str | None
+    override: str | None
+    named: bool  # asked for on the command line, or brought along by its group
+    netdevs: tuple[str, ...]
+    reset_methods: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Pages:
+    node: int
+    size_kib: int
+    before: int  # nr_hugepages now
+    free: int
+    target: int  # nr_hugepages to set so that `needed` pages are free
+    needed: int
+
+
+@dataclass
+class Plan:
+    modules: list[str] = field(default_factory=list)
+    binds: list[Bind] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    stays: list[str] = field(default_factory=list)
+    pages: Pages | None = None
+    mount: str | None = None  # a hugetlbfs mount to make
+    mount_existing: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changes_nothing(self) -> bool:
+        return not (self.modules or self.binds or self.mount or (self.pages and self.pages.target != self.pages.before))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "modules": self.modules,
+            "binds": [vars(b) | {"to": VFIO_DRIVER} for b in self.binds],
+            "groups": self.groups,
+            "stays": self.stays,
+            "hugepages": vars(self.pages) if self.pages else None,
+            "mount": self.mount,
+            "mount_existing": self.mount_existing,
+            "warnings": self.warnings,
+            "notes": self.notes,
+        }
+
+
+def _iommu_on(root: HostRoot) -> None:
+    facts = checks.gather(root)
+    for check in (checks.iommu_firmware, checks.iommu_kernel):
+        c = check(facts)
+        if c.status == checks.FAIL:
+            half = "firmware" if check is checks.iommu_firmware else "kernel"
+            raise HarnessError(f"the IOMMU is off in the {half}: {c.detail}", c.fix)
+
+
+def _endpoint(dev: PciDevice) -> None:
+    if dev.is_bridge:
+        raise HarnessError(f"{dev.bdf} is a {dev.class_name}, not an endpoint device",
+                           "pass the NIC's own address; `vmharness host-groups --class network` lists them")
+    if dev.iommu_group is None:
+        raise HarnessError(f"{dev.bdf} is in no IOMMU group", "`vmharness host-check` says why the IOMMU is off")
+    if dev.sriov_numvfs:
+        raise HarnessError(f"{dev.bdf} has {dev.sriov_numvfs} SR-IOV VFs active: unbinding it would destroy them",
+                           f"pass a VF's address instead, or echo 0 > /sys/bus/pci/devices/{dev.bdf}/sriov_numvfs")
+
+
+def group_members(root: HostRoot, group: int) -> list[PciDevice]:
+    return [read_device(root, bdf) for bdf in root.listdir(f"{iommu.GROUPS}/{group}/devices")
+            if root.exists(f"/sys/bus/pci/devices/{bdf}")]
+
+
+def refuse_in_use(root: HostRoot, group: int | None, members: list[PciDevice], req: Request, plan: Plan) -> None:
+    held = netstate.reasons(root)
+    for dev in members:
+        for n in dev.netdevs:
+            why = netstate.active_reason(root, n.name, held)
+            if not why:
+                continue
+            if not req.force:
+                raise HarnessError(
+                    f"{dev.bdf} ({n.name}) holds {why}: this is probably your SSH connection",
+                    "pass another NIC, or --force if you are sure nothing needs it (its group goes with it)")
+            plan.warnings.append(f"--force: {dev.bdf} ({n.name}) holds {why}; it will lose it")
+    users = vfio_users.processes(root, group) if group is not None else []
+    users += vfio_users.domains(root, {d.bdf for d in members})
+    if users:
+        raise HarnessError(f"IOMMU group {group} is in use by {', '.join(users)}",
+                           "stop that VM or program first; vmharness will not take a device from a running guest")
+
+
+def _pages(root: HostRoot, req: Request, devices: list[PciDevice], plan: Plan) -> None:
+    if req.hugepages is None:
+        return
+    size_kib = hugepages.parse_size_kib(req.pagesize)
+    if size_kib is None or size_kib not in hugepages.sizes(root):
+        have = ", ".join(hugepages.size_label(k) for k in hugepages.sizes(root)) or "none"
+        raise HarnessError(f"hugepage size {req.pagesize!r} is not supported here (this host has: {have})",
+                           "pass --hugepage-size 2M or 1G")
+    amount = hugepages.parse_size_kib(req.hugepages)
+    if amount is None or amount <= 0:
+        raise HarnessError(f"--hugepages {req.hugepages!r} is not an amount of memory", "write it as 512M or 8G")
+    nodes = hugepages.nodes(root)
+    if req.node == "auto":
+        node_of = [d.numa_node for d in devices if d.numa_node is not None]
+        node = node_of[0] if node_of else (nodes[0] if nodes else 0)
+        why = "the NIC's node" if node_of else "no NUMA information: node 0"
+    else:
+        if not req.node.isdigit() or int(req.node) not in nodes:
+            raise HarnessError(f"--node {req.node!r} is not a NUMA node of this host",
+                               f"nodes here: {', '.join(map(str, nodes))} (or auto: the NIC's node)")
+        node, why = int(req.node), "--node"
+    needed = math.ceil(amount / size_kib)
+    state = next((p for p in hugepages.per_node(root) if p.node == node and p.size_kib == size_kib), None)
+    if state is None:
+        raise HarnessError(f"node {node} has no {hugepages.size_label(size_kib)} hugepage counters",
+                           "this kernel lacks per-node hugepage control")
+    total_kib, free_kib = hugepages.node_memory_kib(root, node)
+    if total_kib is not None and needed * size_kib > total_kib:
+        raise HarnessError(
+            f"{needed} x {hugepages.size_label(size_kib)} pages do not fit on node {node}, which has "
+            f"{total_kib // 1024} MiB in all", "ask for less, or another --node")
+    target = max(state.total, state.total - state.free + needed)
+    if free_kib is not None and (target - state.total) * size_kib > free_kib:
+        plan.warnings.append(f"node {node} has {free_kib // 1024} MiB free for "
+                             f"{(target - state.total) * size_kib // 1024} MiB of new pages: may fall short")
+    plan.pages = Pages(node, size_kib, state.total, state.free, target, needed)
+    plan.notes.append(f"hugepages on node {node} ({why})")
+    mounts = [m for m in hugepages.mounts(root) if m.pagesize_kib == size_kib]
+    if mounts:
+        plan.mount_existing = mounts[0].path
+    else:
+        plan.mount = f"{MOUNT_BASE}/hugepages-{hugepages.size_label(size_kib)}"
+
+
+def make(root: HostRoot, req: Request) -> Plan:
+    if not req.bdfs and req.hugepages is None:
+        raise HarnessError("nothing to prepare", "name a device with --bdf, or hugepages with --hugepages")
+    plan = Plan()
+    named = [find(root, b) for b in req.bdfs]
+    if named:
+        _iommu_on(root)
+    for dev in named:
+        _endpoint(dev)
+    ours = {r.get("bdf") for r in journal.read(root) if r.get("op") == "bind"}
+    for group in sorted({d.iommu_group for d in named if d.iommu_group is not None}):
+        members = group_members(root, group)
+        plan.groups.append(group)
+        for dev in members:
+            if dev.is_bridge:
+                if dev.driver not in iommu.HARMLESS_DRIVERS and dev.driver is not None:
+                    raise HarnessError(f"bridge {dev.bdf} in IOMMU group {group} is bound to {dev.driver}",
+                                       "VFIO accepts bridges only on pcieport or without a driver")
+                plan.stays.append(f"{dev.bdf} ({dev.class_name}, {dev.driver or 'no driver'}) stays")
+            elif dev.sriov_numvfs:
+                _endpoint(dev)
+        refuse_in_use(root, group, [d for d in members if not d.is_bridge], req, plan)
+        for dev in members:
+            if dev.is_bridge:
+                continue
+            if dev.driver == VFIO_DRIVER:
+                whose = "prepared earlier by vmharness" if dev.bdf in ours else "not by vmharness; left as is"
+                plan.notes.append(f"{dev.bdf} is already on {VFIO_DRIVER} ({whose})")
+                continue
+            plan.binds.append(Bind(dev.bdf, group, dev.driver, dev.driver_override, dev in named,
+                                   tuple(n.name for n in dev.netdevs), dev.reset_methods))
+    for b in plan.binds:
+        if b.reset_methods is not None and "flr" not in b.reset_methods:
+            plan.warnings.append(f"{b.bdf} has no FLR (reset methods: {' '.join(b.reset_methods) or 'none'}): "
+                                 "the guest may see it in the state the last user left")
+    if plan.binds:
+        plan.modules = [m for m in VFIO_MODULES if modules.state(root, m).state not in ("loaded", "built-in")]
+        missing = [m for m in VFIO_MODULES if not modules.state(root, m).available]
+        if missing:
+            raise HarnessError(f"{', '.join(missing)}: {modules.state(root, missing[0]).detail}",
+                               "install the kernel's modules package, or use a kernel with CONFIG_VFIO_PCI")
+    _pages(root, req, named, plan)
+    return plan

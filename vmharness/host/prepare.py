@@ -1,0 +1,111 @@
+"""host-prepare: carry out a plan, each change journaled before it is made; on any failure or
+interrupt, undo what was done before reporting the error."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from vmharness import proc
+from vmharness.errors import HarnessError
+from vmharness.host import bind, hugepages, journal, kmod, restore
+from vmharness.host.plan import VFIO_DRIVER, Plan
+from vmharness.host.root import HostRoot
+
+Say = Callable[[str], None]
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, so the rollback below runs for them too."""
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _modules(root: HostRoot, plan: Plan, say: Say) -> None:
+    if not plan.modules:
+        return
+    before = kmod.loaded(root)
+    journal.record(root, {"op": "modules", "names": plan.modules, "loaded_before": before})
+    for name in plan.modules:
+        kmod.load(name)
+    brought = sorted(set(kmod.loaded(root)) - set(before))
+    say(f"loaded modules: {', '.join(brought) or 'none needed'}")
+
+
+def _binds(root: HostRoot, plan: Plan, say: Say) -> None:
+    for b in plan.binds:
+        netdevs = [{"name": n, "flags": root.read_optional(f"/sys/class/net/{n}/flags"),
+                    "mtu": root.read_optional(f"/sys/class/net/{n}/mtu")} for n in b.netdevs]
+        journal.record(root, {"op": "bind", "bdf": b.bdf, "driver": b.driver, "override": b.override,
+                              "netdevs": netdevs})
+        bind.to_driver(root, b.bdf, VFIO_DRIVER, VFIO_DRIVER)
+        say(f"{b.bdf}: {b.driver or 'no driver'} -> {VFIO_DRIVER}")
+    for group in plan.groups:
+        if not bind.wait_for(root, f"/dev/vfio/{group}"):
+            raise HarnessError(f"/dev/vfio/{group} did not appear although the group is on {VFIO_DRIVER}",
+                               "is vfio_iommu_type1 loaded? dmesg says more")
+        say(f"/dev/vfio/{group} is ready")
+
+
+def _set_pages(root: HostRoot, node: int, size_kib: int, count: int) -> int:
+    root.write_text(hugepages.counter(node, size_kib), str(count))
+    return int(root.read_text(hugepages.counter(node, size_kib)).strip())
+
+
+def _pages(root: HostRoot, plan: Plan, say: Say) -> None:
+    p = plan.pages
+    if p is None or p.target == p.before:
+        return
+    label = hugepages.size_label(p.size_kib)
+    journal.record(root, {"op": "pages", "node": p.node, "size_kib": p.size_kib, "before": p.before})
+    got = _set_pages(root, p.node, p.size_kib, p.target)
+    if got < p.target:
+        say(f"node {p.node}: {got - p.before} of {p.target - p.before} {label} pages; compacting memory")
+        root.write_text("/proc/sys/vm/compact_memory", "1")
+        got = _set_pages(root, p.node, p.size_kib, p.target)
+    if got < p.target:
+        raise HarnessError(
+            f"asked {p.target - p.before} {label} hugepages on node {p.node}, got {got - p.before}",
+            f"reserve them at boot: hugepagesz={label} hugepages={p.target} on the kernel cmdline "
+            "(vmharness host-setup --print)")
+    say(f"node {p.node}: {p.target} x {label} hugepages ({p.needed} free for the guest)")
+
+
+def _mount(root: HostRoot, plan: Plan, say: Say) -> None:
+    if plan.mount is None or plan.pages is None:
+        return
+    path = Path(root.path(plan.mount))
+    journal.record(root, {"op": "mount", "path": plan.mount, "created": not path.exists()})
+    path.mkdir(parents=True, exist_ok=True)
+    label = hugepages.size_label(plan.pages.size_kib)
+    proc.run(["mount", "-t", "hugetlbfs", "-o", f"pagesize={label}", "vmharness", str(path)], timeout=30)
+    say(f"mounted hugetlbfs (pagesize {label}) on {plan.mount}")
+
+
+def execute(root: HostRoot, plan: Plan, say: Say) -> None:
+    """Apply the plan; the caller holds `journal.Lock` from planning to here. Any failure, Ctrl-C or
+    SIGTERM undoes every change made so far, then re-raises; a SIGKILL leaves the journal for
+    `host-restore`."""
+    with _terminate_as_interrupt():
+        journal.record(root, {"op": "begin", "pid": os.getpid()})
+        try:
+            for step in (_modules, _binds, _pages, _mount):
+                step(root, plan, say)
+        except (HarnessError, KeyboardInterrupt, OSError) as exc:
+            say(f"failed ({exc}); undoing what was done")
+            restore.undo(root, say)
+            if isinstance(exc, KeyboardInterrupt):
+                raise HarnessError("interrupted: every change was undone", "") from exc
+            raise

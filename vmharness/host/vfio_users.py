@@ -1,0 +1,67 @@
+"""Who is using a VFIO group already: processes holding /dev/vfio/N open, running libvirt domains
+whose <hostdev> names a device. Both are read on the live host only (a snapshot has neither)."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+
+from vmharness.host.root import HostRoot
+
+LIBVIRT_RUN = "/run/libvirt/qemu"
+
+
+def processes(root: HostRoot, group: int) -> list[str]:
+    """`comm[pid]` of every process with /dev/vfio/<group> open."""
+    if not root.live:
+        return []
+    target = f"/dev/vfio/{group}"
+    users = []
+    for pid in root.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        fd_dir = root.path(f"/proc/{pid}/fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd_dir / fd) == target:
+                    comm = root.read_optional(f"/proc/{pid}/comm") or "?"
+                    users.append(f"{comm}[{pid}]")
+                    break
+            except OSError:
+                continue
+    return users
+
+
+def _hostdev_bdfs(xml_text: str) -> list[str]:
+    try:
+        tree = ET.fromstring(xml_text)
+    except ET.ParseError:
+        return []
+    found = []
+    for hostdev in tree.iter("hostdev"):
+        if hostdev.get("type") != "pci":
+            continue
+        addr = hostdev.find("source/address")
+        if addr is None:
+            continue
+        try:
+            d, b, s, f = (int(addr.get(k, "0"), 0) for k in ("domain", "bus", "slot", "function"))
+        except ValueError:
+            continue
+        found.append(f"{d:04x}:{b:02x}:{s:02x}.{f:x}")
+    return found
+
+
+def domains(root: HostRoot, bdfs: set[str]) -> list[str]:
+    """`domain (bdf)` for each running libvirt domain that has one of these devices."""
+    users = []
+    for name in root.listdir(LIBVIRT_RUN):
+        if name.endswith(".xml"):
+            for bdf in _hostdev_bdfs(root.read_optional(f"{LIBVIRT_RUN}/{name}") or ""):
+                if bdf in bdfs:
+                    users.append(f"libvirt domain {name[:-4]} ({bdf})")
+    return users

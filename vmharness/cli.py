@@ -102,6 +102,12 @@ def cmd_host_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _live_only(root: HostRoot, command: str) -> None:
+    if not root.live:
+        raise HarnessError(f"{command} changes the live host; with --host-root only --dry-run works",
+                           "drop --host-root, or add --dry-run")
+
+
 def _say(line: str) -> None:
     print(f"  {line}", flush=True)
 
@@ -118,9 +124,7 @@ def cmd_host_prepare(args: argparse.Namespace) -> int:
         else:
             print(show_plan.plan_text(the_plan, dry_run=True))
         return 0
-    if not root.live:
-        raise HarnessError("host-prepare changes the live host; with --host-root only --dry-run works",
-                           "drop --host-root, or add --dry-run")
+    _live_only(root, "host-prepare")
     with journal.Lock(root):
         the_plan = plan.make(root, request)
         print(show_plan.plan_text(the_plan, dry_run=False), flush=True)
@@ -138,9 +142,7 @@ def cmd_host_restore(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(show_plan.restore_text(restore.pending(root)))
         return 0
-    if not root.live:
-        raise HarnessError("host-restore changes the live host; with --host-root only --dry-run works",
-                           "drop --host-root, or add --dry-run")
+    _live_only(root, "host-restore")
     with journal.Lock(root):
         pending = restore.pending(root)
         print(show_plan.restore_text(pending), flush=True)

@@ -103,7 +103,7 @@ def execute(root: HostRoot, plan: Plan, say: Say) -> None:
         try:
             for step in (_modules, _binds, _pages, _mount):
                 step(root, plan, say)
-        except (HarnessError, KeyboardInterrupt, OSError) as exc:
+        except (Exception, KeyboardInterrupt) as exc:
             say(f"failed ({exc}); undoing what was done")
             restore.undo(root, say)
             if isinstance(exc, KeyboardInterrupt):

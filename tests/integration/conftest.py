@@ -14,6 +14,7 @@ BOOT_TIMEOUT = 180.0  # about 10 s here; generous for a loaded CI machine
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vm: boots a TCG VM")
+    config.addinivalue_line("markers", "slow: double TCG: minutes")
 
 
 @pytest.fixture(scope="session")

@@ -33,10 +33,15 @@ _KEEP = 4  # initramfs builds kept in the cache
 
 def build(kernel: Kernel) -> Path:
     """Return the path of the (cached) initramfs for `kernel`."""
-    data = cpio.archive(_entries(kernel))
+    return cached(cpio.archive(_entries(kernel)), "initramfs")
+
+
+def cached(data: bytes, kind: str) -> Path:
+    """Store the cpio archive `data` gzip-compressed in `<cache>/<kind>/` under the hash of
+    its content, unless it is there already, and return its path; the newest few are kept."""
     digest = hashlib.sha256(data).hexdigest()[:24]
     with cache_lock() as cache:
-        store = cache / "initramfs"
+        store = cache / kind
         store.mkdir(exist_ok=True)
         target = store / f"{digest}.cpio.gz"
         if not target.is_file():
@@ -137,12 +142,18 @@ def _init_script(kernel: Kernel, modules: list[str]) -> str:
     return text
 
 
-def _entries(kernel: Kernel) -> list[cpio.Entry]:
+def busybox() -> bytes:
+    """The static busybox binary every initramfs of the rig is built around."""
     if not BUSYBOX.is_file():
         raise HarnessError(f"{BUSYBOX} is missing", "apt-get install busybox-static")
     binary = BUSYBOX.read_bytes()
     if not _is_static(binary):
         raise HarnessError(f"{BUSYBOX} is dynamically linked", "apt-get install busybox-static")
+    return binary
+
+
+def _entries(kernel: Kernel) -> list[cpio.Entry]:
+    binary = busybox()
     modules: list[tuple[str, bytes]] = []
     for rel in load_order(kernel.modules, MODULES):
         plain = rel

@@ -32,7 +32,7 @@ def test_restore_plan_is_newest_first(cli, host: FakeHost) -> None:
     code, out, _ = cli("host-restore", "--host-root", str(host.base), "--dry-run")
     assert code == 0
     assert out.splitlines() == [
-        "host-restore plan (newest change first)",
+        "host-restore plan (in undo order)",
         "  unmount /run/vmharness/hugepages-2M and remove it",
         "  node 1: 2M hugepages back to 0",
         "  0000:81:00.0: back to e1000e (driver_override cleared)",

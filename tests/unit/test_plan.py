@@ -197,11 +197,14 @@ def test_cli_refuses_to_change_a_snapshot_root(cli, tmp_path: Path) -> None:
 def test_host_setup_prints_the_persistent_form(cli, tmp_path: Path) -> None:
     host = two_node_host(tmp_path)
     host.link("sys/bus/pci/drivers/mlx5_core/module", "sys/module/mlx5_core")
+    code, _, err = cli("host-setup", "--print", "--host-root", str(host.base), "--bdf", "81:00.0",
+                       "--hugepages", "8G", "--hugepage-size", "1G")
+    assert code == 2 and "8 x 1G pages do not fit on node 1" in err
     code, out, err = cli("host-setup", "--print", "--host-root", str(host.base), "--bdf", "81:00.0",
-                         "--hugepages", "8G", "--hugepage-size", "1G")
+                         "--hugepages", "512M", "--hugepage-size", "2M")
     assert code == 0, err
-    assert 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT intel_iommu=on iommu=pt hugepagesz=1G ' \
-           'hugepages=1:8"' in out
+    assert 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT intel_iommu=on iommu=pt hugepagesz=2M ' \
+           'hugepages=1:256"' in out
     assert "softdep mlx5_core pre: vfio-pci" in out
     for bdf in ("0000:81:00.0", "0000:81:00.1"):  # the whole group
         assert f'KERNEL=="{bdf}", ATTR{{driver_override}}="vfio-pci"' in out

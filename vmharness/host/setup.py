@@ -38,8 +38,12 @@ def _cmdline(root: HostRoot, req: Request, named: list[PciDevice]) -> list[str]:
             node = int(req.node)
         else:
             raise HarnessError(f"--node {req.node!r} is not a NUMA node", "pass a number, or auto")
-        label = hugepages.size_label(size_kib)
-        args += [f"hugepagesz={label}", f"hugepages={node}:{math.ceil(amount / size_kib)}"]
+        label, count = hugepages.size_label(size_kib), math.ceil(amount / size_kib)
+        total_kib, _ = hugepages.node_memory_kib(root, node)
+        if total_kib is not None and count * size_kib > total_kib:
+            raise HarnessError(f"{count} x {label} pages do not fit on node {node}, which has "
+                               f"{total_kib // 1024} MiB in all", "ask for less, or another --node")
+        args += [f"hugepagesz={label}", f"hugepages={node}:{count}"]
     return args
 
 

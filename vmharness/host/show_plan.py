@@ -41,4 +41,4 @@ def plan_text(plan: Plan, dry_run: bool) -> str:
 def restore_text(pending: list[dict[str, Any]]) -> str:
     if not pending:
         return "nothing to restore: the journal is empty"
-    return "\n".join(["host-restore plan (newest change first)"] + [f"  {describe(r)}" for r in pending])
+    return "\n".join(["host-restore plan (in undo order)"] + [f"  {describe(r)}" for r in pending])

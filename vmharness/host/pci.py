@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from vmharness.errors import HarnessError
@@ -14,7 +14,6 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 _BDF = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])$")
 
 CLASS_BRIDGE = 0x06
-CLASS_NETWORK = 0x02
 
 
 def parse_bdf(text: str) -> str:
@@ -59,7 +58,6 @@ class PciDevice:
     vendor_name: str | None = None
     device_name: str | None = None
     class_name: str = ""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def base_class(self) -> int:
@@ -68,10 +66,6 @@ class PciDevice:
     @property
     def is_bridge(self) -> bool:
         return self.base_class == CLASS_BRIDGE
-
-    @property
-    def is_network(self) -> bool:
-        return self.base_class == CLASS_NETWORK
 
     @property
     def slot(self) -> str:

@@ -78,7 +78,7 @@ def _pages(root: HostRoot, plan: Plan, say: Say) -> None:
     if got < p.target:
         raise HarnessError(
             f"asked {p.target - p.before} {label} hugepages on node {p.node}, got {got - p.before}",
-            f"reserve them at boot: hugepagesz={label} hugepages={p.target} on the kernel cmdline "
+            f"reserve them at boot: hugepagesz={label} hugepages={p.node}:{p.target} on the kernel cmdline "
             "(vmharness host-setup --print)")
     say(f"node {p.node}: {p.target} x {label} hugepages ({p.needed} free for the guest)")
 

@@ -101,3 +101,9 @@ def node_memory_kib(root: HostRoot, node: int) -> tuple[int | None, int | None]:
 
 def counter(node: int, size_kib: int) -> str:
     return f"{NODES}/node{node}/hugepages/hugepages-{size_kib}kB/nr_hugepages"
+
+
+def set_pages(root: HostRoot, node: int, size_kib: int, count: int) -> int:
+    """Ask the kernel for `count` pages on the node; returns how many it really holds now."""
+    root.write_text(counter(node, size_kib), str(count))
+    return int(root.read_text(counter(node, size_kib)).strip())

@@ -120,9 +120,24 @@ def refuse_in_use(root: HostRoot, group: int | None, members: list[PciDevice], r
                            "stop that VM or program first; vmharness will not take a device from a running guest")
 
 
-def _pages(root: HostRoot, req: Request, devices: list[PciDevice], plan: Plan) -> None:
+@dataclass(frozen=True)
+class PageRequest:
+    """--hugepages/--hugepage-size/--node checked against the host: used by host-prepare for run-time
+    pages and by host-setup for boot-time ones."""
+
+    node: int
+    size_kib: int
+    needed: int
+    why: str  # how the node was chosen
+
+    @property
+    def label(self) -> str:
+        return hugepages.size_label(self.size_kib)
+
+
+def page_request(root: HostRoot, req: Request, devices: list[PciDevice]) -> PageRequest | None:
     if req.hugepages is None:
-        return
+        return None
     size_kib = hugepages.parse_size_kib(req.pagesize)
     if size_kib is None or size_kib not in hugepages.sizes(root):
         have = ", ".join(hugepages.size_label(k) for k in hugepages.sizes(root)) or "none"
@@ -141,27 +156,36 @@ def _pages(root: HostRoot, req: Request, devices: list[PciDevice], plan: Plan) -
             raise HarnessError(f"--node {req.node!r} is not a NUMA node of this host",
                                f"nodes here: {', '.join(map(str, nodes))} (or auto: the NIC's node)")
         node, why = int(req.node), "--node"
-    needed = math.ceil(amount / size_kib)
+    pr = PageRequest(node, size_kib, math.ceil(amount / size_kib), why)
+    total_kib, _ = hugepages.node_memory_kib(root, node)
+    if total_kib is not None and pr.needed * size_kib > total_kib:
+        raise HarnessError(
+            f"{pr.needed} x {pr.label} pages do not fit on node {node}, which has {total_kib // 1024} MiB in all",
+            "ask for less, or another --node")
+    return pr
+
+
+def _pages(root: HostRoot, req: Request, devices: list[PciDevice], plan: Plan) -> None:
+    pr = page_request(root, req, devices)
+    if pr is None:
+        return
+    node, size_kib, needed = pr.node, pr.size_kib, pr.needed
     state = next((p for p in hugepages.per_node(root) if p.node == node and p.size_kib == size_kib), None)
     if state is None:
-        raise HarnessError(f"node {node} has no {hugepages.size_label(size_kib)} hugepage counters",
+        raise HarnessError(f"node {node} has no {pr.label} hugepage counters",
                            "this kernel lacks per-node hugepage control")
-    total_kib, free_kib = hugepages.node_memory_kib(root, node)
-    if total_kib is not None and needed * size_kib > total_kib:
-        raise HarnessError(
-            f"{needed} x {hugepages.size_label(size_kib)} pages do not fit on node {node}, which has "
-            f"{total_kib // 1024} MiB in all", "ask for less, or another --node")
+    _, free_kib = hugepages.node_memory_kib(root, node)
     target = max(state.total, state.total - state.free + needed)
     if free_kib is not None and (target - state.total) * size_kib > free_kib:
         plan.warnings.append(f"node {node} has {free_kib // 1024} MiB free for "
                              f"{(target - state.total) * size_kib // 1024} MiB of new pages: may fall short")
     plan.pages = Pages(node, size_kib, state.total, state.free, target, needed)
-    plan.notes.append(f"hugepages on node {node} ({why})")
+    plan.notes.append(f"hugepages on node {node} ({pr.why})")
     mounts = [m for m in hugepages.mounts(root) if m.pagesize_kib == size_kib]
     if mounts:
         plan.mount_existing = mounts[0].path
     else:
-        plan.mount = f"{MOUNT_BASE}/hugepages-{hugepages.size_label(size_kib)}"
+        plan.mount = f"{MOUNT_BASE}/hugepages-{pr.label}"
 
 
 def make(root: HostRoot, req: Request) -> Plan:

@@ -59,22 +59,17 @@ def _binds(root: HostRoot, plan: Plan, say: Say) -> None:
         say(f"/dev/vfio/{group} is ready")
 
 
-def _set_pages(root: HostRoot, node: int, size_kib: int, count: int) -> int:
-    root.write_text(hugepages.counter(node, size_kib), str(count))
-    return int(root.read_text(hugepages.counter(node, size_kib)).strip())
-
-
 def _pages(root: HostRoot, plan: Plan, say: Say) -> None:
     p = plan.pages
     if p is None or p.target == p.before:
         return
     label = hugepages.size_label(p.size_kib)
     journal.record(root, {"op": "pages", "node": p.node, "size_kib": p.size_kib, "before": p.before})
-    got = _set_pages(root, p.node, p.size_kib, p.target)
+    got = hugepages.set_pages(root, p.node, p.size_kib, p.target)
     if got < p.target:
         say(f"node {p.node}: {got - p.before} of {p.target - p.before} {label} pages; compacting memory")
         root.write_text("/proc/sys/vm/compact_memory", "1")
-        got = _set_pages(root, p.node, p.size_kib, p.target)
+        got = hugepages.set_pages(root, p.node, p.size_kib, p.target)
     if got < p.target:
         raise HarnessError(
             f"asked {p.target - p.before} {label} hugepages on node {p.node}, got {got - p.before}",

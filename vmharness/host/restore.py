@@ -1,4 +1,5 @@
-"""host-restore: undo the journal, newest record first, then remove it. Each undo sets the recorded
+"""host-restore: undo the journal, newest record first (a run of device bindings oldest first, see
+`pending`), then remove it. Each undo sets the recorded
 state (it does not reverse an action), so a record whose change was never made is harmless."""
 
 from __future__ import annotations
@@ -41,9 +42,7 @@ def _undo_mount(root: HostRoot, rec: dict[str, Any]) -> None:
 
 
 def _undo_pages(root: HostRoot, rec: dict[str, Any]) -> str | None:
-    counter = hugepages.counter(rec["node"], rec["size_kib"])
-    root.write_text(counter, str(rec["before"]))
-    now = int(root.read_text(counter).strip())
+    now = hugepages.set_pages(root, rec["node"], rec["size_kib"], rec["before"])
     if now != rec["before"]:
         return f"node {rec['node']} keeps {now} pages, not {rec['before']}: some are in use (a running guest?)"
     return None

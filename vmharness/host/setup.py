@@ -4,12 +4,10 @@ never drifts from what host-prepare does at run time."""
 
 from __future__ import annotations
 
-import math
-
 from vmharness.errors import HarnessError
-from vmharness.host import checks, hugepages
+from vmharness.host import checks
 from vmharness.host.pci import PciDevice, find
-from vmharness.host.plan import VFIO_DRIVER, Plan, Request, group_members, refuse_in_use
+from vmharness.host.plan import VFIO_DRIVER, Plan, Request, group_members, page_request, refuse_in_use
 from vmharness.host.root import HostRoot
 
 GRUB_FILE = "/etc/default/grub.d/vmharness.cfg"
@@ -25,25 +23,9 @@ def driver_module(root: HostRoot, driver: str) -> str:
 def _cmdline(root: HostRoot, req: Request, named: list[PciDevice]) -> list[str]:
     facts = checks.gather(root)
     args = ["intel_iommu=on", "iommu=pt"] if facts.vendor == "intel" else ["iommu=pt"]
-    if req.hugepages:
-        size_kib = hugepages.parse_size_kib(req.pagesize)
-        amount = hugepages.parse_size_kib(req.hugepages)
-        if size_kib is None or amount is None or amount <= 0:
-            raise HarnessError(f"--hugepages {req.hugepages!r} / --hugepage-size {req.pagesize!r} are not sizes",
-                               "write them as 8G and 1G")
-        if req.node == "auto":
-            nodes = [d.numa_node for d in named if d.numa_node is not None]
-            node = nodes[0] if nodes else 0
-        elif req.node.isdigit():
-            node = int(req.node)
-        else:
-            raise HarnessError(f"--node {req.node!r} is not a NUMA node", "pass a number, or auto")
-        label, count = hugepages.size_label(size_kib), math.ceil(amount / size_kib)
-        total_kib, _ = hugepages.node_memory_kib(root, node)
-        if total_kib is not None and count * size_kib > total_kib:
-            raise HarnessError(f"{count} x {label} pages do not fit on node {node}, which has "
-                               f"{total_kib // 1024} MiB in all", "ask for less, or another --node")
-        args += [f"hugepagesz={label}", f"hugepages={node}:{count}"]
+    pages = page_request(root, req, named)
+    if pages is not None:
+        args += [f"hugepagesz={pages.label}", f"hugepages={pages.node}:{pages.needed}"]
     return args
 
 

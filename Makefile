@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox-static kmod cpio \
-                zstd pciutils pci.ids
+                zstd pciutils pci.ids libvirt-daemon-system libvirt-clients libvirt-dev pkg-config \
+                mmdebstrap e2fsprogs
 
 .PHONY: deps venv test unit lint clean
 deps:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__
+from vmharness import __version__, cli_guest
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -229,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
              "--hugepage-size 1G", json_flag=False)
     _prepare_options(p)
     p.add_argument("--print", action="store_true", help="print the files' contents (the only mode)")
+    cli_guest.register(subs, _add)
     return parser
 
 

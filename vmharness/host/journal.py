@@ -100,6 +100,20 @@ def record(root: HostRoot, entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def released(records: list[dict[str, Any]]) -> set[int]:
+    """Sequence numbers given back already (a guest shut down by `vm down`, say)."""
+    return {n for r in records if r.get("op") == "released" for n in r.get("seqs", [])}
+
+
+def release(root: HostRoot, seqs: list[int]) -> None:
+    """Mark records as given back; when nothing else is outstanding the journal goes."""
+    record(root, {"op": "released", "seqs": seqs})
+    records = read(root)
+    done = released(records)
+    if all(r["seq"] in done or r.get("op") == "released" for r in records):
+        clear(root)
+
+
 def clear(root: HostRoot) -> None:
     with contextlib.suppress(FileNotFoundError):
         root.path(JOURNAL).unlink()

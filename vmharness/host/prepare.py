@@ -4,33 +4,17 @@ interrupt, undo what was done before reporting the error."""
 from __future__ import annotations
 
 import os
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from vmharness import proc
 from vmharness.errors import HarnessError
 from vmharness.host import bind, hugepages, journal, kmod, restore
 from vmharness.host.plan import VFIO_DRIVER, Plan
 from vmharness.host.root import HostRoot
+from vmharness.interrupts import terminate_as_interrupt
 
 Say = Callable[[str], None]
-
-
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt, so the rollback below runs for them too."""
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _modules(root: HostRoot, plan: Plan, say: Say) -> None:
@@ -93,7 +77,7 @@ def execute(root: HostRoot, plan: Plan, say: Say) -> None:
     """Apply the plan; the caller holds `journal.Lock` from planning to here. Any failure, Ctrl-C or
     SIGTERM undoes every change made so far, then re-raises; a SIGKILL leaves the journal for
     `host-restore`."""
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         journal.record(root, {"op": "begin", "pid": os.getpid()})
         try:
             for step in (_modules, _binds, _pages, _mount):

@@ -12,6 +12,7 @@ from vmharness import proc
 from vmharness.errors import HarnessError
 from vmharness.host import bind, hugepages, journal, kmod
 from vmharness.host.root import HostRoot
+from vmharness.machine import Machine
 
 Say = Callable[[str], None]
 
@@ -26,6 +27,10 @@ def describe(rec: dict[str, Any]) -> str:
         return f"unmount {rec['path']}" + (" and remove it" if rec.get("created") else "")
     if op == "modules":
         return "unload the modules loaded since: " + ", ".join(rec["names"]) + " and their dependencies"
+    if op == "domain":
+        return f"guest {rec['name']} ({rec['uri']}): destroy and undefine"
+    if op == "file":
+        return f"remove {rec['path']}" + (f" on {rec['ssh']}" if rec.get("ssh") else "")
     return str(op)
 
 
@@ -98,13 +103,17 @@ def pending(root: HostRoot) -> list[dict[str, Any]]:
     same interface names (eth1 before eth2)."""
     out: list[dict[str, Any]] = []
     binds: list[dict[str, Any]] = []
-    for rec in reversed(journal.read(root)):
+    records = journal.read(root)
+    done = journal.released(records)
+    for rec in reversed(records):
+        if rec["seq"] in done:
+            continue
         if rec.get("op") == "bind":
             binds.insert(0, rec)
             continue
         out += binds
         binds = []
-        if rec.get("op") in ("pages", "mount", "modules"):
+        if rec.get("op") in ("pages", "mount", "modules", "domain", "file"):
             out.append(rec)
     return out + binds
 
@@ -123,6 +132,12 @@ def undo(root: HostRoot, say: Say) -> list[str]:
                 problems += _undo_bind(root, rec)
             elif op == "modules":
                 problems += filter(None, [_undo_modules(root, rec)])
+            elif op == "domain":
+                from vmharness.host import libvirt_conn  # libvirt only when a guest is recorded
+
+                libvirt_conn.remove(rec["uri"], rec["uuid"])
+            elif op == "file":
+                Machine(rec.get("ssh")).run(["rm", "-f", "--", rec["path"]], timeout=60)
         except (HarnessError, OSError) as exc:
             problems.append(f"{describe(rec)}: {exc}")
             continue

@@ -155,6 +155,7 @@ def _memory(w: _Writer) -> None:
             w.file(f"{hugepages.GLOBAL}/hugepages-{kib}kB/{attr}")
     for name in ("online", "possible", "has_cpu", "has_memory"):
         w.file(f"{hugepages.NODES}/{name}")
+    w.file("/sys/devices/system/cpu/online")
     for node in hugepages.nodes(root):
         base = f"{hugepages.NODES}/node{node}"
         w.file(f"{base}/cpulist")

@@ -1,0 +1,38 @@
+#!/bin/sh
+# mmdebstrap customize hook: $1 is the new root, with /proc, /sys and /dev mounted.
+# Inputs come in the environment, set by vmharness/guest/image.py (never spliced into this text):
+#   VMH_OVERLAY      folder copied over the root (images/overlay)
+#   VMH_KERNEL       optional: a researcher's kernel image, installed as /boot/vmlinuz-$VMH_KVER
+#   VMH_MODULES      optional: its lib/modules/$VMH_KVER tree
+#   VMH_KVER         the release of that kernel
+set -eu
+root="$1"
+cp -a "$VMH_OVERLAY/." "$root/"
+
+# The harness drives the guest through the agent; nothing needs a password. sshd gets host keys
+# at first boot from its own unit (regenerated per image, never shipped).
+chroot "$root" passwd -l root >/dev/null
+rm -f "$root"/etc/ssh/ssh_host_*
+: > "$root/etc/machine-id"
+chroot "$root" systemctl enable ssh-hostkeys.service >/dev/null 2>&1
+
+# Units that only add noise to a benchmark or time to a boot.
+for unit in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer e2scrub_reap.service \
+            fstrim.timer systemd-timesyncd.service sysstat-collect.timer sysstat-summary.timer \
+            nginx.service; do
+    chroot "$root" systemctl mask "$unit" >/dev/null 2>&1 || true
+done
+
+if [ -n "${VMH_KERNEL:-}" ]; then
+    cp "$VMH_KERNEL" "$root/boot/vmlinuz-$VMH_KVER"
+    if [ -n "${VMH_MODULES:-}" ]; then
+        mkdir -p "$root/lib/modules"
+        rm -rf "$root/lib/modules/$VMH_KVER"
+        cp -a "$VMH_MODULES" "$root/lib/modules/$VMH_KVER"
+        chroot "$root" depmod "$VMH_KVER"
+        chroot "$root" mkinitramfs -o "/boot/initrd.img-$VMH_KVER" "$VMH_KVER"
+    fi
+fi
+
+rm -rf "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
+       "$root"/boot/*.dpkg-bak "$root"/boot/*.new

@@ -1,0 +1,164 @@
+"""From what the researcher asked for (a VmRequest) to a DomainSpec: image, kernel, cmdline, devices,
+placement, hugepages, accelerator and the management link, each checked with a clear error."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from vmharness.errors import HarnessError
+from vmharness.guest import image, kernelfile, placement
+from vmharness.guest.domain import DomainSpec, Link
+from vmharness.guest.vm import domain_name, new_uuid
+from vmharness.host import hugepages, pci, probes
+from vmharness.host.root import HostRoot
+from vmharness.machine import Machine, for_uri
+
+VM_DIR = "/var/lib/vmharness/vms"  # overlay and console log of `vm up` guests, on the VM's machine
+VFIO = "vfio-pci"
+LINK_RANGE = ipaddress.IPv4Network("198.18.0.0/16")  # half of the benchmarking range 198.18.0.0/15
+
+
+@dataclass(frozen=True)
+class VmRequest:
+    name: str = "guest"
+    memory_mib: int = 1024
+    vcpus: int | None = None
+    cmdline: str = ""
+    kernel: str | None = None
+    initrd: str | None = None
+    bdfs: tuple[str, ...] = ()
+    managed: bool = False
+    hugepages: bool = False
+    hugepage_size: str = "2M"
+    uri: str = "qemu:///system"
+    accel: str = "auto"
+    link: bool = True
+    image: str | None = None
+    image_dir: str | None = None
+    state_dir: str | None = None  # where the overlay and console log go; default VM_DIR/<name>
+
+
+def check_name(name: str) -> None:
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,10}", name):
+        raise HarnessError(f"guest name {name!r} is not allowed",
+                           "use 1 to 11 lower-case letters, digits or dashes, starting with a letter")
+
+
+def resolve_image(req: VmRequest, must_exist: bool = True) -> image.Image:
+    if req.image:
+        return image.load_image(Path(req.image))
+    recipe = image.load_recipe()
+    images = image.image_dir(req.image_dir)
+    found = image.find(recipe, images)
+    if found is not None:
+        return found
+    if must_exist:
+        raise HarnessError(f"no image for the current recipe in {images}",
+                           "build it first: vmharness image build (or pass --image DIR)")
+    return image.Image(images / recipe.key(), {"cmdline": recipe.cmdline, "kernel_release": "?"})
+
+
+def use_kvm(root: HostRoot, req: VmRequest) -> tuple[bool, str]:
+    if req.accel in ("kvm", "tcg"):
+        return req.accel == "kvm", f"--accel {req.accel}"
+    if req.accel != "auto":
+        raise HarnessError(f"unknown accelerator {req.accel!r}", "use auto, kvm or tcg")
+    if not for_uri(req.uri).local:
+        return True, "a remote server is assumed to have KVM (pass --accel tcg if it has not)"
+    facts = probes.load(root)
+    if facts is None:
+        return False, "the host root has no KVM probe result: TCG"
+    usable = bool(facts["kvm"]["usable"])
+    return usable, facts["kvm"]["detail"]
+
+
+def _check_device(root: HostRoot, bdf: str, managed: bool) -> str:
+    dev = pci.find(root, bdf)
+    if not managed and dev.driver != VFIO:
+        raise HarnessError(
+            f"{dev.bdf} is bound to {dev.driver or 'no driver'}, not {VFIO}",
+            f"prepare it: vmharness host-prepare --bdf {dev.bdf}, or pass --managed to let libvirt rebind it")
+    return dev.bdf
+
+
+def _hugepage_kib(req: VmRequest) -> int:
+    kib = hugepages.parse_size_kib(req.hugepage_size)
+    if kib not in (2048, 1048576):
+        raise HarnessError(f"hugepage size {req.hugepage_size!r} is not 2M or 1G", "pass --hugepage-size 2M or 1G")
+    return kib
+
+
+def _kernel(req: VmRequest, img: image.Image) -> tuple[str, str | None, list[str]]:
+    notes: list[str] = []
+    if req.kernel is None:
+        if req.initrd:
+            raise HarnessError("--initrd needs --kernel", "pass the kernel the initrd was made for")
+        return str(img.kernel), str(img.initrd) if img.initrd else None, notes
+    kernel = Path(req.kernel).resolve()
+    if not kernel.is_file():
+        raise HarnessError(f"no such kernel: {req.kernel}", "pass the path of a bzImage")
+    release = kernelfile.bzimage_release(kernel)
+    if req.initrd and not Path(req.initrd).is_file():
+        raise HarnessError(f"no such initrd: {req.initrd}", "pass an initramfs made for " + release)
+    if release != img.meta.get("kernel_release"):
+        notes.append(f"kernel {release} is not the image's ({img.meta.get('kernel_release')}): its drivers "
+                     "must be built in, or build an image with it: vmharness image build --kernel ...")
+    return str(kernel), str(Path(req.initrd).resolve()) if req.initrd else None, notes
+
+
+def link_for(name: str, taken: set[ipaddress.IPv4Network]) -> tuple[Link, tuple[str, str]]:
+    """The tap, a stable MAC, and the first free /24 of 198.18.0.0/16 (from .1): host .1, guest .2."""
+    digest = hashlib.sha256(name.encode()).digest()
+    mac = "52:54:00:" + ":".join(f"{b:02x}" for b in digest[:3])
+    for net in list(LINK_RANGE.subnets(new_prefix=24))[1:]:
+        if not any(net.overlaps(t) for t in taken):
+            return Link(f"vmh-{name}", mac), (f"{net[1]}/24", f"{net[2]}/24")
+    raise HarnessError("no free /24 left in 198.18.0.0/16 for the guest link", "remove unused addresses")
+
+
+def networks_in_use(machine: Machine) -> set[ipaddress.IPv4Network]:
+    out = machine.run(["ip", "-o", "-4", "addr", "show"], timeout=10).stdout
+    return {ipaddress.IPv4Interface(m).network for m in re.findall(r"inet (\S+)", out)}
+
+
+@dataclass(frozen=True)
+class Planned:
+    spec: DomainSpec
+    base_disk: str
+    link_net: tuple[str, str] | None
+    notes: tuple[str, ...]
+
+
+def plan(root: HostRoot, req: VmRequest, for_print: bool = False) -> Planned:
+    check_name(req.name)
+    if req.memory_mib < 128:
+        raise HarnessError(f"{req.memory_mib} MiB is too little memory for the guest", "pass --memory 512 or more")
+    img = resolve_image(req, must_exist=not for_print)
+    notes = [] if img.disk.exists() else [f"the image {img.folder} is not built yet"]
+    bdfs = tuple(_check_device(root, b, req.managed) for b in req.bdfs)
+    node_cpus = placement.node_cpus(root, placement.nic_node(root, bdfs)[0])
+    place = placement.place(root, bdfs, req.vcpus or min(2, len(node_cpus)))
+    page_kib = _hugepage_kib(req) if req.hugepages else None
+    if page_kib is not None:
+        placement.check_hugepages(root, place.node, page_kib, req.memory_mib)
+    kvm, why = use_kvm(root, req)
+    notes.append(f"accelerator: {'KVM' if kvm else 'TCG'} ({why})")
+    kernel, initrd, kernel_notes = _kernel(req, img)
+    notes += kernel_notes
+    state = Path(req.state_dir or f"{VM_DIR}/{req.name}")
+    link, link_net = None, None
+    if req.link:
+        taken = set() if for_print else networks_in_use(for_uri(req.uri))
+        link, link_net = link_for(req.name, taken)
+    cmdline = " ".join(filter(None, [img.cmdline, req.cmdline.strip()]))
+    spec = DomainSpec(
+        name=domain_name(req.name), uuid=new_uuid(), kvm=kvm, memory_mib=req.memory_mib, placement=place,
+        disk=str(state / "overlay.qcow2"), kernel=kernel, initrd=initrd, cmdline=cmdline,
+        console_log=str(state / "console.log"), hostdevs=bdfs, managed=req.managed, hugepage_kib=page_kib,
+        link=link, metadata={"name": req.name, "image": img.folder.name},
+    )
+    return Planned(spec, str(img.disk), link_net, tuple(notes))

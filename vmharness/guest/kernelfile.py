@@ -1,0 +1,65 @@
+"""A researcher's kernel, checked before anything is built or booted: a bzImage (its release read
+from the setup header) or a Debian kernel package."""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from vmharness import proc
+from vmharness.errors import HarnessError
+
+# x86 boot protocol (Documentation/arch/x86/boot.rst): 0xAA55 at 0x1fe, "HdrS" at 0x202, and at
+# 0x20e the offset (minus 0x200) of a NUL-terminated version string: "6.1.0-50-amd64 (...) #1 SMP ...".
+_HINT = "pass the bzImage (arch/x86/boot/bzImage or /boot/vmlinuz-*), not vmlinux or a compressed copy"
+
+
+def bzimage_release(path: Path) -> str:
+    """The kernel release of a bzImage; HarnessError if the file is not one."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(0x210)
+            if len(head) < 0x210 or head[0x1FE:0x200] != b"\x55\xaa" or head[0x202:0x206] != b"HdrS":
+                raise HarnessError(f"{path} is not a Linux kernel (no x86 boot header)", _HINT)
+            (offset,) = struct.unpack_from("<H", head, 0x20E)
+            f.seek(offset + 0x200)
+            text = f.read(256).split(b"\0", 1)[0].decode(errors="replace")
+    except OSError as exc:
+        raise HarnessError(f"cannot read kernel {path}: {exc.strerror}", "check the path") from exc
+    release = text.split(" ", 1)[0]
+    if not re.fullmatch(r"[0-9][\w.+~-]*", release):
+        raise HarnessError(f"{path} has a boot header but no readable version string", _HINT)
+    return release
+
+
+def check_modules(modules: Path, release: str) -> None:
+    if not (modules / "modules.order").exists() and not (modules / "kernel").is_dir():
+        raise HarnessError(f"{modules} is not a modules tree (no modules.order, no kernel/)",
+                           f"pass lib/modules/{release} as installed by `make modules_install`")
+    if modules.name != release:
+        raise HarnessError(f"modules folder {modules.name} does not match the kernel's release {release}",
+                           f"pass the lib/modules/{release} built with this kernel")
+
+
+@dataclass(frozen=True)
+class DebKernel:
+    path: Path
+    package: str
+    release: str
+
+
+def deb_kernel(path: Path) -> DebKernel:
+    """The package name and kernel release of a linux-image .deb."""
+    if not path.is_file():
+        raise HarnessError(f"no such package: {path}", "pass the path of a linux-image-*.deb")
+    info = proc.run(["dpkg-deb", "--field", str(path), "Package"], timeout=60, check=False)
+    if not info.ok:
+        raise HarnessError(f"{path} is not a Debian package", "pass a linux-image-*.deb")
+    listing = proc.run(["dpkg-deb", "--contents", str(path)], timeout=120).stdout
+    found = re.findall(r"\./boot/vmlinuz-(\S+)", listing)
+    if not found:
+        raise HarnessError(f"{path} ({info.stdout.strip()}) holds no /boot/vmlinuz-*",
+                           "pass the linux-image package, not the headers or a meta-package")
+    return DebKernel(path.resolve(), info.stdout.strip(), found[0])

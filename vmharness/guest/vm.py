@@ -1,0 +1,215 @@
+"""A guest's life: define, start, wait for the agent, run commands, shut down, undefine.
+
+Every boot runs on a fresh copy-on-write overlay of the image (the image itself is never written).
+The overlay and the domain are journaled before they exist, and `up` undoes both on any failure,
+Ctrl-C or SIGTERM; a harness that dies outright leaves them to `host-restore`. The caller holds the
+host lock (journal.Lock) around `up` and `down`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from vmharness.errors import HarnessError
+from vmharness.guest import agent
+from vmharness.guest.domain import DomainSpec
+from vmharness.host import journal, libvirt_conn
+from vmharness.host.root import HostRoot
+from vmharness.interrupts import terminate_as_interrupt
+from vmharness.machine import Machine, for_uri
+
+Say = Callable[[str], None]
+DOMAIN_PREFIX = "vmh-"
+STATE = "/run/vmharness/vms"  # name.json per running guest, on the machine running the harness
+
+
+@dataclass(frozen=True)
+class Guest:
+    """What the harness keeps about a running guest; enough to find it again from another command."""
+
+    name: str
+    uri: str
+    uuid: str
+    overlay: str
+    console_log: str
+    kvm: bool
+    seqs: tuple[int, ...]  # its journal records
+    link: dict[str, str] | None = None  # host and guest addresses of the management link
+    boot_seconds: float = 0.0
+
+    @property
+    def machine(self) -> Machine:
+        return for_uri(self.uri)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def domain_name(name: str) -> str:
+    return DOMAIN_PREFIX + name
+
+
+def _state_file(root: HostRoot, name: str) -> Path:
+    return root.path(f"{STATE}/{name}.json")
+
+
+def load(root: HostRoot, name: str) -> Guest:
+    try:
+        data = json.loads(_state_file(root, name).read_text())
+    except FileNotFoundError as exc:
+        raise HarnessError(f"no guest named {name} is up", "start one with: vmharness vm up --name "
+                           f"{name}") from exc
+    data["seqs"] = tuple(data["seqs"])
+    return Guest(**data)
+
+
+def domain(guest: Guest) -> tuple[libvirt.virConnect, libvirt.virDomain]:
+    conn = libvirt_conn.connect(guest.uri)
+    dom = libvirt_conn.lookup(conn, guest.uuid)
+    if dom is None or not dom.isActive():
+        conn.close()
+        raise HarnessError(f"guest {guest.name} is not running any more",
+                           f"look at its console log {guest.console_log}; clean up with: vmharness vm down "
+                           f"{guest.name}")
+    return conn, dom
+
+
+def console_tail(guest_or_log: Guest | str, machine: Machine | None = None, lines: int = 20) -> str:
+    path = guest_or_log.console_log if isinstance(guest_or_log, Guest) else guest_or_log
+    where = guest_or_log.machine if isinstance(guest_or_log, Guest) else machine or Machine()
+    res = where.run(["tail", "-n", str(lines), path], timeout=30, check=False)
+    return res.stdout.replace("\r", "") if res.ok else ""
+
+
+def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if not dom.isActive():
+            raise HarnessError("the guest stopped while booting; its console ends with:\n"
+                               + _indent(console_tail(log, machine)),
+                               "check the kernel and cmdline; the whole console log is " + log)
+        if agent.ping(dom, timeout=3):
+            return time.monotonic() - started
+        time.sleep(1)
+    raise HarnessError(f"the guest agent did not answer within {timeout:g} s; the console ends with:\n"
+                       + _indent(console_tail(log, machine)),
+                       "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.rstrip().splitlines()) or "    (empty)"
+
+
+def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, net: tuple[str, str]) -> None:
+    """Address both ends of the management link: the host's tap and the guest's virtio-net."""
+    assert spec.link is not None
+    host_addr, guest_addr = net
+    machine.run(["ip", "addr", "add", host_addr, "dev", spec.link.tap], timeout=10)
+    machine.run(["ip", "link", "set", "dev", spec.link.tap, "up"], timeout=10)
+    ifname = agent.interfaces(guest_dom).get(spec.link.mac)
+    if ifname is None:
+        raise HarnessError(f"the guest has no interface with MAC {spec.link.mac}", "is virtio_net in its kernel?")
+    for argv in (["ip", "addr", "add", guest_addr, "dev", ifname], ["ip", "link", "set", "dev", ifname, "up"]):
+        res = agent.run(guest_dom, ["/sbin/" + argv[0], *argv[1:]], timeout=30)
+        if not res.ok:
+            raise HarnessError(f"in the guest, {' '.join(argv)} failed: {res.stderr.strip()}", "see the console log")
+
+
+def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say,
+       boot_timeout: float = 300, link_net: tuple[str, str] | None = None) -> Guest:
+    """Boot the guest `spec` describes (its overlay over `base_disk`) and wait for its agent."""
+    machine = for_uri(uri)
+    conn = libvirt_conn.connect(uri)
+    seqs: list[int] = []
+    try:
+        with terminate_as_interrupt():
+            try:
+                conn.lookupByName(spec.name)
+                raise HarnessError(f"a domain named {spec.name} exists already at {uri}",
+                                   f"remove it with: vmharness vm down {spec.name.removeprefix(DOMAIN_PREFIX)}")
+            except libvirt.libvirtError:
+                pass
+            seqs.append(journal.record(root, {"op": "file", "path": spec.disk, "ssh": machine.ssh})["seq"])
+            machine.run(["mkdir", "-p", str(Path(spec.disk).parent), str(Path(spec.console_log).parent)], timeout=30)
+            machine.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base_disk, spec.disk],
+                        timeout=60)
+            seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
+                                              "name": spec.name})["seq"])
+            dom = _define(conn, xml)
+            say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
+            _start(dom, spec, machine)
+            seconds = _wait_for_agent(dom, spec.console_log, machine, boot_timeout)
+            say(f"guest agent answers after {seconds:.1f} s")
+            link = None
+            if spec.link is not None and link_net is not None:
+                _link_up(dom, spec, machine, link_net)
+                link = {"tap": spec.link.tap, "host": link_net[0], "guest": link_net[1]}
+                say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")
+            guest = Guest(spec.name.removeprefix(DOMAIN_PREFIX), uri, spec.uuid, spec.disk, spec.console_log,
+                          spec.kvm, tuple(seqs), link, round(seconds, 1))
+            _save(root, guest)
+            return guest
+    except BaseException:
+        _give_back(root, uri, spec.uuid, spec.disk, machine, seqs)
+        raise
+    finally:
+        conn.close()
+
+
+def _define(conn: libvirt.virConnect, xml: str) -> libvirt.virDomain:
+    try:
+        return conn.defineXML(xml)
+    except libvirt.libvirtError as exc:
+        raise HarnessError(f"libvirt refused the domain: {str(exc).strip()}",
+                           "see the XML with --print-xml") from exc
+
+
+def _start(dom: libvirt.virDomain, spec: DomainSpec, machine: Machine) -> None:
+    try:
+        dom.create()
+    except libvirt.libvirtError as exc:
+        detail = str(exc).strip().splitlines()[-1]
+        raise HarnessError(f"the guest did not start: {detail}",
+                           "the console log may say more: " + spec.console_log) from exc
+
+
+def _save(root: HostRoot, guest: Guest) -> None:
+    path = _state_file(root, guest.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(guest.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def _give_back(root: HostRoot, uri: str, dom_uuid: str, overlay: str, machine: Machine, seqs: list[int]) -> None:
+    """Remove the domain and the overlay (whatever of them exists) and release their records."""
+    if not seqs:
+        return
+    libvirt_conn.remove(uri, dom_uuid)
+    machine.run(["rm", "-f", "--", overlay], timeout=60)
+    journal.release(root, seqs)
+
+
+def down(root: HostRoot, guest: Guest, say: Say, grace: float = 60) -> None:
+    """Shut the guest down (destroyed after `grace` seconds), undefine it, remove its overlay."""
+    conn = libvirt_conn.connect(guest.uri)
+    try:
+        dom = libvirt_conn.lookup(conn, guest.uuid)
+        if dom is not None:
+            clean = libvirt_conn.stop(dom, grace)
+            say("shut down" if clean else f"did not shut down within {grace:g} s: destroyed")
+    finally:
+        conn.close()
+    _give_back(root, guest.uri, guest.uuid, guest.overlay, guest.machine, list(guest.seqs))
+    _state_file(root, guest.name).unlink(missing_ok=True)
+    say(f"undefined {domain_name(guest.name)}, removed {guest.overlay}")
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())

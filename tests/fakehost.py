@@ -29,6 +29,7 @@ class FakeHost:
         release: str = "6.1.0-test-amd64",
         interrupt_remapping: bool = True,
         node_mib: int = 16384,
+        cpus_per_node: int = 1,
     ) -> None:
         self.base = base
         self.routes: list[str] = []
@@ -64,8 +65,10 @@ class FakeHost:
                 d = f"sys/devices/system/node/node{n}/hugepages/hugepages-{kib}kB"
                 self.write(f"{d}/nr_hugepages", "0\n")
                 self.write(f"{d}/free_hugepages", "0\n")
+        k = cpus_per_node
+        self.write("sys/devices/system/cpu/online", f"0-{nodes * k - 1}\n")
         for n in range(nodes):
-            self.write(f"sys/devices/system/node/node{n}/cpulist", f"{n}\n")
+            self.write(f"sys/devices/system/node/node{n}/cpulist", f"{n * k}-{n * k + k - 1}\n")
             self.write(f"sys/devices/system/node/node{n}/meminfo",
                        f"Node {n} MemTotal:  {node_mib * 1024} kB\nNode {n} MemFree:  {node_mib * 900} kB\n")
         self.mkdir("sys/bus/pci/devices")

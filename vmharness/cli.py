@@ -235,8 +235,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first `--` is a command for the guest (`vm exec NAME -- argv...`), split off
+    # here because argparse cannot tell it from a positional once the name has been matched.
+    tail: list[str] | None = None
+    if "--" in words:
+        cut = words.index("--")
+        words, tail = words[:cut], words[cut + 1:]
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
+        if tail is not None:
+            if not hasattr(args, "argv"):
+                raise HarnessError("this command takes nothing after --", f"see `vmharness {args.command} --help`")
+            args.argv = tail
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                             format="%(name)s: %(message)s")
         if not getattr(args, "func", None):

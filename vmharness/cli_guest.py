@@ -12,7 +12,8 @@ from vmharness.host.root import HostRoot
 
 
 def _say(line: str) -> None:
-    print(f"  {line}", flush=True)
+    """Progress goes to stderr: stdout carries the result (and the JSON with --json)."""
+    print(f"  {line}", file=sys.stderr, flush=True)
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
@@ -20,7 +21,7 @@ def cmd_image_build(args: argparse.Namespace) -> int:
 
     from vmharness.guest import image
 
-    kernel = image.kernel_input(args.kernel, args.modules)
+    kernel = image.kernel_input(args.kernel, args.modules, args.kernel_config)
     recipe = image.load_recipe(Path(args.recipe) if args.recipe else image.RECIPE_DIR, kernel)
     images = image.image_dir(args.image_dir)
     built, fresh = image.build(recipe, images, _say)
@@ -94,8 +95,7 @@ def cmd_vm_exec(args: argparse.Namespace) -> int:
             print(f"copied {n} bytes to {guest.name}:{remote}", file=sys.stderr)
             if not args.argv:
                 return 0
-        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-        res = agent.run(dom, argv, timeout=args.timeout)
+        res = agent.run(dom, args.argv, timeout=args.timeout)
     finally:
         conn.close()
     sys.stdout.write(res.stdout)
@@ -133,6 +133,8 @@ def register(subs: Any, add: Any) -> None:
             "vmharness image build --kernel ~/linux/arch/x86/boot/bzImage --modules /tmp/mods/lib/modules/6.12.0")
     p.add_argument("--kernel", metavar="PATH", help="your kernel: a bzImage (with --modules) or a linux-image .deb")
     p.add_argument("--modules", metavar="DIR", help="the lib/modules/RELEASE tree built with --kernel")
+    p.add_argument("--kernel-config", metavar="FILE", help="its .config (default: config-RELEASE beside it, "
+                                                            "or .config at the top of its build tree)")
     p.add_argument("--recipe", metavar="DIR", help="a recipe folder other than images/")
     p.add_argument("--image-dir", metavar="DIR", help="where images are kept (default /var/lib/vmharness/images; "
                                                        "also VMHARNESS_IMAGE_DIR)")
@@ -167,7 +169,8 @@ def register(subs: Any, add: Any) -> None:
     p.add_argument("name", help="the guest's name")
     p.add_argument("--timeout", type=float, default=60, metavar="S", help="give up after this long (default 60)")
     p.add_argument("--copy", metavar="LOCAL:GUESTPATH", help="first copy a file into the guest")
-    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the command and its arguments (full path or PATH)")
+    p.set_defaults(argv=[])
+    p.epilog = (p.epilog or "") + "\n\neverything after -- is the command, searched in the guest's PATH"
 
     p = add(vm_subs, "console", cmd_vm_console, "print the end of the guest's serial console log",
             "vmharness vm console demo --lines 50", json_flag=False)

@@ -5,6 +5,7 @@
 #   VMH_KERNEL       optional: a researcher's kernel image, installed as /boot/vmlinuz-$VMH_KVER
 #   VMH_MODULES      optional: its lib/modules/$VMH_KVER tree
 #   VMH_KVER         the release of that kernel
+#   VMH_CONFIG       optional: its .config, installed as /boot/config-$VMH_KVER (mkinitramfs reads it)
 set -eu
 root="$1"
 cp -a "$VMH_OVERLAY/." "$root/"
@@ -25,6 +26,9 @@ done
 
 if [ -n "${VMH_KERNEL:-}" ]; then
     cp "$VMH_KERNEL" "$root/boot/vmlinuz-$VMH_KVER"
+    if [ -n "${VMH_CONFIG:-}" ]; then
+        cp "$VMH_CONFIG" "$root/boot/config-$VMH_KVER"
+    fi
     if [ -n "${VMH_MODULES:-}" ]; then
         mkdir -p "$root/lib/modules"
         rm -rf "$root/lib/modules/$VMH_KVER"

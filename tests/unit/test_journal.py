@@ -54,3 +54,18 @@ def test_one_process_at_a_time(host: FakeHost) -> None:
 def test_empty_journal(cli, host: FakeHost) -> None:
     code, out, _ = cli("host-restore", "--host-root", str(host.base), "--dry-run")
     assert (code, out.strip()) == (0, "nothing to restore: the journal is empty")
+
+
+def test_released_records_are_not_undone_and_the_last_release_clears(host: FakeHost) -> None:
+    root = HostRoot(host.base, allow_writes=True)
+    journal.record(root, {"op": "pages", "node": 0, "size_kib": 2048, "before": 0})
+    overlay = journal.record(root, {"op": "file", "path": "/v/g/overlay.qcow2", "ssh": None})
+    dom = journal.record(root, {"op": "domain", "uri": "qemu:///system", "uuid": "u", "name": "vmh-g"})
+    assert [r["op"] for r in restore.pending(root)] == ["domain", "file", "pages"]
+    assert restore.describe(dom) == "guest vmh-g (qemu:///system): destroy and undefine"
+    journal.release(root, [overlay["seq"], dom["seq"]])
+    assert [r["op"] for r in restore.pending(root)] == ["pages"]
+    assert root.exists(journal.JOURNAL)  # the pages are still out
+    first = journal.read(root)[0]["seq"]
+    journal.release(root, [first])
+    assert not root.exists(journal.JOURNAL)

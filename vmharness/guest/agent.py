@@ -15,11 +15,16 @@ import libvirt_qemu
 
 from vmharness.errors import HarnessError
 
-CHUNK = 1 << 20  # bytes per guest-file-write; the agent accepts messages of several MiB
+# Bytes per guest-file-write. Measured with libvirt 9.0 and qemu-ga 7.2: 128 KiB (175 KB of base64)
+# goes through, 192 KiB stalls the agent channel until libvirt times out. 64 KiB keeps a margin.
+CHUNK = 64 << 10
 
 
-class AgentError(Exception):
+class AgentError(HarnessError):
     """The agent did not answer, or answered with an error."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"guest agent: {message}", "is the guest still up? `vmharness vm console NAME` shows it")
 
 
 def command(dom: libvirt.virDomain, execute: str, timeout: int = 10, **arguments: Any) -> Any:

@@ -44,18 +44,33 @@ class KernelInput:
     kernel: Path | None = None
     modules: Path | None = None
     deb: Path | None = None
+    config: Path | None = None  # the kernel's .config: mkinitramfs reads it
 
     def digest(self) -> str:
         h = hashlib.sha256(self.release.encode())
-        for path in filter(None, (self.kernel, self.deb)):
+        for path in filter(None, (self.kernel, self.deb, self.config)):
             h.update(_file_digest(path).encode())
         if self.modules:
             h.update(_tree_digest(self.modules).encode())
         return h.hexdigest()
 
 
-def kernel_input(kernel: str | None, modules: str | None) -> KernelInput | None:
-    """Checks `--kernel PATH [--modules DIR]` (a bzImage) or `--kernel FILE.deb`."""
+def _kernel_config(kernel: Path, release: str, given: str | None) -> Path | None:
+    """The kernel's .config: given, or beside a Debian-style vmlinuz, or at the top of a build tree."""
+    if given:
+        path = Path(given).resolve()
+        if not path.is_file():
+            raise HarnessError(f"no such kernel config: {given}", "pass the .config the kernel was built with")
+        return path
+    for candidate in (kernel.parent / f"config-{release}", kernel.parents[3] / ".config"
+                      if len(kernel.parents) > 3 else None):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def kernel_input(kernel: str | None, modules: str | None, config: str | None = None) -> KernelInput | None:
+    """Checks `--kernel PATH [--modules DIR] [--kernel-config FILE]` (a bzImage) or `--kernel FILE.deb`."""
     if kernel is None:
         if modules:
             raise HarnessError("--modules needs --kernel", "pass the bzImage the modules were built with")
@@ -70,9 +85,13 @@ def kernel_input(kernel: str | None, modules: str | None) -> KernelInput | None:
         raise HarnessError(f"no such kernel: {kernel}", "pass the path of a bzImage or a linux-image .deb")
     release = kernelfile.bzimage_release(path)
     mods = Path(modules).resolve() if modules else None
+    cfg = _kernel_config(path, release, config)
     if mods is not None:
         kernelfile.check_modules(mods, release)
-    return KernelInput(release, kernel=path, modules=mods)
+        if cfg is None:
+            raise HarnessError(f"no .config found for kernel {release} (the image's initramfs is made from it)",
+                               "pass --kernel-config PATH, the .config of the kernel build")
+    return KernelInput(release, kernel=path, modules=mods, config=cfg)
 
 
 @dataclass(frozen=True)
@@ -213,13 +232,20 @@ def _mmdebstrap(recipe: Recipe, rootfs: Path) -> None:
     argv += [f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES]
     argv.append(f"--customize-hook={recipe.folder / 'hooks' / 'customize.sh'}")
     argv += [recipe.suite, str(rootfs), recipe.mirror]
-    env = {"VMH_OVERLAY": str(recipe.folder / "overlay"), "VMH_KERNEL": "", "VMH_MODULES": "", "VMH_KVER": ""}
+    env = {"VMH_OVERLAY": str(recipe.folder / "overlay"), "VMH_KERNEL": "", "VMH_MODULES": "", "VMH_KVER": "",
+           "VMH_CONFIG": ""}
     k = recipe.kernel
     if k and k.kernel:
-        env.update(VMH_KERNEL=str(k.kernel), VMH_MODULES=str(k.modules or ""), VMH_KVER=k.release)
+        env.update(VMH_KERNEL=str(k.kernel), VMH_MODULES=str(k.modules or ""), VMH_KVER=k.release,
+                   VMH_CONFIG=str(k.config or ""))
     result = proc.run(argv, timeout=3600, env=env, check=False)
     if not result.ok:
-        raise result.failure("image build: ")
+        generic = ("mmdebstrap failed", "setup failed", "command failed")
+        why = [line for line in result.stderr.splitlines()
+               if line.startswith("E: ") and not any(g in line for g in generic)]
+        raise HarnessError(f"image build: mmdebstrap failed (exit {result.returncode}): "
+                           + (why[0][3:] if why else result.stderr.strip()[-300:]),
+                           "the lines above say more; a mirror problem shows as a download error")
 
 
 def _used_mib(folder: Path) -> int:

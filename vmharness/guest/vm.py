@@ -91,6 +91,7 @@ def console_tail(guest_or_log: Guest | str, machine: Machine | None = None, line
 
 def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout: float) -> float:
     started = time.monotonic()
+    looked = started
     while time.monotonic() - started < timeout:
         if not dom.isActive():
             raise HarnessError("the guest stopped while booting; its console ends with:\n"
@@ -98,6 +99,14 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
                                "check the kernel and cmdline; the whole console log is " + log)
         if agent.ping(dom, timeout=3):
             return time.monotonic() - started
+        if time.monotonic() - looked > 5:  # a panicked guest stays up: read its console now and then
+            looked = time.monotonic()
+            tail = console_tail(log, machine, lines=60)
+            if "Kernel panic - not syncing" in tail:
+                raise HarnessError("the guest kernel panicked while booting; its console ends with:\n"
+                                   + _indent(tail[tail.index("Kernel panic"):]),
+                                   "check the kernel, its cmdline (root=, init=) and its drivers; the whole "
+                                   "console log is " + log)
         time.sleep(1)
     raise HarnessError(f"the guest agent did not answer within {timeout:g} s; the console ends with:\n"
                        + _indent(console_tail(log, machine)),

@@ -1,0 +1,229 @@
+"""The guest for real: `image build` with mmdebstrap, then boots under libvirt (TCG here) driven by the
+`vmharness vm` commands, and failures that must leave no domain, overlay or QEMU process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration import libvirtd
+from vmharness import proc
+from vmharness.guest import image, kernelfile
+
+pytestmark = [pytest.mark.integration, pytest.mark.vm]
+
+JOURNAL = Path("/run/vmharness/journal.jsonl")
+VMS = Path("/var/lib/vmharness/vms")
+TEST_IMAGES = Path("/var/lib/vmharness/test-images")  # readable by libvirt's QEMU user (pytest's tmp is not)
+
+
+def vmh(*args: str, timeout: float = 600) -> proc.Result:
+    return proc.run([sys.executable, "-m", "vmharness.cli", *args], timeout=timeout, check=False)
+
+
+def spawn_vmh(*args: str) -> subprocess.Popen[bytes]:
+    return proc.spawn([sys.executable, "-m", "vmharness.cli", *args],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def qemu_pids(name: str) -> list[int]:
+    """QEMU processes of domain vmh-NAME (libvirt passes `-name guest=vmh-NAME,...`)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"qemu-system-x86_64") and any(a.startswith(f"guest=vmh-{name},".encode())
+                                                            for a in argv):
+            pids.append(int(entry.name))
+    return pids
+
+
+def domains() -> list[str]:
+    out = proc.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], timeout=30).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def assert_nothing_left(name: str) -> None:
+    assert f"vmh-{name}" not in domains()
+    assert qemu_pids(name) == []
+    assert not (VMS / name / "overlay.qcow2").exists()
+    assert not JOURNAL.exists(), JOURNAL.read_text()
+    assert not Path(f"/run/vmharness/vms/{name}.json").exists()
+
+
+@pytest.fixture(scope="session")
+def daemon() -> Iterator[None]:
+    with libvirtd.running():
+        yield
+
+
+@pytest.fixture(scope="session")
+def built(daemon: None) -> image.Image:
+    res = vmh("image", "build", "--json", timeout=1800)
+    assert res.ok, res.stderr + res.stdout
+    data = json.loads(res.stdout)
+    return image.load_image(Path(data["folder"]))
+
+
+def test_second_build_is_up_to_date(built: image.Image) -> None:
+    started = time.monotonic()
+    res = vmh("image", "build")
+    assert res.ok, res.stderr
+    assert res.stdout.startswith(f"image {built.folder}: up to date"), res.stdout
+    print(f"up-to-date check: {time.monotonic() - started:.2f} s")
+    assert kernelfile.bzimage_release(built.kernel) == built.meta["kernel_release"]
+
+
+def test_boot_exec_copy_link_console_down(built: image.Image, tmp_path: Path) -> None:
+    base_before = os.stat(built.disk)
+    res = vmh("vm", "up", "--name", "itest", "--memory", "768", "--cmdline", "vmh.marker=abc123 quiet", "--json")
+    assert res.ok, res.stderr + res.stdout
+    guest = json.loads(res.stdout)
+    print(f"boot to agent: {guest['boot_seconds']} s")
+    try:
+        xml = proc.run(["virsh", "-c", "qemu:///system", "dumpxml", "vmh-itest"], timeout=30).stdout
+        assert f"<domain type='{'kvm' if guest['kvm'] else 'qemu'}'" in xml
+        uname = vmh("vm", "exec", "itest", "--", "uname", "-r")
+        assert uname.ok and uname.stdout.strip() == built.meta["kernel_release"]
+        cmdline = vmh("vm", "exec", "itest", "--", "cat", "/proc/cmdline").stdout
+        assert "vmh.marker=abc123 quiet" in cmdline and cmdline.startswith("root=/dev/vda")
+        payload = tmp_path / "payload.bin"
+        payload.write_bytes(os.urandom(3 << 20) + b"end")
+        copied = vmh("vm", "exec", "itest", "--copy", f"{payload}:/root/payload.bin", "--", "sha256sum",
+                     "/root/payload.bin")
+        local = proc.run(["sha256sum", str(payload)], timeout=30).stdout.split()[0]
+        assert copied.ok and copied.stdout.split()[0] == local
+        failing = vmh("vm", "exec", "itest", "--", "sh", "-c", "echo oops >&2; exit 7")
+        assert failing.returncode == 7 and failing.stderr.strip() == "oops"
+        # The link is real: sshd in the guest answers on its address, through the tap.
+        guest_ip = guest["link"]["guest"].split("/")[0]
+        banner = _ssh_banner(guest_ip)
+        assert banner.startswith("SSH-2.0-OpenSSH"), banner
+        console = vmh("vm", "console", "itest", "--lines", "400")
+        assert "vmh-guest login:" in console.stdout  # quiet: no kernel lines, but the getty
+    finally:
+        down = vmh("vm", "down", "itest")
+    assert down.ok, down.stderr
+    assert_nothing_left("itest")
+    after = os.stat(built.disk)
+    assert (after.st_mtime_ns, after.st_size) == (base_before.st_mtime_ns, base_before.st_size)
+
+
+def _ssh_banner(addr: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((addr, 22), timeout=5) as s:
+                return s.recv(64).decode(errors="replace")
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def _wait_for_qemu(p: subprocess.Popen[bytes], name: str, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = qemu_pids(name)
+        if pids:
+            return pids[0]
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.2)
+    raise AssertionError(f"no QEMU for vmh-{name} within {timeout} s")
+
+
+def test_qemu_killed_mid_boot_leaves_nothing(built: image.Image) -> None:
+    p = spawn_vmh("vm", "up", "--name", "ikill")
+    qemu = _wait_for_qemu(p, "ikill")
+    time.sleep(3)
+    os.kill(qemu, signal.SIGKILL)
+    _, err = p.communicate(timeout=120)
+    text = err.decode()
+    assert p.returncode == 2, text
+    assert "error: the guest stopped while booting" in text
+    assert "Traceback" not in text
+    assert_nothing_left("ikill")
+
+
+def test_harness_killed_mid_boot_is_cleaned_by_host_restore(built: image.Image) -> None:
+    p = spawn_vmh("vm", "up", "--name", "icrash")
+    _wait_for_qemu(p, "icrash")
+    p.kill()
+    p.wait(timeout=30)
+    assert "vmh-icrash" in domains()
+    assert JOURNAL.exists()
+    res = vmh("host-restore")
+    assert res.ok, res.stderr + res.stdout
+    assert "undone: guest vmh-icrash (qemu:///system): destroy and undefine" in res.stdout
+    assert "undone: remove /var/lib/vmharness/vms/icrash/overlay.qcow2" in res.stdout
+    Path("/run/vmharness/vms/icrash.json").unlink(missing_ok=True)  # never written: up did not finish
+    assert_nothing_left("icrash")
+
+
+def _error_line(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if line.startswith("error: "))
+
+
+def test_agent_timeout_shows_the_console(built: image.Image) -> None:
+    res = vmh("vm", "up", "--name", "itime", "--boot-timeout", "4")
+    assert res.returncode == 2
+    assert _error_line(res.stderr) == "error: the guest agent did not answer within 4 s; the console ends with:"
+    assert "hint: raise --boot-timeout" in res.stderr
+    assert_nothing_left("itime")
+
+
+def test_kernel_panic_is_reported_at_once(built: image.Image) -> None:
+    started = time.monotonic()
+    res = vmh("vm", "up", "--name", "ipanic", "--cmdline", "init=/bin/false", "--boot-timeout", "600")
+    assert res.returncode == 2
+    assert _error_line(res.stderr) == "error: the guest kernel panicked while booting; its console ends with:"
+    assert "Attempted to kill init!" in res.stderr
+    assert time.monotonic() - started < 300  # long before the boot timeout
+    assert_nothing_left("ipanic")
+
+
+def test_unreachable_libvirtd_is_one_line(built: image.Image) -> None:
+    res = vmh("vm", "up", "--name", "inone", "--uri", "qemu:///system?socket=/nonexistent/libvirt-sock")
+    assert res.returncode == 2
+    assert _error_line(res.stderr).startswith("error: cannot connect to libvirt at qemu:///system?socket=/nonexi")
+    assert "hint: is libvirtd running there?" in res.stderr
+    assert_nothing_left("inone")
+
+
+def test_researchers_kernel_with_modules(daemon: None) -> None:
+    """A bzImage and its modules tree (Debian's 6.1 of the test rig, unpacked) go into an image of
+    their own; the guest boots it and the modules load from the image."""
+    from tests.rig import kernel
+
+    k = kernel.obtain()
+    images = TEST_IMAGES
+    try:
+        res = vmh("image", "build", "--kernel", str(k.vmlinuz), "--modules", str(k.modules),
+                  "--image-dir", str(images), "--json", timeout=1800)
+        assert res.ok, res.stderr + res.stdout
+        data = json.loads(res.stdout)
+        assert data["kernel_release"] == k.release and data["custom_kernel"] is True
+        up = vmh("vm", "up", "--name", "ikern", "--image", data["folder"], "--no-link")
+        assert up.ok, up.stderr + up.stdout
+        try:
+            assert vmh("vm", "exec", "ikern", "--", "uname", "-r").stdout.strip() == k.release
+            mods = vmh("vm", "exec", "ikern", "--", "cat", "/proc/modules").stdout
+            assert "virtio_blk" in mods or "virtio_net" in mods
+        finally:
+            assert vmh("vm", "down", "ikern").ok
+        assert_nothing_left("ikern")
+    finally:
+        proc.run(["rm", "-rf", "--", str(images)], timeout=120)

@@ -1,0 +1,146 @@
+"""The image recipe, its cache key and the checks on a researcher's kernel (no build here)."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from vmharness import cli
+from vmharness.errors import HarnessError
+from vmharness.guest import image, kernelfile
+from vmharness.machine import Machine, for_uri
+
+
+def _recipe_copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "recipe"
+    shutil.copytree(image.RECIPE_DIR, folder)
+    return folder
+
+
+def test_the_shipped_recipe_loads() -> None:
+    recipe = image.load_recipe()
+    assert "nginx-light" in recipe.packages and "qemu-guest-agent" in recipe.packages
+    assert "hooks/customize.sh" in recipe.files
+    assert recipe.cmdline.startswith("root=/dev/vda")
+
+
+def test_key_changes_with_any_file_and_nothing_else(tmp_path: Path) -> None:
+    folder = _recipe_copy(tmp_path)
+    key = image.load_recipe(folder).key()
+    assert image.load_recipe(folder).key() == key
+    hostname = folder / "overlay" / "etc" / "hostname"
+    hostname.write_text("other\n")
+    changed = image.load_recipe(folder).key()
+    assert changed != key
+    (folder / "overlay" / "etc" / "motd").write_text("hi\n")
+    assert image.load_recipe(folder).key() not in (key, changed)
+
+
+def test_key_changes_with_a_kernel(tmp_path: Path) -> None:
+    folder = _recipe_copy(tmp_path)
+    bz = _bzimage(tmp_path / "bz", "6.12.0-test")
+    with_kernel = image.load_recipe(folder, image.kernel_input(str(bz), None))
+    assert with_kernel.key() != image.load_recipe(folder).key()
+
+
+def test_recipe_errors_name_the_setting(tmp_path: Path) -> None:
+    folder = _recipe_copy(tmp_path)
+    toml = folder / "recipe.toml"
+    toml.write_text(toml.read_text().replace("free_mib = 512", "free_mib = \"lots\""))
+    with pytest.raises(HarnessError, match="free_mib must be a int"):
+        image.load_recipe(folder)
+    toml.write_text(toml.read_text().replace("free_mib = \"lots\"", "free_mib = 1\ncolour = 3"))
+    with pytest.raises(HarnessError, match="unknown setting colour"):
+        image.load_recipe(folder)
+    toml.write_text("suite = [")
+    with pytest.raises(HarnessError, match=r"recipe\.toml"):
+        image.load_recipe(folder)
+    with pytest.raises(HarnessError, match="no image recipe"):
+        image.load_recipe(tmp_path / "nowhere")
+
+
+def test_mirror_comes_from_the_hosts_apt_sources(tmp_path: Path) -> None:
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n")
+    assert image.host_mirror("bookworm", apt) == "http://mirror.example/debian"
+    (apt / "sources.list.d" / "debian.sources").unlink()
+    (apt / "sources.list").write_text("deb [arch=amd64] http://old.example/debian bookworm main\n")
+    assert image.host_mirror("bookworm", apt) == "http://old.example/debian"
+    assert image.host_mirror("trixie", apt) == "http://deb.debian.org/debian"
+
+
+def _bzimage(path: Path, version: str) -> Path:
+    """The parts of an x86 boot header that matter here: boot flag, HdrS, kernel_version offset."""
+    data = bytearray(0x800)
+    data[0x1FE:0x200] = b"\x55\xaa"
+    data[0x202:0x206] = b"HdrS"
+    struct.pack_into("<H", data, 0x20E, 0x400 - 0x200)
+    text = f"{version} (builder@host) #1 SMP PREEMPT_DYNAMIC".encode()
+    data[0x400:0x400 + len(text)] = text
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_bzimage_release_is_read_from_the_header(tmp_path: Path) -> None:
+    assert kernelfile.bzimage_release(_bzimage(tmp_path / "bz", "6.12.0-rc3+")) == "6.12.0-rc3+"
+
+
+def test_a_file_that_is_not_a_kernel_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "vmlinuz"
+    bad.write_bytes(b"\x7fELF" + b"\0" * 2000)
+    with pytest.raises(HarnessError, match="is not a Linux kernel"):
+        kernelfile.bzimage_release(bad)
+    (tmp_path / "short").write_bytes(b"tiny")
+    with pytest.raises(HarnessError, match="is not a Linux kernel"):
+        kernelfile.bzimage_release(tmp_path / "short")
+
+
+def test_modules_must_match_the_kernel(tmp_path: Path) -> None:
+    bz = _bzimage(tmp_path / "bz", "6.12.0")
+    mods = tmp_path / "lib" / "modules" / "6.11.0"
+    (mods / "kernel").mkdir(parents=True)
+    with pytest.raises(HarnessError, match=r"does not match the kernel's release 6\.12\.0"):
+        image.kernel_input(str(bz), str(mods))
+    with pytest.raises(HarnessError, match="is not a modules tree"):
+        image.kernel_input(str(bz), str(tmp_path))
+    good = tmp_path / "lib" / "modules" / "6.12.0"
+    (good / "kernel").mkdir(parents=True)
+    with pytest.raises(HarnessError, match=r"no \.config found for kernel 6\.12\.0") as err:
+        image.kernel_input(str(bz), str(good))
+    assert err.value.hint == "pass --kernel-config PATH, the .config of the kernel build"
+    (tmp_path / "config-6.12.0").write_text("CONFIG_RD_GZIP=y\n")  # Debian's layout: beside the kernel
+    k = image.kernel_input(str(bz), str(good))
+    assert k is not None and k.release == "6.12.0" and k.modules == good
+    assert k.config == tmp_path / "config-6.12.0"
+    with pytest.raises(HarnessError, match="--modules needs --kernel"):
+        image.kernel_input(None, str(good))
+
+
+def test_image_build_with_a_bad_kernel_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "notakernel"
+    bad.write_text("hello\n")
+    code = cli.main(["image", "build", "--kernel", str(bad), "--image-dir", str(tmp_path / "images")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines()[0] == f"error: {bad} is not a Linux kernel (no x86 boot header)"
+    assert not (tmp_path / "images").exists()
+
+
+def test_a_missing_image_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["vm", "up", "--image", str(tmp_path / "nothing"), "--accel", "tcg"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: no image in {tmp_path / 'nothing'}")
+    assert "hint: build one with: vmharness image build" in err
+
+
+def test_libvirt_uri_names_the_machine() -> None:
+    assert for_uri("qemu:///system") == Machine()
+    assert for_uri("qemu+ssh://root@server1/system") == Machine("root@server1")
+    assert for_uri("qemu+ssh://server1/system?keyfile=/k").argv(["qemu-img", "info", "a b"]) == \
+        ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "server1", "--", "qemu-img info 'a b'"]

@@ -7,7 +7,7 @@ APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox
                 zstd pciutils pci.ids libvirt-daemon-system libvirt-clients libvirt-dev pkg-config \
                 mmdebstrap e2fsprogs
 
-.PHONY: deps venv test unit lint clean
+.PHONY: deps venv test unit lint bench clean
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -30,6 +30,11 @@ test: deps venv
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/test_lint.py
+
+# Figures, not pass/fail: the fixed costs of a guest's life (needs libvirtd and a built image).
+bench: deps venv
+	$(PY) -m vmharness.cli image build
+	$(PY) -m vmharness.host.libvirtd $(PY) benchmarks/boot_to_agent.py --boots 3
 
 lint: venv
 	$(VENV)/bin/ruff check .

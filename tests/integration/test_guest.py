@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import libvirtd
 from vmharness import proc
 from vmharness.guest import image, kernelfile
+from vmharness.host import libvirtd
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
@@ -169,12 +169,31 @@ def test_harness_killed_mid_boot_is_cleaned_by_host_restore(built: image.Image) 
     assert res.ok, res.stderr + res.stdout
     assert "undone: guest vmh-icrash (qemu:///system): destroy and undefine" in res.stdout
     assert "undone: remove /var/lib/vmharness/vms/icrash/overlay.qcow2" in res.stdout
-    Path("/run/vmharness/vms/icrash.json").unlink(missing_ok=True)  # never written: up did not finish
     assert_nothing_left("icrash")
 
 
 def _error_line(stderr: str) -> str:
     return next(line for line in stderr.splitlines() if line.startswith("error: "))
+
+
+def test_sigterm_mid_boot_rolls_back(built: image.Image) -> None:
+    p = spawn_vmh("vm", "up", "--name", "iterm")
+    _wait_for_qemu(p, "iterm")
+    p.terminate()
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err.decode()
+    assert err.decode().strip().endswith("error: interrupted")
+    assert_nothing_left("iterm")
+
+
+def test_more_hugepages_than_reserved_is_refused(daemon: None) -> None:
+    free = int(Path("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages").read_text())
+    mib = (free + 1) * 2
+    res = vmh("vm", "up", "--name", "ipages", "--hugepages", "--memory", str(max(mib, 128)))
+    assert res.returncode == 2
+    assert "free 2M hugepages" in _error_line(res.stderr) and f"there are {free}" in _error_line(res.stderr)
+    assert "hint: reserve them: vmharness host-prepare --hugepages" in res.stderr
+    assert_nothing_left("ipages")
 
 
 def test_agent_timeout_shows_the_console(built: image.Image) -> None:

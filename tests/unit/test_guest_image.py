@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import cli
+from vmharness import cli, proc
 from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile
 from vmharness.machine import Machine, for_uri
@@ -37,6 +37,9 @@ def test_key_changes_with_any_file_and_nothing_else(tmp_path: Path) -> None:
     assert changed != key
     (folder / "overlay" / "etc" / "motd").write_text("hi\n")
     assert image.load_recipe(folder).key() not in (key, changed)
+    latest = image.load_recipe(folder).key()
+    (folder / "README.md").write_text("words about the recipe\n")
+    assert image.load_recipe(folder).key() == latest
 
 
 def test_key_changes_with_a_kernel(tmp_path: Path) -> None:
@@ -144,3 +147,26 @@ def test_libvirt_uri_names_the_machine() -> None:
     assert for_uri("qemu+ssh://root@server1/system") == Machine("root@server1")
     assert for_uri("qemu+ssh://server1/system?keyfile=/k").argv(["qemu-img", "info", "a b"]) == \
         ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "server1", "--", "qemu-img info 'a b'"]
+
+
+def test_a_kernel_package_is_read_with_dpkg_deb(tmp_path: Path) -> None:
+    """A real (tiny) package made by dpkg-deb: its name and the release of the vmlinuz it carries."""
+    tree = tmp_path / "pkg"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        "Package: linux-image-6.12.9-lab\nVersion: 1\nArchitecture: amd64\nMaintainer: lab <lab@lab.invalid>\n"
+        "Description: test kernel\n")
+    (tree / "boot").mkdir()
+    _bzimage(tree / "boot" / "vmlinuz-6.12.9-lab", "6.12.9-lab")
+    deb = tmp_path / "linux-image-6.12.9-lab_1_amd64.deb"
+    proc.run(["dpkg-deb", "--build", "--root-owner-group", str(tree), str(deb)], timeout=60)
+    k = image.kernel_input(str(deb), None)
+    assert k is not None and (k.release, k.deb) == ("6.12.9-lab", deb)
+    assert kernelfile.deb_kernel(deb).package == "linux-image-6.12.9-lab"
+    headers = tmp_path / "headers.deb"
+    (tree / "boot" / "vmlinuz-6.12.9-lab").unlink()
+    proc.run(["dpkg-deb", "--build", "--root-owner-group", str(tree), str(headers)], timeout=60)
+    with pytest.raises(HarnessError, match="holds no /boot/vmlinuz"):
+        image.kernel_input(str(headers), None)
+    with pytest.raises(HarnessError, match="is not a Debian package"):
+        image.kernel_input(str(_bzimage(tmp_path / "fake.deb", "1.0")), None)

@@ -166,7 +166,7 @@ def load_recipe(folder: Path = RECIPE_DIR, kernel: KernelInput | None = None) ->
     if not (folder / "hooks" / "customize.sh").is_file():
         raise HarnessError(f"{folder} has no hooks/customize.sh", f"copy it from {RECIPE_DIR}")
     files = {p.relative_to(folder).as_posix(): _file_digest(p)
-             for p in sorted(folder.rglob("*")) if p.is_file()}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "README.md"}
     return Recipe(folder.resolve(), data["suite"], data["mirror"] or host_mirror(data["suite"]), data["variant"],
                   tuple(data["packages"]), data["cmdline"], data["free_mib"], kernel, files)
 

@@ -97,6 +97,14 @@ def _undo_modules(root: HostRoot, rec: dict[str, Any]) -> str | None:
             return "still loaded: " + "; ".join(f"{n} ({why.get(n, '?')})" for n in extra)
 
 
+def _forget_guest(root: HostRoot, rec: dict[str, Any]) -> None:
+    """Drop `vm up`'s note about a guest that is gone now (see vmharness.guest.vm.STATE)."""
+    note = f"/run/vmharness/vms/{rec['name'].removeprefix('vmh-')}.json"
+    text = root.read_optional(note)
+    if text is not None and f'"{rec["uuid"]}"' in text:
+        os.unlink(root.path(note))
+
+
 def pending(root: HostRoot) -> list[dict[str, Any]]:
     """What host-restore would undo: newest first, except that a run of device bindings is undone
     oldest first, so drivers probe the devices in their original order and the kernel hands out the
@@ -136,6 +144,7 @@ def undo(root: HostRoot, say: Say) -> list[str]:
                 from vmharness.host import libvirt_conn  # libvirt only when a guest is recorded
 
                 libvirt_conn.remove(rec["uri"], rec["uuid"])
+                _forget_guest(root, rec)
             elif op == "file":
                 Machine(rec.get("ssh")).run(["rm", "-f", "--", rec["path"]], timeout=60)
         except (HarnessError, OSError) as exc:

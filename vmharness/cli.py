@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__, cli_guest
+from vmharness import __version__, cli_bench, cli_guest
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -230,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prepare_options(p)
     p.add_argument("--print", action="store_true", help="print the files' contents (the only mode)")
     cli_guest.register(subs, _add)
+    cli_bench.register(subs, _add)
     return parser
 
 

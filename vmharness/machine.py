@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit
 from vmharness import proc
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+SSH_CONFIG_ENV = "VMHARNESS_SSH_CONFIG"  # an ssh config file to use instead of ~/.ssh/config
 
 
 @dataclass(frozen=True)
@@ -27,10 +29,13 @@ class Machine:
         return self.ssh or "this machine"
 
     def argv(self, argv: Sequence[str | Path]) -> list[str]:
+        """The command line that runs argv on this machine; $VMHARNESS_SSH_CONFIG is ssh's -F."""
         args = [str(a) for a in argv]
         if self.ssh is None:
             return args
-        return ["ssh", *SSH_OPTIONS, self.ssh, "--", shlex.join(args)]
+        config = os.environ.get(SSH_CONFIG_ENV)
+        extra = ["-F", config] if config else []
+        return ["ssh", *extra, *SSH_OPTIONS, self.ssh, "--", shlex.join(args)]
 
     def run(self, argv: Sequence[str | Path], *, timeout: float, check: bool = True,
             input: str | None = None) -> proc.Result:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -90,9 +92,11 @@ def spawn(
     stdin: int | None = subprocess.DEVNULL,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start a long-running process in its own session; the caller stops it by PID
-    (see `stop`)."""
+    (see `stop`). With `die_with_parent` the kernel kills it if the harness dies first
+    (PR_SET_PDEATHSIG), for helpers that must not outlive a crashed run."""
     args = [str(a) for a in argv]
     log.debug("spawn: %s", shlex.join(args))
     try:
@@ -104,9 +108,15 @@ def spawn(
             env=_env(env),
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_kill_me_with_parent if die_with_parent else None,
         )
     except FileNotFoundError as exc:
         raise _not_installed(args[0]) from exc
+
+
+def _kill_me_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:

@@ -1,0 +1,164 @@
+"""The benchmark engine's pure parts: connection lists, wrk's report (golden outputs of real wrk
+runs), sampler snapshots (a golden stream from this machine), the measurement order, client merging,
+the configuration's validation and the run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vmharness import config
+from vmharness.bench import clients, connections, sampler, sweep, wrk
+from vmharness.bench.store import RunDir
+from vmharness.errors import HarnessError
+from vmharness.machine import Machine
+
+GOLDEN = Path(__file__).with_name("golden")
+
+
+def test_connection_ranges_like_seq() -> None:
+    got = connections.parse("16:256:16,256:1024:128,1024:1536:256")
+    assert got[:3] == (16, 32, 48) and 256 in got and got.count(256) == 1
+    assert got[-3:] == (1024, 1280, 1536)
+    assert connections.parse("64, 8,8:8:1") == (8, 64)
+
+
+@pytest.mark.parametrize("bad", ["", "16:", "a", "16:8:4", "0", "16:256:0", "1:2:3:4", "16,,32"])
+def test_malformed_connection_lists(bad: str) -> None:
+    with pytest.raises(HarnessError):
+        connections.parse(bad)
+
+
+def test_fewer_connections_than_threads() -> None:
+    with pytest.raises(HarnessError, match="4 connections is fewer than the 8 client threads"):
+        connections.check_threads((4, 16), 8)
+
+
+def test_wrk_report_line() -> None:
+    r = wrk.parse((GOLDEN / "wrk-ok.txt").read_text())
+    assert r["requests"] > 0 and r["errors"]["total"] == 0
+    assert set(r["latency_us"]["percentiles"]) == {"50", "75", "90", "99", "99.9", "99.99"}
+    assert r["requests_per_s"] == pytest.approx(r["requests"] / (r["duration_us"] / 1e6))
+    p = r["latency_us"]["percentiles"]
+    assert r["latency_us"]["min"] <= p["50"] <= p["99"] <= p["99.99"] <= r["latency_us"]["max"]
+
+
+def test_wrk_non_2xx_are_errors() -> None:
+    r = wrk.parse((GOLDEN / "wrk-404.txt").read_text())
+    assert r["errors"]["status"] == r["requests"] > 0
+    assert r["errors"]["total"] == r["errors"]["status"]
+
+
+def test_wrk_that_could_not_connect() -> None:
+    with pytest.raises(HarnessError, match=r"wrk produced no result: unable to connect to 127\.0\.0\.1:18099"):
+        wrk.parse((GOLDEN / "wrk-refused.stdout").read_text(), (GOLDEN / "wrk-refused.stderr").read_text())
+
+
+def test_wrk_argv() -> None:
+    run = wrk.WrkRun("http://198.18.0.1/", 256, 8, 30, 10, "/tmp/r.lua")
+    assert run.argv() == ["wrk", "--threads", "8", "--connections", "256", "--duration", "30s", "--timeout", "10s",
+                          "--latency", "--script", "/tmp/r.lua", "http://198.18.0.1/"]
+    assert wrk.default_threads(4, 16) == 4 and wrk.default_threads(256, 16) == 16
+
+
+def test_sampler_stream() -> None:
+    pid, snaps = sampler.parse((GOLDEN / "sampler-2.txt").read_text())
+    assert pid is not None and len(snaps) == 2
+    a, b = snaps
+    assert b.t > a.t and {"cpu", "cpu0", "cpu1"} <= set(a.cpus)
+    assert len(a.irq_per_cpu) == 2 and "NET_RX" in a.softirq and "lo" in a.net
+    assert 1 in a.procs and a.procs[1].ppid == 0
+    s = sampler.summarize(snaps, roots={1}, sampler_pid=pid)
+    assert s["samples"] == 2 and 0 <= s["cpu"]["cpu"]["busy"] <= 100
+    assert s["process"]["pids_last"] > 1  # pid 1 and its descendants
+    assert s["sampler_cpu_percent_of_one"] >= 0
+
+
+def test_sampler_drops_a_torn_snapshot() -> None:
+    text = (GOLDEN / "sampler-2.txt").read_text()
+    torn = text + "@t 99999.5\n@stat\ncpu  1 2 3\n"
+    assert len(sampler.parse(torn)[1]) == 2
+
+
+def test_process_tree_follows_workers_started_later() -> None:
+    snap = sampler.Snapshot(0.0, procs={
+        10: sampler.Proc("nginx", 1, 0, 0, 0, 0), 11: sampler.Proc("nginx", 10, 0, 0, 0, 0),
+        12: sampler.Proc("sh", 11, 0, 0, 0, 0), 20: sampler.Proc("other", 1, 0, 0, 0, 0)})
+    assert sampler.tree(snap, {10}) == {10, 11, 12}
+
+
+def _cfg(**sweep_kw: object) -> config.BenchConfig:
+    return config.from_json({
+        "instance": [{"name": "base"}, {"name": "inst"}],
+        "sweep": {"connections": "8,16", "iterations": 2, **sweep_kw}})
+
+
+def test_points_are_interleaved_and_rotated() -> None:
+    keys = [p.key for p in sweep.points(_cfg())]
+    assert keys[:4] == ["base/8/0", "inst/8/0", "base/16/0", "inst/16/0"]
+    assert keys[4:6] == ["inst/8/1", "base/8/1"]  # the second iteration starts with the other instance
+    by_iteration = [p.key for p in sweep.points(_cfg(interleave="iteration"))]
+    assert by_iteration[:4] == ["base/8/0", "base/16/0", "inst/8/0", "inst/16/0"]
+
+
+def test_config_errors_name_the_setting(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    cases = {
+        "[sweep]\niterations = \"3\"\n": "sweep.iterations must be int",
+        "[sweep]\nconections = \"8\"\n": "unknown setting config.sweep.conections",
+        "[[instance]]\nnginx = \"x\"\n": "config.instance[0].name is required",
+        "[sweep]\nconnections = \"8:4:1\"\n": "connection list entry '8:4:1' is empty",
+        "[[client]]\nthreads = 4\n[sweep]\nconnections = \"2,8\"\n": "2 connections is fewer than the 4",
+        "[server]\nmode = \"ftp\"\n": "server.mode must be file or return",
+        "[[instance]]\nname = \"a\"\n[[instance]]\nname = \"a\"\n": "instance names must be different",
+        "[sweep\n": "b.toml",
+    }
+    for text, message in cases.items():
+        path.write_text(text)
+        with pytest.raises(HarnessError) as err:
+            config.load(path)
+        assert message in err.value.message, (text, err.value.message)
+
+
+def test_config_round_trips_through_the_manifest() -> None:
+    cfg = _cfg(duration=2)
+    assert config.from_json(cfg.to_json()) == cfg
+    assert cfg.sweep.duration == 2.0 and isinstance(cfg.sweep.duration, float)
+
+
+def test_clients_share_the_connections() -> None:
+    cs = [clients.Client(Machine()), clients.Client(Machine("b")), clients.Client(Machine("c"))]
+    assert clients.split(100, cs) == [34, 33, 33]
+
+
+def _client_run(host: str, requests: int, p99: int) -> clients.ClientRun:
+    r = clients.ClientRun(clients.Client(Machine(host)), wrk.WrkRun("http://x/", 8, 2, 1, 1, "s"))
+    r.result = {"requests": requests, "bytes": requests * 10, "requests_per_s": requests / 2.0, "duration_us": 2e6,
+                "errors": {"connect": 0, "read": 1, "write": 0, "status": 2, "timeout": 0, "total": 3},
+                "latency_us": {"mean": 100.0, "max": 900, "percentiles": {"50": 90, "99": p99}}}
+    return r
+
+
+def test_merging_two_clients() -> None:
+    m = clients.merge([_client_run("a", 1000, 400), _client_run("b", 3000, 700)])
+    assert m["ok"] and m["requests"] == 4000 and m["requests_per_s"] == 2000.0
+    assert m["errors"]["total"] == 6 and m["errors"]["status"] == 4
+    assert m["latency_us"]["percentiles"]["99"] == 700 and m["latency_merge"].startswith("max over clients")
+    assert [c["machine"] for c in m["clients_detail"]] == ["a", "b"]
+    failed = clients.ClientRun(clients.Client(Machine("c")), wrk.WrkRun("http://x/", 8, 2, 1, 1, "s"), error="hung")
+    assert clients.merge([_client_run("a", 1, 1), failed]) == {"ok": False, "errors": ["hung"]}
+
+
+def test_run_directory_keeps_records_and_skips_a_torn_line(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path / "r", {"kind": "bench"})
+    run.append({"kind": "measurement", "key": "a/8/0", "ok": True})
+    run.append({"kind": "measurement", "key": "a/16/0", "ok": False})
+    with (run.path / "records.jsonl").open("a") as f:
+        f.write('{"kind": "measurement", "key": "a/32/0", "o')
+    assert run.completed() == {"a/8/0"}
+    assert RunDir.open(run.path).manifest["started"]
+    with pytest.raises(HarnessError, match="exists and is not empty"):
+        RunDir.create(run.path, {})
+    with pytest.raises(HarnessError, match="is not a run directory"):
+        RunDir.open(tmp_path)

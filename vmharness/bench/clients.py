@@ -1,0 +1,163 @@
+"""wrk on one or more client machines at once. Each client's wrk waits behind `read go`, and all of
+them are released together once every one has reported ready, so several clients start loading the
+server within milliseconds of each other whatever their ssh set-up time. A client that has not
+finished `duration + timeout + margin` after the start is killed (its PID came with `ready`)."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from vmharness import proc
+from vmharness.bench import wrk
+from vmharness.bench.server import write_file
+from vmharness.errors import HarnessError
+from vmharness.machine import Machine
+
+# $@: the wrk command. `ready PID` once the shell runs; wrk replaces it (same PID) after `go`.
+_GATE = 'echo "ready $$"; read go; exec "$@"'
+
+
+@dataclass
+class Client:
+    machine: Machine
+    threads: int | None = None  # None: min(connections, the client's CPUs)
+    binary: str = "wrk"
+    cpus: int = 0
+    script: str = ""
+
+    def prepare(self) -> None:
+        """Learn the CPU count and put report.lua on the machine (once)."""
+        self.cpus = int(self.machine.run(["nproc"], timeout=30).stdout)
+        self.script = f"/tmp/vmharness-report-{os.getuid()}.lua"
+        write_file(self.machine, self.script, wrk.REPORT_LUA.read_text())
+
+
+@dataclass
+class ClientRun:
+    client: Client
+    run: wrk.WrkRun
+    stdout: str = ""
+    stderr: str = ""
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    hung: bool = False
+    pid: int = 0
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+
+def split(connections: int, clients: list[Client]) -> list[int]:
+    """The point's connections shared out: even, the remainder to the first clients."""
+    base, extra = divmod(connections, len(clients))
+    return [base + (1 if i < extra else 0) for i in range(len(clients))]
+
+
+def _read_ready(p: subprocess.Popen[bytes], deadline: float) -> int:
+    assert p.stdout is not None
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([p.stdout], [], [], left)[0]:
+            raise HarnessError("a client did not get ready within the set-up time", "is it reachable over ssh?")
+        chunk = os.read(p.stdout.fileno(), 1)
+        if not chunk:
+            err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
+            raise HarnessError(f"a client exited before starting wrk: {err[-200:] or 'no output'}",
+                               "check that the client is reachable and wrk is installed there")
+        line += chunk
+    word, _, pid = line.decode().partition(" ")
+    if word != "ready" or not pid.strip().isdigit():
+        raise HarnessError(f"a client said {line.decode().strip()!r} instead of ready", "is its shell sh-compatible?")
+    return int(pid)
+
+
+def run_together(clients: list[Client], url: str, connections: int, duration: float, timeout: float,
+                 margin: float = 15.0, setup: float = 30.0) -> tuple[list[ClientRun], float, float]:
+    """Run wrk on every client at once; returns the runs and the wall-clock start and end."""
+    runs = []
+    for client, conns in zip(clients, split(connections, clients), strict=True):
+        threads = client.threads or wrk.default_threads(conns, client.cpus)
+        runs.append(ClientRun(client, wrk.WrkRun(url, conns, threads, duration, timeout, client.script)))
+    try:
+        for r in runs:
+            argv = r.client.machine.argv(["sh", "-c", _GATE, "sh", *r.run.argv(r.client.binary)])
+            r.popen = proc.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 die_with_parent=True)
+        ready_by = time.monotonic() + setup
+        for r in runs:
+            assert r.popen is not None
+            r.pid = _read_ready(r.popen, ready_by)
+        start = time.time()
+        for r in runs:
+            assert r.popen is not None and r.popen.stdin is not None
+            r.popen.stdin.write(b"go\n")
+            r.popen.stdin.close()
+        deadline = time.monotonic() + duration + timeout + margin
+        for r in runs:
+            _finish(r, deadline)
+        return runs, start, time.time()
+    finally:
+        for r in runs:
+            if r.popen is not None and r.popen.poll() is None:
+                _kill(r)
+
+
+def _finish(r: ClientRun, deadline: float) -> None:
+    assert r.popen is not None
+    try:
+        out, err = r.popen.communicate(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        r.hung = True
+        _kill(r)
+        out, err = r.popen.communicate(timeout=30)
+    r.stdout, r.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    if r.hung:
+        r.error = f"wrk on {r.client.machine.label} did not finish in time: killed"
+        return
+    try:
+        r.result = wrk.parse(r.stdout, r.stderr)
+    except HarnessError as exc:
+        r.error = f"{r.client.machine.label}: {exc.message}"
+
+
+def _kill(r: ClientRun) -> None:
+    """The wrk itself (by the PID it reported), then our side of the connection to it."""
+    if r.pid:
+        r.client.machine.run(["kill", "-KILL", str(r.pid)], timeout=15, check=False)
+    if r.popen is not None:
+        proc.stop(r.popen, grace=5)
+
+
+def merge(runs: list[ClientRun]) -> dict[str, Any]:
+    """One result for the point: requests, bytes and errors summed; with several clients the latency
+    percentiles are each client's (and their maximum), since wrk gives no histogram to merge."""
+    results = [r.result for r in runs if r.result is not None]
+    if len(results) != len(runs):
+        return {"ok": False, "errors": [r.error for r in runs if r.error]}
+    merged: dict[str, Any] = {
+        "ok": True,
+        "clients": len(results),
+        "requests": sum(r["requests"] for r in results),
+        "bytes": sum(r["bytes"] for r in results),
+        "requests_per_s": sum(r["requests_per_s"] for r in results),
+        "duration_us_max": max(r["duration_us"] for r in results),
+        "errors": {k: sum(r["errors"][k] for r in results) for k in (*wrk.ERROR_KINDS, "total")},
+    }
+    if len(results) == 1:
+        merged["latency_us"] = results[0]["latency_us"]
+        merged["latency_merge"] = "exact"
+    else:
+        pcts = results[0]["latency_us"]["percentiles"]
+        merged["latency_us"] = {
+            "percentiles": {q: max(r["latency_us"]["percentiles"][q] for r in results) for q in pcts},
+            "mean": sum(r["latency_us"]["mean"] * r["requests"] for r in results) / max(1, merged["requests"]),
+            "max": max(r["latency_us"]["max"] for r in results),
+        }
+        merged["latency_merge"] = "max over clients (per-client percentiles in clients_detail)"
+    merged["clients_detail"] = [{"machine": r.client.machine.label, "connections": r.run.connections,
+                                 "threads": r.run.threads, **(r.result or {})} for r in runs]
+    return merged

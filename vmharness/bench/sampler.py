@@ -1,0 +1,210 @@
+"""Samplers: a fixed shell loop on every machine of a run (server, clients) prints a snapshot of
+/proc every `interval` seconds; the harness keeps the stream in the run directory and summarises the
+window of each measurement. Nothing is installed on the machine: sh, cat, date and sleep do it.
+
+A snapshot: wall time, /proc/stat (CPU per CPU), /proc/net/dev, /proc/interrupts, /proc/softirqs and
+the stat line of every process — from which the server's whole process tree, workers started later
+included, is found at each instant by parent links, and the sampler's own cost is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# $1: the interval. `@pid` first, so the harness can read the loop's own CPU time (with its children).
+SCRIPT = r"""echo "@pid $$"
+while :; do
+  echo "@t $(date +%s.%N)"
+  echo "@stat"; cat /proc/stat
+  echo "@net"; cat /proc/net/dev
+  echo "@irq"; cat /proc/interrupts
+  echo "@softirq"; cat /proc/softirqs
+  echo "@procs"; cat /proc/[0-9]*/stat 2>/dev/null
+  echo "@end"
+  sleep "$1"
+done
+"""
+USER_HZ = 100  # the unit of /proc times on Linux
+PAGE = 4096
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+@dataclass(frozen=True)
+class Proc:
+    comm: str
+    ppid: int
+    ticks: int  # utime + stime
+    child_ticks: int  # cutime + cstime: children it has waited for
+    vsize: int
+    rss_pages: int
+
+
+@dataclass
+class Snapshot:
+    t: float
+    cpus: dict[str, tuple[int, ...]] = field(default_factory=dict)  # "cpu" (all) and "cpu0".. -> CPU_FIELDS
+    net: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # rx bytes, rx pkts, tx bytes, tx pkts
+    irq_per_cpu: tuple[int, ...] = ()
+    irq_lines: dict[str, tuple[int, ...]] = field(default_factory=dict)  # "IRQ name" -> per CPU
+    softirq: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    procs: dict[int, Proc] = field(default_factory=dict)
+
+
+def _proc_line(line: str) -> tuple[int, Proc] | None:
+    head, sep, tail = line.rpartition(")")
+    if not sep:
+        return None
+    pid_text, _, comm = head.partition(" (")
+    f = tail.split()
+    try:
+        return int(pid_text), Proc(comm, int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14]),
+                                   int(f[20]), int(f[21]))
+    except (ValueError, IndexError):
+        return None  # a process that went away mid-read
+
+
+def _interrupts(lines: list[str], snap: Snapshot) -> None:
+    if not lines:
+        return
+    ncpu = len(lines[0].split())
+    totals = [0] * ncpu
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        counts = []
+        for value in fields[:ncpu]:
+            if not value.isdigit():
+                break
+            counts.append(int(value))
+        if len(counts) != ncpu:
+            continue  # ERR:, MIS: and the like
+        totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        label = " ".join(fields[ncpu:])
+        snap.irq_lines[f"{name.strip()} {label}".strip()] = tuple(counts)
+    snap.irq_per_cpu = tuple(totals)
+
+
+def parse(text: str) -> tuple[int | None, list[Snapshot]]:
+    """The sampler's PID and its complete snapshots (a torn last one is dropped)."""
+    pid: int | None = None
+    snaps: list[Snapshot] = []
+    snap: Snapshot | None = None
+    section = ""
+    irq_lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("@"):
+            word, _, rest = line.partition(" ")
+            if word == "@pid":
+                pid = int(rest)
+            elif word == "@t":
+                snap, section, irq_lines = Snapshot(float(rest)), "", []
+            elif word == "@end" and snap is not None:
+                _interrupts(irq_lines, snap)
+                snaps.append(snap)
+                snap = None
+            else:
+                section = word[1:]
+            continue
+        if snap is None:
+            continue
+        if section == "stat" and line.startswith("cpu"):
+            name, *values = line.split()
+            snap.cpus[name] = tuple(int(v) for v in values[:len(CPU_FIELDS)])
+        elif section == "net" and ":" in line:
+            name, _, rest = line.partition(":")
+            v = rest.split()
+            snap.net[name.strip()] = (int(v[0]), int(v[1]), int(v[8]), int(v[9]))
+        elif section == "irq":
+            irq_lines.append(line)
+        elif section == "softirq" and ":" in line:
+            name, _, rest = line.partition(":")
+            snap.softirq[name.strip()] = tuple(int(v) for v in rest.split())
+        elif section == "procs":
+            parsed = _proc_line(line)
+            if parsed:
+                snap.procs[parsed[0]] = parsed[1]
+    return pid, snaps
+
+
+def tree(snap: Snapshot, roots: set[int]) -> set[int]:
+    """`roots` and every descendant alive in this snapshot."""
+    members = {p for p in roots if p in snap.procs}
+    children: dict[int, list[int]] = {}
+    for pid, p in snap.procs.items():
+        children.setdefault(p.ppid, []).append(pid)
+    todo = list(members)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in members:
+                members.add(child)
+                todo.append(child)
+    return members
+
+
+def window(snaps: list[Snapshot], start: float, end: float) -> list[Snapshot]:
+    """The snapshots taken while the measurement ran."""
+    return [s for s in snaps if start <= s.t <= end]
+
+
+def _cpu_shares(a: tuple[int, ...], b: tuple[int, ...]) -> dict[str, float]:
+    d = [y - x for x, y in zip(a, b, strict=False)]
+    total = sum(d) or 1
+    shares = {name: round(100.0 * v / total, 2) for name, v in zip(CPU_FIELDS, d, strict=False)}
+    shares["busy"] = round(100.0 - shares.get("idle", 0.0) - shares.get("iowait", 0.0), 2)
+    return shares
+
+
+def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid: int | None = None,
+              interfaces: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What the window's first and last snapshots say: CPU per CPU, process tree CPU and memory,
+    interrupts and softirqs per CPU, network rates, and the sampler's own CPU."""
+    if len(snaps) < 2:
+        return {"samples": len(snaps), "note": "fewer than two samples in the window: nothing to difference"}
+    a, b = snaps[0], snaps[-1]
+    dt = b.t - a.t
+    out: dict[str, Any] = {"samples": len(snaps), "seconds": round(dt, 3)}
+    out["cpu"] = {name: _cpu_shares(a.cpus[name], b.cpus[name]) for name in b.cpus if name in a.cpus}
+    out["ncpu"] = sum(1 for name in b.cpus if name != "cpu")
+    if roots:
+        first, last = tree(a, roots), tree(b, roots)
+        ticks = sum(b.procs[p].ticks - (a.procs[p].ticks if p in first else 0) for p in last)
+        rss = [sum(s.procs[p].rss_pages for p in tree(s, roots)) * PAGE for s in snaps]
+        vms = [sum(s.procs[p].vsize for p in tree(s, roots)) for s in snaps]
+        out["process"] = {
+            "pids_first": len(first), "pids_last": len(last),
+            "cpu_percent_of_one": round(100.0 * ticks / USER_HZ / dt, 2),
+            "rss_bytes_max": max(rss), "rss_bytes_mean": round(sum(rss) / len(rss)),
+            "vms_bytes_max": max(vms),
+        }
+    if a.irq_per_cpu and len(a.irq_per_cpu) == len(b.irq_per_cpu):
+        out["interrupts_per_s_per_cpu"] = [round((y - x) / dt, 1) for x, y in zip(a.irq_per_cpu, b.irq_per_cpu,
+                                                                                   strict=True)]
+        busy = {name: [round((y - x) / dt, 1) for x, y in zip(a.irq_lines[name], counts, strict=True)]
+                for name, counts in b.irq_lines.items() if name in a.irq_lines and counts != a.irq_lines[name]}
+        out["interrupt_lines_per_s"] = dict(sorted(busy.items(), key=lambda kv: -sum(kv[1]))[:16])
+    out["softirqs_per_s_per_cpu"] = {
+        name: [round((y - x) / dt, 1) for x, y in zip(a.softirq[name], b.softirq[name], strict=False)]
+        for name in ("NET_RX", "NET_TX") if name in a.softirq and name in b.softirq}
+    nets = {}
+    for name, (rb, rp, tb, tp) in b.net.items():
+        if name not in a.net or (interfaces and name not in interfaces):
+            continue
+        ra, rpa, ta, tpa = a.net[name]
+        if (rb, rp, tb, tp) != (ra, rpa, ta, tpa):
+            nets[name] = {"rx_bytes_per_s": round((rb - ra) / dt), "rx_packets_per_s": round((rp - rpa) / dt),
+                          "tx_bytes_per_s": round((tb - ta) / dt), "tx_packets_per_s": round((tp - tpa) / dt)}
+    out["net"] = nets
+    if sampler_pid is not None and sampler_pid in a.procs and sampler_pid in b.procs:
+        pa, pb = a.procs[sampler_pid], b.procs[sampler_pid]
+        used = (pb.ticks + pb.child_ticks) - (pa.ticks + pa.child_ticks)
+        out["sampler_cpu_percent_of_one"] = round(100.0 * used / USER_HZ / dt, 3)
+    return out
+
+
+def busiest(summary: dict[str, Any]) -> float | None:
+    """Overall busy % of the machine in a summary (all CPUs)."""
+    cpu = summary.get("cpu", {}).get("cpu")
+    return None if cpu is None else float(cpu["busy"])
+
+

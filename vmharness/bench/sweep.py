@@ -1,0 +1,208 @@
+"""A sweep: every (iteration, connections, instance) point measured with wrk on all clients at once,
+the instances interleaved so that drift over time is shared out instead of landing on one of them,
+samplers running on every machine, and each point written to the run directory as soon as it is
+measured. A point that fails is retried, then recorded as failed, and the sweep goes on."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vmharness import proc
+from vmharness.bench import clients as clients_mod
+from vmharness.bench import sampler, server
+from vmharness.bench.store import RunDir
+from vmharness.config import BenchConfig, InstanceSection
+from vmharness.errors import HarnessError
+from vmharness.host.root import HostRoot
+from vmharness.machine import Machine
+
+Say = Callable[[str], None]
+
+
+def machine(host: str) -> Machine:
+    return Machine(None if host == "local" else host)
+
+
+@dataclass(frozen=True)
+class Point:
+    iteration: int
+    connections: int
+    instance: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance}/{self.connections}/{self.iteration}"
+
+
+def points(cfg: BenchConfig) -> list[Point]:
+    """The measurement order. Each iteration rotates the instances' order, so none is always first."""
+    names = [i.name for i in cfg.instance]
+    out = []
+    for it in range(cfg.sweep.iterations):
+        order = names[it % len(names):] + names[:it % len(names)]
+        if cfg.sweep.interleave == "point":
+            out += [Point(it, c, n) for c in cfg.counts for n in order]
+        else:
+            out += [Point(it, c, n) for n in order for c in cfg.counts]
+    return out
+
+
+@dataclass
+class Samplers:
+    """One sampler per machine, streaming into the run directory."""
+
+    run: RunDir
+    interval: float
+    files: dict[str, Path] = field(default_factory=dict)
+    popens: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self, machines: list[Machine]) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        for m in machines:
+            if m.label in self.files:
+                continue
+            path = self.run.path / "samples" / f"{m.label.replace('@', '_')}-{stamp}.txt"
+            with path.open("ab") as out:
+                argv = m.argv(["sh", "-c", sampler.SCRIPT, "vmh-sampler", f"{self.interval:g}"])
+                self.popens.append(proc.spawn(argv, stdout=out.fileno(), die_with_parent=True))
+            self.files[m.label] = path
+
+    def offsets(self) -> dict[str, int]:
+        return {label: path.stat().st_size for label, path in self.files.items()}
+
+    def summaries(self, since: dict[str, int], start: float, end: float, roots: dict[str, set[int]]) -> dict[str, Any]:
+        time.sleep(min(self.interval, 2.0) + 0.2)  # let the snapshot after `end` arrive
+        out = {}
+        for label, path in self.files.items():
+            pid, _ = sampler.parse(path.read_text(errors="replace")[:4096])
+            with path.open("r", errors="replace") as f:
+                f.seek(max(0, since.get(label, 0)))
+                text = f.read()
+            _, snaps = sampler.parse(text)
+            # The snapshots just around the run bound it, so its start and end are inside the window.
+            before = [s for s in snaps if s.t <= start][-1:]
+            after = [s for s in snaps if s.t >= end][:1]
+            chosen = before + sampler.window(snaps, start, end) + after
+            out[label] = sampler.summarize(chosen, roots.get(label), pid)
+        return out
+
+    def stop(self) -> None:
+        for p in self.popens:
+            proc.stop(p, grace=2)
+
+
+@dataclass
+class Sweep:
+    cfg: BenchConfig
+    run: RunDir
+    root: HostRoot
+    say: Say
+    server_machine: Machine = field(init=False)
+    clients: list[clients_mod.Client] = field(init=False)
+    current: server.Server | None = None
+    warmed: bool = False
+
+    def __post_init__(self) -> None:
+        self.server_machine = machine(self.cfg.server.host)
+        self.clients = [clients_mod.Client(machine(c.host), c.threads or None, c.wrk) for c in self.cfg.client]
+
+    def _server_config(self, inst: InstanceSection) -> server.ServerConfig:
+        s = self.cfg.server
+        return server.ServerConfig(binary=inst.nginx, config=inst.config or None, workers=s.workers or None,
+                                   worker_connections=s.worker_connections, filesize=s.filesize, mode=s.mode,
+                                   listen=s.listen, prefix=f"/tmp/vmharness-nginx-{inst.name}")
+
+    def _serve(self, name: str, restart: bool) -> server.Server:
+        if self.current is not None and self.current.cfg.prefix.endswith(f"-{name}") and not restart:
+            return self.current
+        self.stop_server()
+        inst = next(i for i in self.cfg.instance if i.name == name)
+        srv = server.Server(self.server_machine, self._server_config(inst))
+        srv.start(self.root)
+        self.current = srv
+        server.check(self.clients[0].machine, self.cfg.server.url, srv.cfg.expected_length())
+        return srv
+
+    def stop_server(self) -> None:
+        if self.current is not None:
+            self.current.stop(self.root)
+            self.current = None
+
+    def _measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]:
+        s = self.cfg.sweep
+        attempts: list[dict[str, Any]] = []
+        for attempt in range(1, s.retries + 2):
+            since = samplers.offsets()
+            runs, start, end = clients_mod.run_together(self.clients, self.cfg.server.url, point.connections,
+                                                        s.duration, s.timeout, s.margin)
+            merged = clients_mod.merge(runs)
+            raw = [{"machine": r.client.machine.label, "argv": r.run.argv(r.client.binary), "stdout": r.stdout,
+                    "stderr": r.stderr[-2000:], "hung": r.hung} for r in runs]
+            attempts.append({"attempt": attempt, "start": start, "end": end, "client": merged, "raw": raw})
+            if merged["ok"]:
+                roots = {self.server_machine.label: {srv.pid}}
+                samples = samplers.summaries(since, start, end, roots)
+                return {"ok": True, "attempts": len(attempts), "start": start, "end": end, "client": merged,
+                        "raw": raw, "samples": samples, "failed_attempts": attempts[:-1]}
+            self.say(f"    attempt {attempt} failed: {'; '.join(merged['errors'])}")
+            time.sleep(s.wait)
+        return {"ok": False, "attempts": len(attempts), "failed_attempts": attempts}
+
+    def _warm_up(self, samplers: Samplers) -> None:
+        s = self.cfg.sweep
+        if self.warmed or s.warmup <= 0:
+            return
+        runs, start, end = clients_mod.run_together(self.clients, self.cfg.server.url, self.cfg.counts[0],
+                                                    s.warmup, s.timeout, s.margin)
+        self.run.append({"kind": "warmup", "start": start, "end": end, "client": clients_mod.merge(runs)})
+        self.warmed = True
+
+    def execute(self) -> dict[str, int]:
+        """Measure every point not yet in the run directory; returns counts of ok and failed points."""
+        done = self.run.completed()
+        todo = [p for p in points(self.cfg) if p.key not in done]
+        self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
+        for c in self.clients:
+            c.prepare()
+        samplers = Samplers(self.run, self.cfg.samplers.interval)
+        tally = {"ok": 0, "failed": 0}
+        try:
+            samplers.start([self.server_machine, *(c.machine for c in self.clients)])
+            for n, point in enumerate(todo, 1):
+                srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
+                self._warm_up(samplers)
+                result = self._measure(samplers, point, srv)
+                self.run.append({"kind": "measurement", "key": point.key, "instance": point.instance,
+                                 "connections": point.connections, "iteration": point.iteration, **result})
+                tally["ok" if result["ok"] else "failed"] += 1
+                rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
+                self.say(f"[{n}/{len(todo)}] {point.instance} c={point.connections} it={point.iteration}: {rps}")
+                time.sleep(self.cfg.sweep.wait)
+        finally:
+            self.stop_server()
+            samplers.stop()
+        return tally
+
+
+def versions(cfg: BenchConfig) -> dict[str, Any]:
+    """What the manifest records about each machine and tool."""
+    def one(m: Machine, argv: list[str]) -> str:
+        try:
+            res = m.run(argv, timeout=30, check=False)
+        except HarnessError as exc:
+            return exc.message
+        return (res.stdout + res.stderr).strip().splitlines()[0] if (res.stdout + res.stderr).strip() else ""
+
+    out: dict[str, Any] = {}
+    srv = machine(cfg.server.host)
+    out["server"] = {"machine": srv.label, "kernel": one(srv, ["uname", "-r"]), "cpus": one(srv, ["nproc"]),
+                     "nginx": {i.name: one(srv, [i.nginx, "-v"]) for i in cfg.instance}}
+    out["clients"] = [{"machine": machine(c.host).label, "kernel": one(machine(c.host), ["uname", "-r"]),
+                       "cpus": one(machine(c.host), ["nproc"]), "wrk": one(machine(c.host), [c.wrk, "--version"])}
+                      for c in cfg.client]
+    return out

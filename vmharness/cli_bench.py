@@ -1,0 +1,55 @@
+"""`vmharness bench`: a sweep against a server machine, from a TOML configuration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from vmharness.errors import HarnessError
+from vmharness.host.root import HostRoot
+
+
+def _say(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from vmharness import config, table
+    from vmharness.bench import bench
+    from vmharness.host import journal
+
+    root = HostRoot.open(None)
+    if args.resume and (args.config or args.out):
+        raise HarnessError("--resume takes the configuration from the run directory",
+                           "drop CONFIG and --out when resuming")
+    cfg = None if args.resume else config.load(Path(args.config) if args.config else None)
+    with journal.Lock(root):
+        if cfg is None:
+            cfg, run = bench.reopen(Path(args.resume))
+        else:
+            run = bench.new_run(cfg, Path(args.out) if args.out else bench.default_run_dir())
+        _say(f"run directory: {run.path}")
+        result = bench.execute(cfg, run, root, _say)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        rows = [[r["instance"], str(r["connections"]), str(r["iterations"]), f"{r['requests_per_s_mean']:,.0f}",
+                 f"{r['requests_per_s_stdev']:,.0f}", f"{r['p99_us_mean']:,.0f}", str(r["errors"]),
+                 "-" if r["server_busy_percent"] is None else f"{r['server_busy_percent']:.0f}%"]
+                for r in result["rows"]]
+        print("\n".join(table.render(["INSTANCE", "CONNS", "N", "REQ/S", "STDEV", "P99 US", "ERRORS", "SERVER CPU"],
+                                     rows)))
+        print(f"records: {run.path}/records.jsonl; failed points: {result['failed_points']}")
+    return 1 if result["failed_points"] else 0
+
+
+def register(subs: Any, add: Any) -> None:
+    p = add(subs, "bench", cmd_bench,
+            "sweep wrk load over a server machine (bare metal or over ssh) and record every point",
+            "vmharness bench bench.toml --out runs/nginx-bare")
+    p.add_argument("config", nargs="?", metavar="CONFIG", help="TOML configuration (default: nginx and wrk here)")
+    p.add_argument("--out", metavar="DIR", help="the new run directory (default runs/bench-DATE-TIME)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run: measure only what is missing")

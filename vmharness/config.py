@@ -44,10 +44,10 @@ class ClientSection:
 class SweepSection:
     connections: str = "16:256:16,256:1024:128,1024:1536:256"
     iterations: int = 3
-    duration: float = 30.0
+    duration: int = 30  # seconds; wrk takes whole seconds
     wait: float = 1.0
-    warmup: float = 5.0
-    timeout: float = 10.0  # wrk --timeout, well above the expected tail
+    warmup: int = 5
+    timeout: int = 10  # wrk --timeout, well above the expected tail
     retries: int = 2
     margin: float = 15.0  # a wrk still running duration + timeout + margin after its start is hung
     restart_server_between_runs: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,11 @@ class Machine:
     def label(self) -> str:
         return self.ssh or "this machine"
 
+    @property
+    def key(self) -> str:
+        """A short name for files and records: the ssh destination, or `local`."""
+        return self.ssh or "local"
+
     def argv(self, argv: Sequence[str | Path]) -> list[str]:
         """The command line that runs argv on this machine; $VMHARNESS_SSH_CONFIG is ssh's -F."""
         args = [str(a) for a in argv]
@@ -50,3 +56,34 @@ def for_uri(uri: str) -> Machine:
         return Machine()
     user = f"{parts.username}@" if parts.username else ""
     return Machine(f"{user}{parts.hostname}")
+
+
+def _stat(machine: Machine, pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), None if there is none."""
+    res = machine.run(["cat", f"/proc/{pid}/stat"], timeout=15, check=False)
+    return res.stdout.rpartition(")")[2].split() if res.ok else None
+
+
+def start_time(machine: Machine, pid: int) -> str | None:
+    """The start time of a process (field 22 of its stat), to tell it from a later one with its PID."""
+    fields = _stat(machine, pid)
+    return fields[19] if fields else None
+
+
+def alive(machine: Machine, pid: int) -> bool:
+    """Running, and not a zombie waiting for a (slow) parent to reap it."""
+    fields = _stat(machine, pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def stop_process(machine: Machine, pid: int, grace: float, started: str | None = None) -> None:
+    """SIGTERM, then SIGKILL after `grace` s; nothing if the PID is gone or now names another process."""
+    if started is not None and start_time(machine, pid) != started:
+        return
+    machine.run(["kill", "-TERM", str(pid)], timeout=15, check=False)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not alive(machine, pid):
+            return
+        time.sleep(0.1)
+    machine.run(["kill", "-KILL", str(pid)], timeout=15, check=False)

@@ -122,9 +122,11 @@ def test_config_errors_name_the_setting(tmp_path: Path) -> None:
 
 
 def test_config_round_trips_through_the_manifest() -> None:
-    cfg = _cfg(duration=2)
+    cfg = _cfg(duration=2, wait=1)
     assert config.from_json(cfg.to_json()) == cfg
-    assert cfg.sweep.duration == 2.0 and isinstance(cfg.sweep.duration, float)
+    assert cfg.sweep.wait == 1.0 and isinstance(cfg.sweep.wait, float)
+    with pytest.raises(HarnessError, match=r"sweep\.duration must be int"):
+        _cfg(duration=1.5)
 
 
 def test_clients_share_the_connections() -> None:

@@ -32,7 +32,12 @@ class Client:
 
     def prepare(self) -> None:
         """Learn the CPU count and put report.lua on the machine (once)."""
-        self.cpus = int(self.machine.run(["nproc"], timeout=30).stdout)
+        res = self.machine.run(["nproc"], timeout=30, check=False)
+        if not res.ok:
+            why = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            raise HarnessError(f"client {self.machine.label} is unreachable: {why}",
+                               f"check that `ssh {self.machine.label} true` works without a password")
+        self.cpus = int(res.stdout)
         self.script = f"/tmp/vmharness-report-{os.getuid()}.lua"
         write_file(self.machine, self.script, wrk.REPORT_LUA.read_text())
 
@@ -96,6 +101,7 @@ def run_together(clients: list[Client], url: str, connections: int, duration: fl
             assert r.popen is not None and r.popen.stdin is not None
             r.popen.stdin.write(b"go\n")
             r.popen.stdin.close()
+            r.popen.stdin = None  # so communicate() below does not flush it
         deadline = time.monotonic() + duration + timeout + margin
         for r in runs:
             _finish(r, deadline)

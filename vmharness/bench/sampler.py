@@ -2,25 +2,23 @@
 /proc every `interval` seconds; the harness keeps the stream in the run directory and summarises the
 window of each measurement. Nothing is installed on the machine: sh, cat, date and sleep do it.
 
-A snapshot: wall time, /proc/stat (CPU per CPU), /proc/net/dev, /proc/interrupts, /proc/softirqs and
-the stat line of every process — from which the server's whole process tree, workers started later
+A snapshot: wall time, then /proc/stat (CPU per CPU), /proc/net/dev, /proc/interrupts, /proc/softirqs
+and the stat line of every process — from which the server's whole process tree, workers started later
 included, is found at each instant by parent links, and the sampler's own cost is read.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 # $1: the interval. `@pid` first, so the harness can read the loop's own CPU time (with its children).
+# One cat per snapshot (the files' own headers tell them apart): three forks a second in all.
 SCRIPT = r"""echo "@pid $$"
 while :; do
   echo "@t $(date +%s.%N)"
-  echo "@stat"; cat /proc/stat
-  echo "@net"; cat /proc/net/dev
-  echo "@irq"; cat /proc/interrupts
-  echo "@softirq"; cat /proc/softirqs
-  echo "@procs"; cat /proc/[0-9]*/stat 2>/dev/null
+  cat /proc/stat /proc/net/dev /proc/interrupts /proc/softirqs /proc/[0-9]*/stat 2>/dev/null
   echo "@end"
   sleep "$1"
 done
@@ -85,6 +83,23 @@ def _interrupts(lines: list[str], snap: Snapshot) -> None:
     snap.irq_per_cpu = tuple(totals)
 
 
+_PROC_LINE = re.compile(r"\d+ \(")
+_CPU_HEADER = re.compile(r"\s+CPU0\b")
+
+
+def _section(line: str, section: str) -> str | None:
+    """The file a line starts, if it starts one (in cat's order: stat, net/dev, interrupts, softirqs)."""
+    if line.startswith("cpu") and section in ("", "stat"):
+        return "stat"
+    if line.startswith("Inter-|"):
+        return "net"
+    if _CPU_HEADER.match(line):
+        return "irq" if section != "irq" else "softirq"
+    if _PROC_LINE.match(line):
+        return "procs"
+    return None
+
+
 def parse(text: str) -> tuple[int | None, list[Snapshot]]:
     """The sampler's PID and its complete snapshots (a torn last one is dropped)."""
     pid: int | None = None
@@ -93,25 +108,25 @@ def parse(text: str) -> tuple[int | None, list[Snapshot]]:
     section = ""
     irq_lines: list[str] = []
     for line in text.splitlines():
-        if line.startswith("@"):
-            word, _, rest = line.partition(" ")
-            if word == "@pid":
-                pid = int(rest)
-            elif word == "@t":
-                snap, section, irq_lines = Snapshot(float(rest)), "", []
-            elif word == "@end" and snap is not None:
+        if line.startswith("@pid "):
+            pid = int(line[5:])
+            continue
+        if line.startswith("@t "):
+            snap, section, irq_lines = Snapshot(float(line[3:])), "", []
+            continue
+        if line == "@end":
+            if snap is not None:
                 _interrupts(irq_lines, snap)
                 snaps.append(snap)
-                snap = None
-            else:
-                section = word[1:]
+            snap = None
             continue
         if snap is None:
             continue
+        section = _section(line, section) or section
         if section == "stat" and line.startswith("cpu"):
             name, *values = line.split()
             snap.cpus[name] = tuple(int(v) for v in values[:len(CPU_FIELDS)])
-        elif section == "net" and ":" in line:
+        elif section == "net" and ":" in line and "|" not in line:
             name, _, rest = line.partition(":")
             v = rest.split()
             snap.net[name.strip()] = (int(v[0]), int(v[1]), int(v[8]), int(v[9]))

@@ -16,7 +16,7 @@ from pathlib import Path
 from vmharness.errors import HarnessError
 from vmharness.host import journal
 from vmharness.host.root import HostRoot
-from vmharness.machine import Machine
+from vmharness.machine import Machine, start_time, stop_process
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "guest-setup" / "nginx.conf.template"
 FILE = "index.bin"
@@ -50,13 +50,6 @@ def write_file(machine: Machine, path: str, content: str) -> None:
     machine.run(["sh", "-c", 'cat > "$1"', "sh", path], timeout=30, input=content)
 
 
-def _start_time(machine: Machine, pid: int) -> str | None:
-    res = machine.run(["cat", f"/proc/{pid}/stat"], timeout=15, check=False)
-    if not res.ok:
-        return None
-    return res.stdout.rpartition(")")[2].split()[19]
-
-
 @dataclass
 class Server:
     machine: Machine
@@ -64,6 +57,7 @@ class Server:
     pid: int = 0
     seq: int = 0
     workers: int = 0
+    owner: str = ""  # the run directory it serves, so a resumed run can stop what a crashed one left
 
     def start(self, root: HostRoot) -> None:
         m, cfg = self.machine, self.cfg
@@ -92,7 +86,7 @@ class Server:
                                f"is {cfg.listen} free? see {cfg.prefix}/error.log there")
         self.pid = self._read_pid()
         rec = journal.record(root, {"op": "process", "what": "nginx", "ssh": m.ssh, "pid": self.pid,
-                                    "start_time": _start_time(m, self.pid)})
+                                    "start_time": start_time(m, self.pid), "run": self.owner})
         self.seq = rec["seq"]
 
     def _read_pid(self, timeout: float = 10) -> int:
@@ -110,19 +104,6 @@ class Server:
         stop_process(self.machine, self.pid, grace)
         journal.release(root, [self.seq])
         self.pid = 0
-
-
-def stop_process(machine: Machine, pid: int, grace: float, start_time: str | None = None) -> None:
-    """SIGTERM, then SIGKILL after `grace` s; nothing if the PID is gone or now names another process."""
-    if start_time is not None and _start_time(machine, pid) != start_time:
-        return
-    machine.run(["kill", "-TERM", str(pid)], timeout=15, check=False)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not machine.run(["kill", "-0", str(pid)], timeout=15, check=False).ok:
-            return
-        time.sleep(0.1)
-    machine.run(["kill", "-KILL", str(pid)], timeout=15, check=False)
 
 
 # Run on a client machine: one GET, its status, body length and Content-Length (argv: the URL).

@@ -18,8 +18,9 @@ from vmharness.bench import sampler, server
 from vmharness.bench.store import RunDir
 from vmharness.config import BenchConfig, InstanceSection
 from vmharness.errors import HarnessError
+from vmharness.host import journal
 from vmharness.host.root import HostRoot
-from vmharness.machine import Machine
+from vmharness.machine import Machine, stop_process
 
 Say = Callable[[str], None]
 
@@ -64,13 +65,13 @@ class Samplers:
     def start(self, machines: list[Machine]) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         for m in machines:
-            if m.label in self.files:
+            if m.key in self.files:
                 continue
-            path = self.run.path / "samples" / f"{m.label.replace('@', '_')}-{stamp}.txt"
+            path = self.run.path / "samples" / f"{m.key.replace('@', '_')}-{stamp}.txt"
             with path.open("ab") as out:
                 argv = m.argv(["sh", "-c", sampler.SCRIPT, "vmh-sampler", f"{self.interval:g}"])
                 self.popens.append(proc.spawn(argv, stdout=out.fileno(), die_with_parent=True))
-            self.files[m.label] = path
+            self.files[m.key] = path
 
     def offsets(self) -> dict[str, int]:
         return {label: path.stat().st_size for label, path in self.files.items()}
@@ -81,7 +82,9 @@ class Samplers:
         for label, path in self.files.items():
             pid, _ = sampler.parse(path.read_text(errors="replace")[:4096])
             with path.open("r", errors="replace") as f:
-                f.seek(max(0, since.get(label, 0)))
+                # Back far enough to hold the snapshot taken before the start (a few tens of KiB);
+                # the parser skips the torn snapshot this lands in.
+                f.seek(max(0, since.get(label, 0) - (1 << 20)))
                 text = f.read()
             _, snaps = sampler.parse(text)
             # The snapshots just around the run bound it, so its start and end are inside the window.
@@ -122,7 +125,7 @@ class Sweep:
             return self.current
         self.stop_server()
         inst = next(i for i in self.cfg.instance if i.name == name)
-        srv = server.Server(self.server_machine, self._server_config(inst))
+        srv = server.Server(self.server_machine, self._server_config(inst), owner=str(self.run.path.resolve()))
         srv.start(self.root)
         self.current = srv
         server.check(self.clients[0].machine, self.cfg.server.url, srv.cfg.expected_length())
@@ -145,7 +148,7 @@ class Sweep:
                     "stderr": r.stderr[-2000:], "hung": r.hung} for r in runs]
             attempts.append({"attempt": attempt, "start": start, "end": end, "client": merged, "raw": raw})
             if merged["ok"]:
-                roots = {self.server_machine.label: {srv.pid}}
+                roots = {self.server_machine.key: {srv.pid}}
                 samples = samplers.summaries(since, start, end, roots)
                 return {"ok": True, "attempts": len(attempts), "start": start, "end": end, "client": merged,
                         "raw": raw, "samples": samples, "failed_attempts": attempts[:-1]}
@@ -162,8 +165,21 @@ class Sweep:
         self.run.append({"kind": "warmup", "start": start, "end": end, "client": clients_mod.merge(runs)})
         self.warmed = True
 
+    def _reclaim(self) -> None:
+        """Stop servers that an interrupted session of this same run left running (from the journal)."""
+        from vmharness.host import restore
+
+        mine = [r for r in restore.pending(self.root)
+                if r.get("op") == "process" and r.get("run") == str(self.run.path.resolve())]
+        for rec in mine:
+            stop_process(Machine(rec.get("ssh")), rec["pid"], 10, rec.get("start_time"))
+            self.say(f"stopped {rec['what']} (pid {rec['pid']}) left by the interrupted session")
+        if mine:
+            journal.release(self.root, [r["seq"] for r in mine])
+
     def execute(self) -> dict[str, int]:
         """Measure every point not yet in the run directory; returns counts of ok and failed points."""
+        self._reclaim()
         done = self.run.completed()
         todo = [p for p in points(self.cfg) if p.key not in done]
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
@@ -200,9 +216,9 @@ def versions(cfg: BenchConfig) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     srv = machine(cfg.server.host)
-    out["server"] = {"machine": srv.label, "kernel": one(srv, ["uname", "-r"]), "cpus": one(srv, ["nproc"]),
+    out["server"] = {"machine": srv.key, "kernel": one(srv, ["uname", "-r"]), "cpus": one(srv, ["nproc"]),
                      "nginx": {i.name: one(srv, [i.nginx, "-v"]) for i in cfg.instance}}
-    out["clients"] = [{"machine": machine(c.host).label, "kernel": one(machine(c.host), ["uname", "-r"]),
+    out["clients"] = [{"machine": machine(c.host).key, "kernel": one(machine(c.host), ["uname", "-r"]),
                        "cpus": one(machine(c.host), ["nproc"]), "wrk": one(machine(c.host), [c.wrk, "--version"])}
                       for c in cfg.client]
     return out

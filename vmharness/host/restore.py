@@ -12,7 +12,7 @@ from vmharness import proc
 from vmharness.errors import HarnessError
 from vmharness.host import bind, hugepages, journal, kmod
 from vmharness.host.root import HostRoot
-from vmharness.machine import Machine
+from vmharness.machine import Machine, stop_process
 
 Say = Callable[[str], None]
 
@@ -29,6 +29,8 @@ def describe(rec: dict[str, Any]) -> str:
         return "unload the modules loaded since: " + ", ".join(rec["names"]) + " and their dependencies"
     if op == "domain":
         return f"guest {rec['name']} ({rec['uri']}): destroy and undefine"
+    if op == "process":
+        return f"stop {rec['what']} (pid {rec['pid']}" + (f" on {rec['ssh']})" if rec.get("ssh") else ")")
     if op == "file":
         return f"remove {rec['path']}" + (f" on {rec['ssh']}" if rec.get("ssh") else "")
     return str(op)
@@ -121,7 +123,7 @@ def pending(root: HostRoot) -> list[dict[str, Any]]:
             continue
         out += binds
         binds = []
-        if rec.get("op") in ("pages", "mount", "modules", "domain", "file"):
+        if rec.get("op") in ("pages", "mount", "modules", "domain", "file", "process"):
             out.append(rec)
     return out + binds
 
@@ -145,6 +147,8 @@ def undo(root: HostRoot, say: Say) -> list[str]:
 
                 libvirt_conn.remove(rec["uri"], rec["uuid"])
                 _forget_guest(root, rec)
+            elif op == "process":
+                stop_process(Machine(rec.get("ssh")), rec["pid"], 10, rec.get("start_time"))
             elif op == "file":
                 Machine(rec.get("ssh")).run(["rm", "-f", "--", rec["path"]], timeout=60)
         except (HarnessError, OSError) as exc:

@@ -1,0 +1,194 @@
+"""The benchmark engine for real: nginx and wrk on this machine, clients "elsewhere" as network
+namespaces reached over ssh, a hung client, a harness killed mid-sweep and resumed, bad servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.netns_host import NetnsHost, netns_host
+from vmharness import proc
+from vmharness.machine import SSH_CONFIG_ENV, Machine, alive
+
+pytestmark = pytest.mark.integration
+
+JOURNAL = Path("/run/vmharness/journal.jsonl")
+
+
+def config(port: int, sweep: str, *, host: str = "127.0.0.1", url_host: str | None = None,
+           clients: tuple[str, ...] = ("local",), extra: str = "") -> str:
+    client_tables = "".join(f'[[client]]\nhost = "{c}"\nthreads = 1\n' for c in clients)
+    return (f'[server]\nlisten = "{host}:{port}"\nurl = "http://{url_host or host}:{port}/"\nworkers = 1\n'
+            f"{client_tables}[sweep]\n{sweep}\n{extra}")
+
+
+def bench(tmp_path: Path, text: str, *args: str, env: dict[str, str] | None = None,
+          timeout: float = 600) -> proc.Result:
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text(text)
+    return proc.run([sys.executable, "-m", "vmharness.cli", "bench", str(cfg), *args], timeout=timeout,
+                    check=False, env=env)
+
+
+def records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+
+
+def measurements(run: Path) -> list[dict[str, Any]]:
+    return [r for r in records(run) if r["kind"] == "measurement"]
+
+
+def nginx_gone(prefix: str) -> bool:
+    pid_file = Path(prefix) / "nginx.pid"
+    return not pid_file.exists() or not alive(Machine(), int(pid_file.read_text()))
+
+
+def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
+    """Two instances interleaved (the template's file, and the researcher's own config with
+    `return 200`), each point recorded with wrk's numbers, raw output and the samplers' summary."""
+    own = tmp_path / "own.conf"
+    own.write_text("worker_processes 1;\nerror_log /tmp/vmharness-nginx-own/error.log;\nevents {}\n"
+                   "http { access_log off; server { listen 127.0.0.1:18181; location / { return 200; } } }\n")
+    text = config(18181, 'connections = "2,8"\niterations = 2\nduration = 1\nwait = 0.2\nwarmup = 1',
+                  extra=f'[[instance]]\nname = "tmpl"\n[[instance]]\nname = "own"\nconfig = "{own}"\n')
+    run = tmp_path / "run"
+    res = bench(tmp_path, text, "--out", str(run), "--json")
+    assert res.ok, res.stderr
+    got = measurements(run)
+    assert [r["key"] for r in got] == ["tmpl/2/0", "own/2/0", "tmpl/8/0", "own/8/0",
+                                       "own/2/1", "tmpl/2/1", "own/8/1", "tmpl/8/1"]
+    for r in got:
+        assert r["ok"] and r["client"]["requests"] > 0 and r["client"]["errors"]["total"] == 0
+        assert "Requests/sec" in r["raw"][0]["stdout"]
+        local = r["samples"]["local"]
+        assert local["samples"] >= 2 and local["process"]["pids_last"] >= 2  # master and its worker
+        assert local["process"]["cpu_percent_of_one"] > 0 and local["net"]["lo"]["rx_packets_per_s"] > 0
+        assert 0 <= local["sampler_cpu_percent_of_one"] < 10
+    assert records(run)[0]["kind"] == "warmup"
+    summary = json.loads(res.stdout)
+    assert {(row["instance"], row["connections"]) for row in summary["rows"]} == {
+        ("tmpl", 2), ("tmpl", 8), ("own", 2), ("own", 8)}
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["ended"] and manifest["machines"]["server"]["nginx"]["own"].startswith("nginx version")
+    assert manifest["harness"]["git"]
+    assert nginx_gone("/tmp/vmharness-nginx-tmpl") and nginx_gone("/tmp/vmharness-nginx-own")
+    assert not JOURNAL.exists()
+
+
+@pytest.fixture()
+def two_remote_clients(tmp_path: Path) -> Iterator[tuple[list[NetnsHost], dict[str, str]]]:
+    with ExitStack() as stack:
+        hosts = [stack.enter_context(netns_host(f"cl{i}", 230 + i)) for i in (1, 2)]
+        combined = tmp_path / "ssh_config"
+        combined.write_text("".join(h.ssh_config.read_text() for h in hosts)
+                            + "Host nowhere\n  HostName 198.19.250.2\n  BatchMode yes\n  ConnectTimeout 3\n")
+        # Each namespace reaches the server's address on the other veth through this (root) namespace.
+        for h in hosts:
+            proc.run(["ip", "-n", h.netns, "route", "add", "198.19.0.0/16", "via", h.root_address], timeout=10)
+        yield hosts, {**os.environ, SSH_CONFIG_ENV: str(combined)}
+
+
+def test_two_clients_over_ssh_load_one_server(tmp_path: Path, two_remote_clients) -> None:
+    hosts, env = two_remote_clients
+    text = config(18182, 'connections = "4"\niterations = 1\nduration = 2\nwarmup = 0', host="0.0.0.0",
+                  url_host=hosts[0].root_address, clients=tuple(h.name for h in hosts))
+    run = tmp_path / "run"
+    res = bench(tmp_path, text, "--out", str(run), env=env)
+    assert res.ok, res.stderr
+    (point,) = measurements(run)
+    assert point["ok"] and point["client"]["clients"] == 2
+    detail = point["client"]["clients_detail"]
+    assert [d["machine"] for d in detail] == [h.name for h in hosts]
+    assert all(d["requests"] > 0 and d["connections"] == 2 for d in detail)
+    assert point["client"]["requests"] == sum(d["requests"] for d in detail)
+    assert point["client"]["latency_merge"].startswith("max over clients")
+    assert set(point["samples"]) == {"local", *(h.name for h in hosts)}
+    for h in hosts:  # each client's sampler ran in its namespace: it saw its own veth's traffic
+        assert point["samples"][h.name]["net"][h.interface]["tx_packets_per_s"] > 0
+
+
+def test_unreachable_client_is_one_line(tmp_path: Path, two_remote_clients) -> None:
+    _, env = two_remote_clients
+    text = config(18183, 'connections = "4"\niterations = 1\nduration = 1', clients=("nowhere",))
+    res = bench(tmp_path, text, "--out", str(tmp_path / "run"), env=env, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.splitlines()[-2].startswith("error: client nowhere is unreachable"), res.stderr
+    assert "Traceback" not in res.stderr and not JOURNAL.exists()
+
+
+def _wrk_pids(port: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[0] == b"wrk" and any(f":{port}/".encode() in a for a in argv):
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_a_hung_client_is_killed_and_the_point_retried(tmp_path: Path) -> None:
+    text = config(18184, 'connections = "2"\niterations = 1\nduration = 1\ntimeout = 1\nmargin = 1\nwarmup = 0\n'
+                  "retries = 1")
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text(text)
+    run = tmp_path / "run"
+    p = proc.spawn([sys.executable, "-m", "vmharness.cli", "bench", str(cfg), "--out", str(run)],
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not _wrk_pids(18184):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.02)
+    os.kill(_wrk_pids(18184)[0], signal.SIGSTOP)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err.decode()
+    (point,) = measurements(run)
+    assert point["ok"] and point["attempts"] == 2
+    failed = point["failed_attempts"][0]
+    assert failed["raw"][0]["hung"] and "did not finish in time" in failed["client"]["errors"][0]
+    assert _wrk_pids(18184) == []
+
+
+def test_killed_mid_sweep_then_resumed(tmp_path: Path) -> None:
+    text = config(18185, 'connections = "2,4,8"\niterations = 2\nduration = 1\nwait = 0\nwarmup = 0')
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text(text)
+    run = tmp_path / "run"
+    p = proc.spawn([sys.executable, "-m", "vmharness.cli", "bench", str(cfg), "--out", str(run)])
+    deadline = time.monotonic() + 120
+    while not (run / "records.jsonl").exists() or len(measurements(run)) < 2:
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.05)
+    p.kill()
+    p.wait(timeout=30)
+    before = {r["key"] for r in measurements(run)}
+    assert 2 <= len(before) < 6
+    assert JOURNAL.exists()  # the server it left is on record
+    res = proc.run([sys.executable, "-m", "vmharness.cli", "bench", "--resume", str(run)], timeout=300, check=False)
+    assert res.ok, res.stderr
+    assert "left by the interrupted session" in res.stderr
+    got = [r["key"] for r in measurements(run) if r["ok"]]
+    assert sorted(got) == sorted(f"baseline/{c}/{i}" for c in (2, 4, 8) for i in (0, 1))  # each exactly once
+    assert set(got[:len(before)]) == before
+    assert nginx_gone("/tmp/vmharness-nginx-baseline") and not JOURNAL.exists()
+
+
+def test_a_server_that_answers_wrongly_is_refused(tmp_path: Path) -> None:
+    text = config(18186, 'connections = "2"\niterations = 1\nduration = 1').replace(
+        'url = "http://127.0.0.1:18186/"', 'url = "http://127.0.0.1:18186/missing"')
+    res = bench(tmp_path, text, "--out", str(tmp_path / "run"))
+    assert res.returncode == 2
+    assert "error: the server answers 404 at http://127.0.0.1:18186/missing" in res.stderr
+    assert nginx_gone("/tmp/vmharness-nginx-baseline") and not JOURNAL.exists()

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox-static kmod cpio \
                 zstd pciutils pci.ids libvirt-daemon-system libvirt-clients libvirt-dev pkg-config \
-                mmdebstrap e2fsprogs
+                mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client
 
 .PHONY: deps venv test unit lint bench clean
 deps:
@@ -31,10 +31,12 @@ test: deps venv
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/test_lint.py
 
-# Figures, not pass/fail: the fixed costs of a guest's life (needs libvirtd and a built image).
+# Figures, not pass/fail: the fixed costs of a guest's life (libvirtd is started if none answers), and
+# how closely `bench` reproduces plain wrk, with what its samplers cost.
 bench: deps venv
 	$(PY) -m vmharness.cli image build
 	$(PY) -m vmharness.host.libvirtd $(PY) benchmarks/boot_to_agent.py --boots 3
+	$(PY) benchmarks/bench_fidelity.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -52,6 +52,7 @@ class SweepSection:
     margin: float = 15.0  # a wrk still running duration + timeout + margin after its start is hung
     restart_server_between_runs: bool = False
     interleave: str = "point"  # point: every instance at each point; iteration: a whole sweep each
+    rate: int = 0  # requests/s for wrk2's fixed-rate mode (client.wrk must be wrk2); 0: wrk's closed loop
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ def validate(cfg: BenchConfig) -> BenchConfig:
         (s.duration > 0 and s.timeout > 0 and s.wait >= 0 and s.warmup >= 0 and s.margin >= 0,
          "sweep.duration and sweep.timeout must be positive; wait, warmup and margin not negative"),
         (s.retries >= 0, "sweep.retries must not be negative"),
+        (s.rate >= 0, "sweep.rate must not be negative"),
         (s.interleave in ("point", "iteration"), "sweep.interleave must be point or iteration"),
         (cfg.samplers.interval > 0, "samplers.interval must be positive"),
         (cfg.server.mode in ("file", "return"), "server.mode must be file or return"),

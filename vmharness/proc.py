@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -119,13 +120,21 @@ def _kill_me_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
-    """Stop a process this harness started: SIGTERM, then SIGKILL after `grace` seconds."""
-    if p.poll() is None:
-        p.terminate()
+def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0, group: bool = False) -> int:
+    """Stop a process this harness started: SIGTERM, then SIGKILL after `grace` seconds. With `group`,
+    its whole process group (it leads one: see `spawn`), so that a shell's children go with it."""
+    def send(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(p.pid, sig)
+            else:
+                p.send_signal(sig)
+
+    if p.poll() is None or group:
+        send(signal.SIGTERM)
         try:
             p.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            p.kill()
+            send(signal.SIGKILL)
             p.wait(timeout=grace)
     return p.returncode

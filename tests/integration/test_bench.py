@@ -192,3 +192,28 @@ def test_a_server_that_answers_wrongly_is_refused(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "error: the server answers 404 at http://127.0.0.1:18186/missing" in res.stderr
     assert nginx_gone("/tmp/vmharness-nginx-baseline") and not JOURNAL.exists()
+
+
+def test_fixed_rate_needs_wrk2(tmp_path: Path) -> None:
+    text = config(18187, 'connections = "2"\niterations = 1\nduration = 1\nrate = 1000')
+    res = bench(tmp_path, text, "--out", str(tmp_path / "run"))
+    assert res.returncode == 2
+    assert "error: wrk on this machine has no --rate: sweep.rate needs wrk2" in res.stderr
+    assert not JOURNAL.exists()
+
+
+def test_a_full_disk_stops_the_sweep_cleanly(tmp_path: Path) -> None:
+    """The run directory on a 256 KiB tmpfs: the sampler stream fills it within seconds, the next
+    record cannot be written, and the harness says so; the server is stopped all the same."""
+    small = tmp_path / "small"
+    small.mkdir()
+    proc.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], timeout=30)
+    try:
+        text = config(18188, 'connections = "2,4,8,16"\niterations = 2\nduration = 1\nwait = 0\nwarmup = 0')
+        res = bench(tmp_path, text, "--out", str(small / "run"))
+        assert res.returncode == 2, res.stderr
+        assert f"error: the disk holding {small / 'run'} is full" in res.stderr
+        assert f"--resume {small / 'run'} continues" in res.stderr
+        assert nginx_gone("/tmp/vmharness-nginx-baseline") and not JOURNAL.exists()
+    finally:
+        proc.run(["umount", str(small)], timeout=30)

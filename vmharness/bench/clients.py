@@ -30,14 +30,20 @@ class Client:
     cpus: int = 0
     script: str = ""
 
-    def prepare(self) -> None:
-        """Learn the CPU count and put report.lua on the machine (once)."""
+    def prepare(self, rate: int = 0) -> None:
+        """Learn the CPU count and put report.lua on the machine (once); with a fixed rate, check
+        that the binary is wrk2 (wrk has no --rate)."""
         res = self.machine.run(["nproc"], timeout=30, check=False)
         if not res.ok:
             why = (res.stderr.strip().splitlines() or ["no output"])[-1]
             raise HarnessError(f"client {self.machine.label} is unreachable: {why}",
                                f"check that `ssh {self.machine.label} true` works without a password")
         self.cpus = int(res.stdout)
+        if rate:
+            usage = self.machine.run([self.binary, "--help"], timeout=30, check=False)
+            if "--rate" not in usage.stdout + usage.stderr:
+                raise HarnessError(f"{self.binary} on {self.machine.label} has no --rate: sweep.rate needs wrk2",
+                                   "set client.wrk to a wrk2 binary, or sweep.rate = 0")
         self.script = f"/tmp/vmharness-report-{os.getuid()}.lua"
         write_file(self.machine, self.script, wrk.REPORT_LUA.read_text())
 
@@ -81,12 +87,16 @@ def _read_ready(p: subprocess.Popen[bytes], deadline: float) -> int:
 
 
 def run_together(clients: list[Client], url: str, connections: int, duration: float, timeout: float,
-                 margin: float = 15.0, setup: float = 30.0) -> tuple[list[ClientRun], float, float]:
-    """Run wrk on every client at once; returns the runs and the wall-clock start and end."""
+                 margin: float = 15.0, setup: float = 30.0, rate: int = 0) -> tuple[list[ClientRun], float, float]:
+    """Run wrk on every client at once; returns the runs and the wall-clock start and end. A fixed
+    `rate` is shared out like the connections."""
     runs = []
-    for client, conns in zip(clients, split(connections, clients), strict=True):
+    shares = split(connections, clients)
+    for client, conns in zip(clients, shares, strict=True):
         threads = client.threads or wrk.default_threads(conns, client.cpus)
-        runs.append(ClientRun(client, wrk.WrkRun(url, conns, threads, duration, timeout, client.script)))
+        client_rate = rate * conns // connections if rate else None
+        runs.append(ClientRun(client, wrk.WrkRun(url, conns, threads, duration, timeout, client.script,
+                                                 client_rate)))
     try:
         for r in runs:
             argv = r.client.machine.argv(["sh", "-c", _GATE, "sh", *r.run.argv(r.client.binary)])

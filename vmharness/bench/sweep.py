@@ -96,7 +96,7 @@ class Samplers:
 
     def stop(self) -> None:
         for p in self.popens:
-            proc.stop(p, grace=2)
+            proc.stop(p, grace=2, group=True)  # the loop's sleep and cat too: they hold the stream open
 
 
 @dataclass
@@ -142,7 +142,7 @@ class Sweep:
         for attempt in range(1, s.retries + 2):
             since = samplers.offsets()
             runs, start, end = clients_mod.run_together(self.clients, self.cfg.server.url, point.connections,
-                                                        s.duration, s.timeout, s.margin)
+                                                        s.duration, s.timeout, s.margin, rate=s.rate)
             merged = clients_mod.merge(runs)
             raw = [{"machine": r.client.machine.label, "argv": r.run.argv(r.client.binary), "stdout": r.stdout,
                     "stderr": r.stderr[-2000:], "hung": r.hung} for r in runs]
@@ -184,7 +184,7 @@ class Sweep:
         todo = [p for p in points(self.cfg) if p.key not in done]
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         for c in self.clients:
-            c.prepare()
+            c.prepare(self.cfg.sweep.rate)
         samplers = Samplers(self.run, self.cfg.samplers.interval)
         tally = {"ok": 0, "failed": 0}
         try:

@@ -91,7 +91,8 @@ def two_remote_clients(tmp_path: Path) -> Iterator[tuple[list[NetnsHost], dict[s
         hosts = [stack.enter_context(netns_host(f"cl{i}", 230 + i)) for i in (1, 2)]
         combined = tmp_path / "ssh_config"
         combined.write_text("".join(h.ssh_config.read_text() for h in hosts)
-                            + "Host nowhere\n  HostName 198.19.250.2\n  BatchMode yes\n  ConnectTimeout 3\n")
+                            # No sshd listens on port 1: refused at once, and nothing leaves this machine.
+                            + "Host nowhere\n  HostName 127.0.0.1\n  Port 1\n  BatchMode yes\n")
         # Each namespace reaches the server's address on the other veth through this (root) namespace.
         for h in hosts:
             proc.run(["ip", "-n", h.netns, "route", "add", "198.19.0.0/16", "via", h.root_address], timeout=10)

@@ -1,0 +1,140 @@
+"""Where tuning reads and writes: this host (through HostRoot, so a snapshot can be planned against),
+another machine over ssh, or a guest through its agent. Each target also names itself in a form the
+journal keeps, so `host-restore` can put values back after a crash."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from vmharness import proc
+from vmharness.errors import HarnessError
+from vmharness.host.root import HostRoot
+from vmharness.machine import Machine
+
+
+class Target(Protocol):
+    label: str
+
+    def read(self, path: str) -> str | None: ...
+    def write(self, path: str, value: str) -> None: ...
+    def listdir(self, path: str) -> list[str]: ...
+    def run(self, argv: list[str], check: bool = True) -> proc.Result: ...
+    def spec(self) -> dict[str, Any]: ...
+
+
+def _rejected(path: str, value: str, why: str) -> HarnessError:
+    return HarnessError(f"the kernel rejected {value!r} for {path}: {why}",
+                        "the value is out of range or in the wrong format for this kernel")
+
+
+@dataclass
+class HostTarget:
+    root: HostRoot
+    label: str = "host"
+
+    def read(self, path: str) -> str | None:
+        return self.root.read_optional(path)
+
+    def write(self, path: str, value: str) -> None:
+        try:
+            self.root.write_text(path, value)
+        except OSError as exc:
+            raise _rejected(path, value, exc.strerror or str(exc)) from exc
+
+    def listdir(self, path: str) -> list[str]:
+        return self.root.listdir(path)
+
+    def run(self, argv: list[str], check: bool = True) -> proc.Result:
+        if not self.root.live:
+            raise HarnessError(f"cannot run {argv[0]} on a host root", "drop --host-root to act on this host")
+        return proc.run(argv, timeout=60, check=check)
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": "host"}
+
+
+# Run on the target: read each path given (a missing one prints nothing); or write $1 into $2.
+_READ = 'for p in "$@"; do printf "@%s\\n" "$p"; cat "$p" 2>/dev/null; done'
+_WRITE = 'printf "%s\\n" "$1" > "$2"'
+
+
+@dataclass
+class ShellTarget:
+    """A machine reached by a command runner: ssh (Machine) or the guest agent (see guest_target)."""
+
+    label: str
+    runner: Any  # callable(argv, check) -> proc.Result
+    spec_data: dict[str, Any]
+
+    def run(self, argv: list[str], check: bool = True) -> proc.Result:
+        res: proc.Result = self.runner(argv, check)
+        return res
+
+    def read(self, path: str) -> str | None:
+        out = self.run(["sh", "-c", _READ, "sh", path], check=False).stdout
+        head, _, body = out.partition("\n")
+        return body.rstrip("\n") if head == f"@{path}" and body else None
+
+    def write(self, path: str, value: str) -> None:
+        res = self.run(["sh", "-c", _WRITE, "sh", value, path], check=False)
+        if not res.ok:
+            raise _rejected(path, value, (res.stderr.strip().splitlines() or ["write failed"])[-1])
+
+    def listdir(self, path: str) -> list[str]:
+        res = self.run(["ls", "-1", path], check=False)
+        return sorted(res.stdout.split()) if res.ok else []
+
+    def spec(self) -> dict[str, Any]:
+        return self.spec_data
+
+
+def ssh_target(name: str) -> ShellTarget:
+    machine = Machine(name)
+
+    def runner(argv: list[str], check: bool) -> proc.Result:
+        return machine.run(argv, timeout=60, check=check)
+
+    return ShellTarget(f"client:{name}", runner, {"kind": "ssh", "ssh": name})
+
+
+def guest_target(uri: str, uuid: str, name: str) -> ShellTarget:
+    """A running guest, through its agent (no network needed)."""
+    from vmharness.guest import agent
+    from vmharness.host import libvirt_conn
+
+    def runner(argv: list[str], check: bool) -> proc.Result:
+        conn = libvirt_conn.connect(uri)
+        try:
+            dom = libvirt_conn.lookup(conn, uuid)
+            if dom is None or not dom.isActive():
+                raise HarnessError(f"guest {name} is not running", "start it: vmharness vm up")
+            res = agent.run(dom, argv, timeout=60)
+        finally:
+            conn.close()
+        result = proc.Result(tuple(argv), res.returncode, res.stdout, res.stderr)
+        if check and not result.ok:
+            raise result.failure(f"in guest {name}: ")
+        return result
+
+    return ShellTarget(f"guest:{name}", runner, {"kind": "guest", "uri": uri, "uuid": uuid, "name": name})
+
+
+def from_spec(spec: dict[str, Any], root: HostRoot) -> Target | None:
+    """The target a journal record names; None when it no longer exists (a guest that is gone took
+    its settings with it)."""
+    if spec["kind"] == "host":
+        return HostTarget(root)
+    if spec["kind"] == "ssh":
+        return ssh_target(spec["ssh"])
+    if spec["kind"] == "guest":
+        from vmharness.host import libvirt_conn
+
+        conn = libvirt_conn.connect(spec["uri"])
+        try:
+            dom = libvirt_conn.lookup(conn, spec["uuid"])
+            running = dom is not None and dom.isActive()
+        finally:
+            conn.close()
+        return guest_target(spec["uri"], spec["uuid"], spec["name"]) if running else None
+    raise HarnessError(f"unknown tuning target {spec!r} in the journal", "remove the record by hand")

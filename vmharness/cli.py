@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__, cli_bench, cli_guest
+from vmharness import __version__, cli_bench, cli_guest, cli_tune
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -231,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", help="print the files' contents (the only mode)")
     cli_guest.register(subs, _add)
     cli_bench.register(subs, _add)
+    cli_tune.register(subs, _add)
     return parser
 
 

@@ -29,6 +29,9 @@ def describe(rec: dict[str, Any]) -> str:
         return "unload the modules loaded since: " + ", ".join(rec["names"]) + " and their dependencies"
     if op == "domain":
         return f"guest {rec['name']} ({rec['uri']}): destroy and undefine"
+    if op == "tune":
+        where = rec["target"].get("name") or rec["target"].get("ssh") or "host"
+        return f"{where}: {rec['path']} back to {rec['before']}"
     if op == "process":
         return f"stop {rec['what']} (pid {rec['pid']}" + (f" on {rec['ssh']})" if rec.get("ssh") else ")")
     if op == "file":
@@ -123,7 +126,7 @@ def pending(root: HostRoot) -> list[dict[str, Any]]:
             continue
         out += binds
         binds = []
-        if rec.get("op") in ("pages", "mount", "modules", "domain", "file", "process"):
+        if rec.get("op") in ("pages", "mount", "modules", "domain", "file", "process", "tune"):
             out.append(rec)
     return out + binds
 
@@ -147,6 +150,12 @@ def undo(root: HostRoot, say: Say) -> list[str]:
 
                 libvirt_conn.remove(rec["uri"], rec["uuid"])
                 _forget_guest(root, rec)
+            elif op == "tune":
+                from vmharness.tune import access, apply  # the tuning layer only when it left something
+
+                target = access.from_spec(rec["target"], root)
+                if target is not None:
+                    apply.undo_one(target, rec)
             elif op == "process":
                 stop_process(Machine(rec.get("ssh")), rec["pid"], 10, rec.get("start_time"))
             elif op == "file":

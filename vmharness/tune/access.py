@@ -46,8 +46,10 @@ class HostTarget:
         return self.root.listdir(path)
 
     def run(self, argv: list[str], check: bool = True) -> proc.Result:
-        if not self.root.live:
-            raise HarnessError(f"cannot run {argv[0]} on a host root", "drop --host-root to act on this host")
+        if not self.root.live:  # a snapshot: no programs to run; planning says what it cannot tell
+            if check:
+                raise HarnessError(f"cannot run {argv[0]} on a host root", "drop --host-root to act on this host")
+            return proc.Result(tuple(argv), 127, "", "no commands run against a host root")
         return proc.run(argv, timeout=60, check=check)
 
     def spec(self) -> dict[str, Any]:

@@ -1,0 +1,121 @@
+"""Apply a tuning plan, each value journaled before it is written and read back after; revert it.
+A write the kernel rejects (or does not keep) stops the apply, and what was applied is put back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vmharness.errors import HarnessError
+from vmharness.host import journal
+from vmharness.host.root import HostRoot
+from vmharness.tune.access import Target, from_spec
+from vmharness.tune.knobs import Change, Plan, same
+
+Say = Callable[[str], None]
+
+
+def _ethtool(t: Target, path: str, value: str) -> None:
+    _, iface, setting = path.split(":")
+    flag = "-C" if setting == "adaptive-rx" else "-L"
+    res = t.run(["ethtool", flag, iface, setting, value], check=False)
+    if not res.ok and "unmodified" not in res.stderr:
+        raise HarnessError(f"ethtool {flag} {iface} {setting} {value} failed on {t.label}: "
+                           f"{(res.stderr.strip().splitlines() or ['?'])[-1]}", "the driver refuses this setting")
+
+
+def _irqbalance_how(t: Target) -> dict[str, Any]:
+    """How irqbalance runs, so that it can be started again the same way."""
+    if t.run(["systemctl", "is-active", "--quiet", "irqbalance"], check=False).ok:
+        return {"how": "systemd"}
+    pids = t.run(["sh", "-c", 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = irqbalance ] '
+                              '&& echo ${p#/proc/}; done'], check=False).stdout.split()
+    argv = (t.read(f"/proc/{pids[0]}/cmdline") or "irqbalance").split("\0") if pids else ["irqbalance"]
+    return {"how": "process", "argv": [a for a in argv if a], "pids": pids}
+
+
+def _irqbalance_stop(t: Target, how: dict[str, Any]) -> None:
+    if how["how"] == "systemd":
+        t.run(["systemctl", "stop", "irqbalance"])
+    for pid in how.get("pids", []):
+        t.run(["kill", pid], check=False)
+
+
+def _irqbalance_start(t: Target, rec: dict[str, Any]) -> None:
+    if rec.get("how") == "systemd":
+        t.run(["systemctl", "start", "irqbalance"])
+    else:
+        t.run(rec.get("argv") or ["irqbalance"])
+
+
+def _set(t: Target, c: Change, extra: dict[str, Any]) -> None:
+    if c.path.startswith("ethtool:"):
+        _ethtool(t, c.path, c.after)
+        return
+    if c.path == "service:irqbalance":
+        _irqbalance_stop(t, extra)
+        return
+    t.write(c.path, c.after)
+    now = t.read(c.path)
+    if now is None or not same(_selected(c.knob, now), c.after, c.knob):
+        raise HarnessError(f"{c.knob}: {c.path} reads {now!r} after writing {c.after!r}",
+                           "the kernel did not keep the value; it may not apply to this device")
+
+
+def _selected(knob: str, text: str) -> str:
+    """THP's file lists every mode with the current one in brackets."""
+    if knob == "thp" and "[" in text:
+        return text.split("[", 1)[1].split("]", 1)[0]
+    return text
+
+
+def apply(root: HostRoot, t: Target, plan: Plan, say: Say) -> list[dict[str, Any]]:
+    """Make every change of the plan; returns the records made. On any failure, the changes made so
+    far are reverted before the error is raised (the caller holds the host lock)."""
+    made: list[dict[str, Any]] = []
+    try:
+        for c in plan.changes:
+            extra = _irqbalance_how(t) if c.path == "service:irqbalance" else {}
+            rec = journal.record(root, {"op": "tune", "target": t.spec(), "knob": c.knob, "path": c.path,
+                                        "before": c.before, "after": c.after, **extra})
+            made.append(rec)
+            _set(t, c, extra)
+            say(f"{c.knob}: {c.path} {c.before} -> {c.after}")
+    except BaseException:
+        undo(root, made, say)
+        raise
+    return made
+
+
+def undo_one(t: Target, rec: dict[str, Any]) -> None:
+    if rec["path"].startswith("ethtool:"):
+        _ethtool(t, rec["path"], rec["before"])
+    elif rec["path"] == "service:irqbalance":
+        _irqbalance_start(t, rec)
+    else:
+        t.write(rec["path"], rec["before"])
+
+
+def undo(root: HostRoot, records: list[dict[str, Any]], say: Say) -> list[str]:
+    """Put back what `records` changed, newest first, and release them; returns the problems."""
+    problems = []
+    for rec in reversed(records):
+        try:
+            t = from_spec(rec["target"], root)
+            if t is not None:
+                undo_one(t, rec)
+            say(f"reverted {rec['knob']}: {rec['path']} -> {rec['before']}"
+                + ("" if t is not None else " (the guest is gone, and its settings with it)"))
+        except HarnessError as exc:
+            problems.append(f"{rec['path']}: {exc.message}")
+    if records:
+        journal.release(root, [r["seq"] for r in records])
+    return problems
+
+
+def pending(root: HostRoot, spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Tuning records not yet reverted, oldest first (for one target, or all)."""
+    records = journal.read(root)
+    done = journal.released(records)
+    return [r for r in records if r.get("op") == "tune" and r["seq"] not in done
+            and (spec is None or r["target"] == spec)]

@@ -18,8 +18,9 @@ from vmharness.bench.server import write_file
 from vmharness.errors import HarnessError
 from vmharness.machine import Machine
 
-# $@: the wrk command. `ready PID` once the shell runs; wrk replaces it (same PID) after `go`.
-_GATE = 'echo "ready $$"; read go; exec "$@"'
+# $@: the wrk command. Open-file limit raised to the hard one (seed 004's `ulimit -n`); `ready PID`
+# once the shell runs; wrk replaces it (same PID) after `go`.
+_GATE = 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; echo "ready $$"; read go; exec "$@"'
 
 
 @dataclass

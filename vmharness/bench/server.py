@@ -43,7 +43,7 @@ def render(cfg: ServerConfig, workers: int) -> str:
     location = f"try_files /{FILE} =404;" if cfg.mode == "file" else "return 200;"
     return string.Template(TEMPLATE.read_text()).substitute(
         workers=workers, worker_connections=cfg.worker_connections, prefix=cfg.prefix, listen=cfg.listen,
-        location=location)
+        location=location, nofile=2 * cfg.worker_connections + 256)  # a client and an upstream side each
 
 
 def write_file(machine: Machine, path: str, content: str) -> None:

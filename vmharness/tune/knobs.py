@@ -10,7 +10,7 @@ from typing import Any
 from vmharness.guest.placement import parse_cpulist
 from vmharness.tune.access import Target
 from vmharness.tune.cpumask import format_mask, parse_mask
-from vmharness.tune.profile import Profile
+from vmharness.tune.profile import SEED_SYSCTLS, Profile
 
 NET = "/sys/class/net"
 NODES = "/sys/devices/system/node"
@@ -218,8 +218,10 @@ def _sysctls(t: Target, p: Profile, plan: Plan) -> None:
         wanted = str(value)
         if name in FLOORS and before is not None and before.strip().isdigit() and int(before) >= int(value):
             wanted = before.strip()
-        plan.want("sysctl", path, before, wanted, f"{name} {'at least ' if name in FLOORS else ''}{value}"
-                  + (" (seed 004)" if name != "fs.file-max" else ""))
+        source = ""
+        if SEED_SYSCTLS.get(name) == value and name != "fs.file-max":
+            source = " (seed 002)" if name == "net.ipv4.tcp_tw_reuse" else " (seed 004)"
+        plan.want("sysctl", path, before, wanted, f"{name} {'at least ' if name in FLOORS else ''}{value}{source}")
 
 
 def _cpu(t: Target, f: Facts, p: Profile, plan: Plan) -> None:

@@ -1,0 +1,90 @@
+"""The seeds profile applied for real and reverted, checking every value comes back exactly: on a
+client that is a network namespace reached over ssh, and inside a guest booted by the harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.netns_host import netns_host
+from vmharness import proc
+from vmharness.host import libvirtd
+from vmharness.machine import SSH_CONFIG_ENV
+
+pytestmark = pytest.mark.integration
+JOURNAL = Path("/run/vmharness/journal.jsonl")
+
+
+def vmh(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> proc.Result:
+    return proc.run([sys.executable, "-m", "vmharness.cli", *args], timeout=timeout, check=False, env=env)
+
+
+def round_trip(target: str, iface: list[str], read: Callable[[str], str], env: dict[str, str] | None = None,
+               ) -> dict[str, Any]:
+    """plan -> apply -> check the wanted values -> revert -> check the raw values are as before."""
+    plan_res = vmh("tune", "plan", "--target", target, *iface, "--json", env=env)
+    assert plan_res.ok, plan_res.stderr
+    plan: dict[str, Any] = json.loads(plan_res.stdout)
+    files = [c for c in plan["changes"] if not c["path"].startswith(("ethtool:", "service:"))]
+    assert files, plan
+    raw_before = {c["path"]: read(c["path"]) for c in files}
+    applied = vmh("tune", "apply", "--target", target, *iface, env=env)
+    assert applied.ok, applied.stderr + applied.stdout
+    shown = vmh("tune", "show", "--target", target, *iface, "--json", env=env)
+    assert len(json.loads(shown.stdout)["applied"]) == len(plan["changes"])
+    for c in files:
+        now = " ".join(read(c["path"]).split())
+        if c["knob"] in ("rps", "irq_affinity"):
+            assert int(now.replace(",", ""), 16) == int(c["after"].replace(",", ""), 16), c
+        elif c["knob"] == "thp":
+            assert f"[{c['after']}]" in now
+        else:
+            assert now == c["after"], c
+    reverted = vmh("tune", "revert", "--target", target, env=env)
+    assert reverted.ok, reverted.stderr + reverted.stdout
+    assert {p: read(p) for p in raw_before} == raw_before  # byte for byte, as the kernel prints them
+    assert not JOURNAL.exists()
+    return plan
+
+
+def test_seeds_on_a_namespace_client(tmp_path: Path) -> None:
+    with netns_host("tune1", 238) as host:
+        env = {**os.environ, SSH_CONFIG_ENV: str(host.ssh_config)}
+
+        def read(path: str) -> str:
+            return proc.run(host.ssh_argv(["cat", path]), timeout=30).stdout
+
+        plan = round_trip(f"client:{host.name}", ["--iface", host.interface], read, env)
+    knobs = {c["knob"] for c in plan["changes"]} | {c["knob"] for c in plan["kept"]}
+    assert {"rps", "rfs", "sysctl"} <= knobs
+    skipped = {s["knob"]: s["why"] for s in plan["skipped"]}
+    assert "host-side knob" in skipped["thp"] and "host-side knob" in skipped["ksm"]
+    assert "no MSI queue interrupts" in skipped["irq_affinity"]  # a veth has none
+
+
+@pytest.mark.vm
+def test_seeds_inside_a_guest(tmp_path: Path) -> None:
+    with libvirtd.running():
+        built = vmh("image", "build", timeout=1800)
+        assert built.ok, built.stderr
+        up = vmh("vm", "up", "--name", "itune", "--no-link")
+        assert up.ok, up.stderr
+        try:
+            def read(path: str) -> str:
+                return proc.run([sys.executable, "-m", "vmharness.cli", "vm", "exec", "itune", "--", "cat", path],
+                                timeout=60).stdout
+
+            plan = round_trip("guest:itune", [], read)
+            state = vmh("vm", "exec", "itune", "--", "systemctl", "is-active", "irqbalance").stdout.strip()
+        finally:
+            down = vmh("vm", "down", "itune")
+        assert down.ok, down.stderr
+    knobs = {c["knob"] for c in plan["changes"]}
+    assert {"irq_affinity", "sysctl", "irqbalance"} <= knobs, plan
+    assert state == "active"  # irqbalance was stopped for the run and started again by revert

@@ -202,7 +202,11 @@ def _give_back(root: HostRoot, uri: str, dom_uuid: str, overlay: str, machine: M
         return
     libvirt_conn.remove(uri, dom_uuid)
     machine.run(["rm", "-f", "--", overlay], timeout=60)
-    journal.release(root, seqs)
+    records = journal.read(root)
+    done = journal.released(records)
+    tuned = [r["seq"] for r in records if r.get("op") == "tune" and r["seq"] not in done
+             and r["target"].get("uuid") == dom_uuid]  # its settings went with it
+    journal.release(root, seqs + tuned)
 
 
 def down(root: HostRoot, guest: Guest, say: Say, grace: float = 60) -> None:

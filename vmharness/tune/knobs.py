@@ -282,6 +282,9 @@ def make(t: Target, p: Profile, ifaces: tuple[str, ...], is_host: bool) -> Plan:
 
         raise HarnessError(f"{t.label} has no interface {missing[0]}", f"its interfaces: {', '.join(t.listdir(NET))}")
     _irqbalance(t, p, plan)
+    if not ifaces and (p.irq_affinity, p.rps, p.rfs, p.coalescing) != ("keep", "keep", None, "keep"):
+        plan.skips.append(Skip("nic", "no network interface backed by a device here: no IRQ, RPS, RFS or "
+                                      "coalescing knobs (name one with --iface)"))
     _network(t, f, p, plan)
     _ethtool(t, f, p, plan)
     _sysctls(t, p, plan)

@@ -61,12 +61,20 @@ class SamplerSection:
 
 
 @dataclass(frozen=True)
+class TuningSection:
+    profile: str = "none"  # none, seeds or a profile TOML file (docs/tuning.md)
+    server_iface: tuple[str, ...] = ()  # the NICs to tune on the server; default: those backed by a device
+    client_iface: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     server: ServerSection = field(default_factory=ServerSection)
     instance: tuple[InstanceSection, ...] = (InstanceSection("baseline"),)
     client: tuple[ClientSection, ...] = (ClientSection(),)
     sweep: SweepSection = field(default_factory=SweepSection)
     samplers: SamplerSection = field(default_factory=SamplerSection)
+    tuning: TuningSection = field(default_factory=TuningSection)
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -87,6 +95,10 @@ def _value(where: str, kind: Any, value: Any) -> Any:
             raise HarnessError(f"{where} must be {kind.__name__}, not {type(value).__name__} ({value!r})",
                                "see docs/bench.md for every setting")
         return value
+    if get_origin(kind) is tuple and get_args(kind)[0] is str:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise HarnessError(f"{where} must be an array of strings", "e.g. [\"eth0\"]")
+        return tuple(value)
     if get_origin(kind) is tuple:
         item = get_args(kind)[0]
         if not isinstance(value, list | tuple) or not value:

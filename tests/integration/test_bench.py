@@ -218,3 +218,21 @@ def test_a_full_disk_stops_the_sweep_cleanly(tmp_path: Path) -> None:
         assert nginx_gone("/tmp/vmharness-nginx-baseline") and not JOURNAL.exists()
     finally:
         proc.run(["umount", str(small)], timeout=30)
+
+
+def test_tuning_is_applied_recorded_and_reverted(tmp_path: Path) -> None:
+    knob = Path("/proc/sys/net/core/somaxconn")
+    before = knob.read_text()
+    prof = tmp_path / "backlog.toml"
+    prof.write_text(f'base = "none"\n[sysctl]\n"net.core.somaxconn" = {int(before) + 1}\n')
+    text = config(18189, 'connections = "2"\niterations = 1\nduration = 1\nwarmup = 0',
+                  extra=f'[tuning]\nprofile = "{prof}"\nserver_iface = ["lo"]\n')
+    run = tmp_path / "run"
+    res = bench(tmp_path, text, "--out", str(run))
+    assert res.ok, res.stderr
+    (tuned,) = json.loads((run / "manifest.json").read_text())["tuning"]
+    assert tuned["machine"] == "local" and tuned["profile"] == "backlog"
+    assert [(c["path"], c["before"], c["after"]) for c in tuned["changes"]] == [
+        (str(knob), before.strip(), str(int(before) + 1))]
+    assert f"reverted sysctl: {knob}" in res.stderr
+    assert knob.read_text() == before and not JOURNAL.exists()

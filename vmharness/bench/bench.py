@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import __version__, config, proc
-from vmharness.bench import sweep
+from vmharness.bench import sweep, tuning
 from vmharness.bench.store import RunDir
 from vmharness.config import BenchConfig
 from vmharness.host.root import HostRoot
@@ -42,7 +42,9 @@ def reopen(path: Path) -> tuple[BenchConfig, RunDir]:
 
 def execute(cfg: BenchConfig, run: RunDir, root: HostRoot, say: Say) -> dict[str, Any]:
     """Run the sweep (the caller holds the host lock: servers are journaled)."""
-    tally = sweep.Sweep(cfg, run, root, say).execute()
+    with tuning.tuned(cfg, root, say) as tuned:
+        run.update_manifest(tuning=tuned)
+        tally = sweep.Sweep(cfg, run, root, say).execute()
     run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=tally)
     return summary(run)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__, cli_bench, cli_guest, cli_tune
+from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_tune
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -232,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_guest.register(subs, _add)
     cli_bench.register(subs, _add)
     cli_tune.register(subs, _add)
+    cli_report.register(subs, _add)
     return parser
 
 
@@ -263,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ def _say(line: str) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from vmharness import config, table
+    from vmharness import config
+    from vmharness.analysis import report, saturation
     from vmharness.bench import bench
     from vmharness.host import journal
 
@@ -32,18 +33,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             run = bench.new_run(cfg, Path(args.out) if args.out else bench.default_run_dir())
         _say(f"run directory: {run.path}")
-        result = bench.execute(cfg, run, root, _say)
+        tally = bench.execute(cfg, run, root, _say)
+    analysis = saturation.analyse(run)
     if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print(json.dumps({"run_dir": str(run.path), **report.to_json(analysis)}, indent=2, sort_keys=True))
     else:
-        rows = [[r["instance"], str(r["connections"]), str(r["iterations"]), f"{r['requests_per_s_mean']:,.0f}",
-                 f"{r['requests_per_s_stdev']:,.0f}", f"{r['p99_us_mean']:,.0f}", str(r["errors"]),
-                 "-" if r["server_busy_percent"] is None else f"{r['server_busy_percent']:.0f}%"]
-                for r in result["rows"]]
-        print("\n".join(table.render(["INSTANCE", "CONNS", "N", "REQ/S", "STDEV", "P99 US", "ERRORS", "SERVER CPU"],
-                                     rows)))
-        print(f"records: {run.path}/records.jsonl; failed points: {result['failed_points']}")
-    return 1 if result["failed_points"] else 0
+        print(report.text(analysis))
+        print(f"\nrecords: {run.path}/records.jsonl; failed points: {tally['failed']}")
+    return 1 if tally["failed"] else 0
 
 
 def register(subs: Any, add: Any) -> None:

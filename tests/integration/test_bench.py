@@ -83,6 +83,10 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
     assert manifest["harness"]["git"]
     assert nginx_gone("/tmp/vmharness-nginx-tmpl") and nginx_gone("/tmp/vmharness-nginx-own")
     assert not JOURNAL.exists()
+    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run)], timeout=60, check=False)
+    assert rep.returncode == 0, rep.stderr
+    assert "WARNING: the server and a client share a machine" in rep.stdout
+    assert "baseline tmpl: saturation point " in rep.stdout and "own vs tmpl at " in rep.stdout
 
 
 @pytest.fixture()

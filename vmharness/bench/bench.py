@@ -3,11 +3,9 @@ reachable over ssh) from a configuration, into a new run directory or continuing
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from vmharness import __version__, config, proc
 from vmharness.bench import sweep, tuning
@@ -40,39 +38,10 @@ def reopen(path: Path) -> tuple[BenchConfig, RunDir]:
     return config.validate(config.from_json(run.manifest["config"])), run
 
 
-def execute(cfg: BenchConfig, run: RunDir, root: HostRoot, say: Say) -> dict[str, Any]:
-    """Run the sweep (the caller holds the host lock: servers are journaled)."""
+def execute(cfg: BenchConfig, run: RunDir, root: HostRoot, say: Say) -> dict[str, int]:
+    """Run the sweep (the caller holds the host lock: servers are journaled); returns the tally."""
     with tuning.tuned(cfg, root, say) as tuned:
         run.update_manifest(tuning=tuned)
         tally = sweep.Sweep(cfg, run, root, say).execute()
     run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=tally)
-    return summary(run)
-
-
-def summary(run: RunDir) -> dict[str, Any]:
-    """Per instance and connection count: mean requests/s over the iterations that succeeded, errors,
-    and the server machine's busy CPU share."""
-    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    failed = 0
-    for r in run.records():
-        if r.get("kind") != "measurement":
-            continue
-        if not r.get("ok"):
-            failed += 1
-            continue
-        cells.setdefault((r["instance"], r["connections"]), []).append(r)
-    server = run.manifest.get("machines", {}).get("server", {}).get("machine")
-    rows = []
-    for (inst, conns), recs in sorted(cells.items()):
-        rps = [r["client"]["requests_per_s"] for r in recs]
-        busy = [r["samples"].get(server, {}).get("cpu", {}).get("cpu", {}).get("busy") for r in recs]
-        busy_known = [b for b in busy if b is not None]
-        rows.append({
-            "instance": inst, "connections": conns, "iterations": len(recs),
-            "requests_per_s_mean": statistics.fmean(rps),
-            "requests_per_s_stdev": statistics.stdev(rps) if len(rps) > 1 else 0.0,
-            "errors": sum(r["client"]["errors"]["total"] for r in recs),
-            "p99_us_mean": statistics.fmean(r["client"]["latency_us"]["percentiles"]["99"] for r in recs),
-            "server_busy_percent": statistics.fmean(busy_known) if busy_known else None,
-        })
-    return {"run_dir": str(run.path), "rows": rows, "failed_points": failed}
+    return tally

@@ -1,0 +1,90 @@
+"""The statistics and the saturation analysis, on run directories written with known numbers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from vmharness.analysis import report, saturation, stats
+from vmharness.bench.store import RunDir
+
+
+@pytest.mark.parametrize(("df", "expected"), [(1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)])
+def test_t_quantiles_match_the_tables(df: int, expected: float) -> None:
+    assert stats.t_quantile(0.975, df) == pytest.approx(expected, abs=5e-4)
+
+
+def test_intervals() -> None:
+    iv = stats.mean_interval([100.0, 110.0, 105.0])
+    assert iv.mean == 105.0 and iv.low == pytest.approx(105 - 4.303 * 5 / math.sqrt(3), abs=1e-2)
+    assert math.isinf(stats.mean_interval([7.0]).low)
+    change = stats.change_interval([100.0, 110.0, 105.0], [90.0, 95.0, 92.0])
+    assert change.mean == pytest.approx((277 / 3 - 105) / 105) and change.high < 0 < change.high - change.low
+
+
+def _record(run: RunDir, instance: str, conns: int, it: int, rps: float, p99: float, server: float,
+            client: float | None = None, errors: int = 0) -> None:
+    samples = {"srv": {"cpu": {"cpu": {"busy": server}}}}
+    if client is not None:
+        samples["cli"] = {"cpu": {"cpu": {"busy": client}}}
+    run.append({"kind": "measurement", "key": f"{instance}/{conns}/{it}", "ok": True, "instance": instance,
+                "connections": conns, "iteration": it,
+                "client": {"requests_per_s": rps, "requests": int(rps * 10), "errors": {"total": errors},
+                           "latency_us": {"percentiles": {"50": p99 / 4, "90": p99 / 2, "99": p99, "99.9": p99 * 2}}},
+                "samples": samples})
+
+
+def _run(tmp_path: Path, points: dict[tuple[str, int], list[tuple[float, float, float]]],
+         client: float | None = None, errors: int = 0) -> RunDir:
+    run = RunDir.create(tmp_path / "run", {
+        "config": {"instance": [{"name": "base"}, {"name": "mitig"}], "server": {"workers": 0}},
+        "machines": {"server": {"machine": "srv"}, "clients": [{"machine": "cli"}]}})
+    for (inst, conns), its in points.items():
+        for i, (rps, p99, busy) in enumerate(its):
+            _record(run, inst, conns, i, rps, p99, busy, client, errors)
+    return run
+
+
+def test_peak_overhead_and_a_clean_bill(tmp_path: Path) -> None:
+    run = _run(tmp_path, {
+        ("base", 64): [(500.0, 100, 95), (505.0, 100, 95), (495.0, 100, 95)],
+        ("base", 128): [(1000.0, 200, 99), (1010.0, 210, 99), (990.0, 190, 99)],
+        ("base", 256): [(800.0, 400, 99), (810.0, 410, 99), (790.0, 390, 99)],
+        ("mitig", 128): [(820.0, 260, 99), (830.0, 250, 99), (810.0, 270, 99)],
+    })
+    a = saturation.analyse(run)
+    assert (a.baseline, a.peak, a.plausible_peaks, a.flags) == ("base", 128, [], [])
+    tp = a.changes["mitig"]["throughput"]
+    assert tp.mean == pytest.approx(-0.18) and tp.high < 0
+    assert a.changes["mitig"]["p99"].mean == pytest.approx(0.30)
+    text = report.text(a)
+    assert text.startswith("baseline base: saturation point 128 connections, 1,000 requests/s")
+    assert "mitig vs base at 128 connections: throughput -18.0% [" in text
+    assert report.to_csv(a).splitlines()[0].startswith("instance,connections,iterations,requests_per_s")
+    assert report.to_json(a)["peak_connections"] == 128
+    assert "| mitig | -18.0% [" in report.markdown(a)
+
+
+def test_warnings_come_first(tmp_path: Path) -> None:
+    run = _run(tmp_path, {
+        ("base", 64): [(500.0, 100, 40), (900.0, 100, 40)],
+        ("base", 128): [(700.0, 100, 45), (720.0, 100, 45)],
+    }, client=97.0, errors=300)
+    a = saturation.analyse(run)
+    joined = "\n".join(a.flags)
+    assert "not saturated: the server was 45% busy" in joined
+    assert "client-bound: a client was 97% busy" in joined
+    assert "peaks at the largest count (128)" in joined
+    assert "the peak is not distinct: 64 connections" in joined
+    assert "errors: base at 64 connections had 4.3% errors" in joined
+    assert report.text(a).startswith("WARNING: not saturated")
+
+
+def test_no_measurement_is_said(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path / "run", {})
+    run.append({"kind": "measurement", "key": "base/8/0", "ok": False})
+    a = saturation.analyse(run)
+    assert a.peak is None and a.flags[0] == "no successful measurement in this run"
+    assert "1 points failed" in a.flags[1]

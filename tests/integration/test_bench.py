@@ -87,6 +87,22 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     assert "WARNING: the server and a client share a machine" in rep.stdout
     assert "baseline tmpl: saturation point " in rep.stdout and "own vs tmpl at " in rep.stdout
+    _page_renders(run, tmp_path)
+
+
+def _page_renders(run: Path, tmp_path: Path) -> None:
+    """The HTML page, opened by headless Chromium: a screenshot that is not blank."""
+    import matplotlib.image
+
+    out = tmp_path / "report"
+    res = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--out", str(out)], timeout=120,
+                   check=False)
+    assert res.returncode == 0, res.stderr
+    shot = tmp_path / "page.png"
+    proc.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              "--window-size=1000,1600", f"--screenshot={shot}", (out / "report.html").as_uri()], timeout=120)
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.shape[:2] == (1600, 1000) and pixels.std() > 0.05  # text and figures, not an empty page
 
 
 @pytest.fixture()

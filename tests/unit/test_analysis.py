@@ -88,3 +88,20 @@ def test_no_measurement_is_said(tmp_path: Path) -> None:
     a = saturation.analyse(run)
     assert a.peak is None and a.flags[0] == "no successful measurement in this run"
     assert "1 points failed" in a.flags[1]
+
+
+def test_every_form_is_written(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    run = _run(tmp_path, {("base", 64): [(500.0, 100, 95), (520.0, 110, 95)],
+                          ("base", 128): [(900.0, 200, 99), (950.0, 210, 99)],
+                          ("mitig", 128): [(800.0, 260, 99), (810.0, 250, 99)]})
+    out = tmp_path / "out"
+    written = report.publish(saturation.analyse(run), out, title="t <&> run")
+    assert {p.name for p in written} == {"report.txt", "report.md", "report.csv", "report.json", "throughput.png",
+                                         "throughput.svg", "latency.png", "latency.svg", "report.html"}
+    assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ET.parse(out / "latency.svg").getroot().tag.endswith("svg")
+    page = (out / "report.html").read_text()
+    assert "<title>t &lt;&amp;&gt; run</title>" in page and page.count("<svg") == 2
+    assert "saturation point 128 connections" in page

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import statistics
+from pathlib import Path
 from typing import Any
 
 from vmharness import table
@@ -99,3 +101,18 @@ def to_csv(a: Analysis) -> str:
         writer.writeheader()
         writer.writerows(rows)
     return buf.getvalue()
+
+
+def publish(a: Analysis, out: Path, title: str) -> list[Path]:
+    """Every form of the report in `out`: text, Markdown, CSV, JSON, the figures, one HTML page."""
+    from vmharness.analysis import page, plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in (("report.txt", text(a) + "\n"), ("report.md", markdown(a)), ("report.csv", to_csv(a)),
+                          ("report.json", json.dumps(to_json(a), indent=2, sort_keys=True) + "\n")):
+        (out / name).write_text(content)
+        written.append(out / name)
+    figures = plots.throughput(a, out) + (plots.latency(a, out) if a.peak is not None else [])
+    (out / "report.html").write_text(page.render(a, title, figures))
+    return [*written, *figures, out / "report.html"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +89,11 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
     assert "WARNING: the server and a client share a machine" in rep.stdout
     assert "baseline tmpl: saturation point " in rep.stdout and "own vs tmpl at " in rep.stdout
     _page_renders(run, tmp_path)
+    again = tmp_path / "again"
+    shutil.copytree(run, again)
+    cmp = proc.run([sys.executable, "-m", "vmharness.cli", "compare", str(run), str(again)], timeout=60, check=False)
+    assert cmp.returncode == 0, cmp.stderr
+    assert "again/tmpl vs run/tmpl at " in cmp.stdout and "throughput +0.0%" in cmp.stdout
 
 
 def _page_renders(run: Path, tmp_path: Path) -> None:

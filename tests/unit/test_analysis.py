@@ -9,6 +9,7 @@ import pytest
 
 from vmharness.analysis import report, saturation, stats
 from vmharness.bench.store import RunDir
+from vmharness.errors import HarnessError
 
 
 @pytest.mark.parametrize(("df", "expected"), [(1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)])
@@ -105,3 +106,21 @@ def test_every_form_is_written(tmp_path: Path) -> None:
     page = (out / "report.html").read_text()
     assert "<title>t &lt;&amp;&gt; run</title>" in page and page.count("<svg") == 2
     assert "saturation point 128 connections" in page
+
+
+def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
+    def one(name: str, rps: float, p99: float) -> RunDir:
+        run = RunDir.create(tmp_path / name, {"config": {"instance": [{"name": "nginx"}]},
+                                              "machines": {"server": {"machine": "srv"}, "clients": []}})
+        for c, scale in ((64, 0.6), (128, 1.0), (256, 0.9)):
+            for i, jitter in enumerate((-5.0, 0.0, 5.0)):
+                _record(run, "nginx", c, i, rps * scale + jitter, p99 * scale, 99)
+        return run
+
+    a = saturation.compare([one("kernel-old", 1000, 200), one("kernel-new", 900, 240)])
+    assert (a.baseline, a.peak) == ("kernel-old/nginx", 128)
+    assert a.changes["kernel-new/nginx"]["throughput"].mean == pytest.approx(-0.10)
+    assert a.changes["kernel-new/nginx"]["p99"].mean == pytest.approx(0.20)
+    assert "kernel-new/nginx vs kernel-old/nginx at 128 connections: throughput -10.0% [" in report.text(a)
+    with pytest.raises(HarnessError, match="two runs are both named kernel-old"):
+        saturation.compare([RunDir.open(tmp_path / "kernel-old"), RunDir.open(tmp_path / "kernel-old")])

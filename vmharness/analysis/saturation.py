@@ -10,6 +10,7 @@ from typing import Any
 
 from vmharness.analysis.stats import Interval, change_interval, mean_interval
 from vmharness.bench.store import RunDir
+from vmharness.errors import HarnessError
 
 LEVEL = 0.95
 SATURATED = 90.0  # % busy
@@ -87,14 +88,40 @@ class Analysis:
 
 def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     table, failed = cells(run)
+    names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(table)
+    return analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest])
+
+
+def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
+    """Several runs as one: each instance named RUN/INSTANCE; the baseline is the first run's first
+    instance unless named. Points are compared only at equal connection counts."""
+    table: dict[str, dict[int, Cell]] = {}
+    failed = 0
+    first = None
+    for run in runs:
+        cells_of, lost = cells(run)
+        failed += lost
+        names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(cells_of)
+        for name in names:
+            if name in cells_of:
+                key = f"{run.path.name}/{name}"
+                if key in table:
+                    raise HarnessError(f"two runs are both named {run.path.name}", "compare runs in folders of "
+                                       "different names")
+                table[key] = cells_of[name]
+                first = first or key
+    return analyse_table(table, failed, baseline or first, [r.manifest for r in runs])
+
+
+def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str | None,
+                  manifests: list[dict[str, Any]]) -> Analysis:
     flags: list[str] = []
     if failed:
         flags.append(f"{failed} points failed after their retries: see records.jsonl")
     if not table:
         return Analysis(baseline or "?", None, None, [], {}, ["no successful measurement in this run", *flags],
                         table, failed)
-    names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(table)
-    base = baseline or names[0]
+    base = baseline or sorted(table)[0]
     if base not in table:
         return Analysis(base, None, None, [], {}, [f"the baseline {base!r} has no successful measurement", *flags],
                         table, failed)
@@ -102,7 +129,7 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     peak = max(curve, key=lambda c: curve[c].mean)
     plausible = sorted(c for c, iv in curve.items() if c != peak and iv.high >= curve[peak].low)
     cell = table[base][peak]
-    _flags(run, base, peak, cell, curve, plausible, table, flags)
+    _flags(manifests, peak, cell, curve, plausible, table, flags)
     changes: dict[str, dict[str, Interval]] = {}
     for name, by_count in table.items():
         if name == base or peak not in by_count:
@@ -114,8 +141,8 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed)
 
 
-def _flags(run: RunDir, base: str, peak: int, cell: Cell, curve: dict[int, Interval], plausible: list[int],
-           table: dict[str, dict[int, Cell]], flags: list[str]) -> None:
+def _flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[int, Interval],
+           plausible: list[int], table: dict[str, dict[int, Cell]], flags: list[str]) -> None:
     machine_busy = statistics.fmean(cell.server_busy) if cell.server_busy else None
     worker_busy = statistics.fmean(cell.worker_busy) if cell.worker_busy else None
     known = [b for b in (machine_busy, worker_busy) if b is not None]
@@ -126,10 +153,12 @@ def _flags(run: RunDir, base: str, peak: int, cell: Cell, curve: dict[int, Inter
     if cell.client_busy and statistics.fmean(cell.client_busy) >= SATURATED and (server_busy or 0) < SATURATED:
         flags.append(f"client-bound: a client was {statistics.fmean(cell.client_busy):.0f}% busy at the peak while "
                      "the server was not; this measures the client (seed 003)")
-    machines = run.manifest.get("machines", {})
-    server = machines.get("server", {}).get("machine")
-    if server in [c.get("machine") for c in machines.get("clients", [])]:
-        flags.append("the server and a client share a machine: their CPU use cannot be told apart")
+    for manifest in manifests:
+        machines = manifest.get("machines", {})
+        server = machines.get("server", {}).get("machine")
+        if server in [c.get("machine") for c in machines.get("clients", [])]:
+            flags.append("the server and a client share a machine: their CPU use cannot be told apart")
+            break
     if peak == max(curve):
         flags.append(f"the throughput peaks at the largest count ({peak}): it may still rise; extend the sweep")
     if plausible:
@@ -143,6 +172,5 @@ def _flags(run: RunDir, base: str, peak: int, cell: Cell, curve: dict[int, Inter
             if c.requests and c.errors / c.requests > ERROR_SHARE:
                 flags.append(f"errors: {name} at {count} connections had {c.errors / c.requests:.1%} errors "
                              "or non-2xx responses")
-    kvm = run.manifest.get("guest", {}).get("kvm")
-    if kvm is False:
+    if any(m.get("guest", {}).get("kvm") is False for m in manifests):
         flags.append("no KVM: the guest ran under TCG; these are not hardware numbers")

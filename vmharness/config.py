@@ -53,6 +53,8 @@ class SweepSection:
     restart_server_between_runs: bool = False
     interleave: str = "point"  # point: every instance at each point; iteration: a whole sweep each
     rate: int = 0  # requests/s for wrk2's fixed-rate mode (client.wrk must be wrk2); 0: wrk's closed loop
+    until_ci: float = 0.0  # > 0: more iterations until each point's 95% interval is within ± this share
+    max_iterations: int = 10  # ... but never more than this many
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,8 @@ def validate(cfg: BenchConfig) -> BenchConfig:
          "sweep.duration and sweep.timeout must be positive; wait, warmup and margin not negative"),
         (s.retries >= 0, "sweep.retries must not be negative"),
         (s.rate >= 0, "sweep.rate must not be negative"),
+        (0 <= s.until_ci < 1, "sweep.until_ci is a share of the mean between 0 and 1, e.g. 0.05"),
+        (s.max_iterations >= s.iterations, "sweep.max_iterations must be at least sweep.iterations"),
         (s.interleave in ("point", "iteration"), "sweep.interleave must be point or iteration"),
         (cfg.samplers.interval > 0, "samplers.interval must be positive"),
         (cfg.server.mode in ("file", "return"), "server.mode must be file or return"),

@@ -262,3 +262,14 @@ def test_tuning_is_applied_recorded_and_reverted(tmp_path: Path) -> None:
         (str(knob), before.strip(), str(int(before) + 1))]
     assert f"reverted sysctl: {knob}" in res.stderr
     assert knob.read_text() == before and not JOURNAL.exists()
+
+
+def test_iterations_are_added_until_the_interval_is_narrow(tmp_path: Path) -> None:
+    """An unreachable target (±0.01%) and a cap of 3: one planned iteration, then two more."""
+    text = config(18190, 'connections = "2"\niterations = 1\nduration = 1\nwait = 0\nwarmup = 0\n'
+                  "until_ci = 0.0001\nmax_iterations = 3")
+    run = tmp_path / "run"
+    res = bench(tmp_path, text, "--out", str(run))
+    assert res.ok, res.stderr
+    assert [r["key"] for r in measurements(run)] == ["baseline/2/0", "baseline/2/1", "baseline/2/2"]
+    assert "not yet within ±0.01%: more iterations" in res.stderr

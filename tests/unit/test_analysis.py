@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.analysis import report, saturation, stats
+from vmharness import stats
+from vmharness.analysis import report, saturation
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 

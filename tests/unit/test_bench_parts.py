@@ -12,6 +12,7 @@ from vmharness import config
 from vmharness.bench import clients, connections, sampler, sweep, wrk
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
+from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -164,3 +165,22 @@ def test_run_directory_keeps_records_and_skips_a_torn_line(tmp_path: Path) -> No
         RunDir.create(run.path, {})
     with pytest.raises(HarnessError, match="is not a run directory"):
         RunDir.open(tmp_path)
+
+
+def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
+    cfg = config.from_json({"instance": [{"name": "a"}],
+                            "sweep": {"connections": "8,16", "iterations": 2, "until_ci": 0.05, "max_iterations": 4}})
+    run = RunDir.create(tmp_path / "r", {})
+    s = sweep.Sweep(cfg, run, HostRoot(tmp_path), lambda _l: None)
+    assert [p.key for p in s.unsettled()] == ["a/8/0", "a/16/0"]  # nothing measured yet
+    for conns, values in ((8, [1000.0, 1001.0]), (16, [1000.0, 1500.0])):
+        for i, v in enumerate(values):
+            run.append({"kind": "measurement", "key": f"a/{conns}/{i}", "ok": True, "instance": "a",
+                        "connections": conns, "iteration": i, "client": {"requests_per_s": v}})
+    assert [p.key for p in s.unsettled()] == ["a/16/2"]  # 8 is narrow; 16 is not
+    for i in (2, 3):
+        run.append({"kind": "measurement", "key": f"a/16/{i}", "ok": i == 2, "instance": "a", "connections": 16,
+                    "iteration": i, "client": {"requests_per_s": 1200.0}})
+    assert s.unsettled() == []  # 16 reached max_iterations (the failed attempt counts)
+    with pytest.raises(HarnessError, match="max_iterations must be at least"):
+        config.validate(config.from_json({"sweep": {"iterations": 5, "max_iterations": 3}}))

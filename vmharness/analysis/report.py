@@ -13,7 +13,7 @@ from typing import Any
 
 from vmharness import table
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis
-from vmharness.analysis.stats import Interval
+from vmharness.stats import Interval
 
 
 def _pct(iv: Interval) -> str:

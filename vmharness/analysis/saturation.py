@@ -8,9 +8,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from vmharness.analysis.stats import Interval, change_interval, mean_interval
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
+from vmharness.stats import Interval, change_interval, mean_interval
 
 LEVEL = 0.95
 SATURATED = 90.0  # % busy

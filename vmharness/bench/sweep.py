@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import proc
+from vmharness import proc, stats
 from vmharness.bench import clients as clients_mod
 from vmharness.bench import sampler, server
 from vmharness.bench.store import RunDir
@@ -177,11 +177,46 @@ class Sweep:
         if mine:
             journal.release(self.root, [r["seq"] for r in mine])
 
+    def _one(self, samplers: Samplers, point: Point, label: str) -> bool:
+        srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
+        self._warm_up(samplers)
+        result = self._measure(samplers, point, srv)
+        self.run.append({"kind": "measurement", "key": point.key, "instance": point.instance,
+                         "connections": point.connections, "iteration": point.iteration, **result})
+        rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
+        self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}: {rps}")
+        time.sleep(self.cfg.sweep.wait)
+        return bool(result["ok"])
+
+    def unsettled(self) -> list[Point]:
+        """With sweep.until_ci: the next iteration of every point whose 95% t-interval is still wider
+        than ± until_ci of its mean (PTS's way), until max_iterations."""
+        s = self.cfg.sweep
+        if s.until_ci <= 0:
+            return []
+        rps: dict[tuple[str, int], list[float]] = {}
+        tried: dict[tuple[str, int], int] = {}
+        for r in self.run.records():
+            if r.get("kind") == "measurement":
+                cell = (r["instance"], r["connections"])
+                tried[cell] = max(tried.get(cell, 0), r["iteration"] + 1)
+                if r.get("ok"):
+                    rps.setdefault(cell, []).append(float(r["client"]["requests_per_s"]))
+        out = []
+        for c in self.cfg.counts:
+            for inst in (i.name for i in self.cfg.instance):
+                values, done = rps.get((inst, c), []), tried.get((inst, c), 0)
+                if done >= s.max_iterations:
+                    continue
+                if len(values) < 2 or stats.mean_interval(values).relative_half > s.until_ci:
+                    out.append(Point(done, c, inst))
+        return out
+
     def execute(self) -> dict[str, int]:
         """Measure every point not yet in the run directory; returns counts of ok and failed points."""
         self._reclaim()
         done = self.run.completed()
-        todo = [p for p in points(self.cfg) if p.key not in done]
+        todo = [p for p in points(self.cfg) if p.key not in done] or self.unsettled()
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         for c in self.clients:
             c.prepare(self.cfg.sweep.rate)
@@ -189,16 +224,12 @@ class Sweep:
         tally = {"ok": 0, "failed": 0}
         try:
             samplers.start([self.server_machine, *(c.machine for c in self.clients)])
-            for n, point in enumerate(todo, 1):
-                srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
-                self._warm_up(samplers)
-                result = self._measure(samplers, point, srv)
-                self.run.append({"kind": "measurement", "key": point.key, "instance": point.instance,
-                                 "connections": point.connections, "iteration": point.iteration, **result})
-                tally["ok" if result["ok"] else "failed"] += 1
-                rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
-                self.say(f"[{n}/{len(todo)}] {point.instance} c={point.connections} it={point.iteration}: {rps}")
-                time.sleep(self.cfg.sweep.wait)
+            while todo:
+                for n, point in enumerate(todo, 1):
+                    tally["ok" if self._one(samplers, point, f"[{n}/{len(todo)}]") else "failed"] += 1
+                todo = self.unsettled()
+                if todo:
+                    self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
         finally:
             self.stop_server()
             samplers.stop()

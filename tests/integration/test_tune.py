@@ -53,6 +53,10 @@ def round_trip(target: str, iface: list[str], read: Callable[[str], str], env: d
             assert now == c["after"], c
     reverted = vmh("tune", "revert", "--target", target, env=env)
     assert reverted.ok, reverted.stderr + reverted.stdout
+    if any(c["path"] == "service:irqbalance" for c in plan["changes"]):
+        # revert starts irqbalance again last, and it moves the interrupts at once: they are its again
+        raw_before = {p: v for p, v in raw_before.items() if not p.startswith("/proc/irq/")}
+        tuned = [c for c in tuned if not c["path"].startswith("/proc/irq/")]
     assert {p: read(p) for p in raw_before} == raw_before  # byte for byte, as the kernel prints them
     for c in tuned:
         if c["path"] not in raw_before:

@@ -5,12 +5,12 @@ is an error naming `table.key`."""
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from vmharness import tomlfile
 from vmharness.bench import connections as conn_spec
 from vmharness.errors import HarnessError
 
@@ -164,12 +164,7 @@ def load(path: Path | None) -> BenchConfig:
     """The configuration in `path` (None: every default: nginx and wrk on this machine)."""
     if path is None:
         return validate(BenchConfig())
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise HarnessError(f"no configuration file {path}", "pass the path of a TOML file") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}: {exc}", "fix the TOML syntax") from exc
+    data = tomlfile.read(path, HarnessError(f"no configuration file {path}", "pass the path of a TOML file"))
     return validate(_table("config", BenchConfig, data))
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import libvirt
 import libvirt_qemu
 
+from vmharness import proc
 from vmharness.errors import HarnessError
 
 # Bytes per guest-file-write. Measured with libvirt 9.0 and qemu-ga 7.2: 128 KiB (175 KB of base64)
@@ -51,20 +51,7 @@ def ping(dom: libvirt.virDomain, timeout: int = 3) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Exec:
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-
-def run(dom: libvirt.virDomain, argv: list[str], timeout: float = 60, input: bytes | None = None) -> Exec:
+def run(dom: libvirt.virDomain, argv: list[str], timeout: float = 60, input: bytes | None = None) -> proc.Result:
     """Run argv in the guest (no shell), wait for it, return its exit status and output."""
     if not argv:
         raise HarnessError("no command to run in the guest", "put the command after --, e.g. -- uname -r")
@@ -89,8 +76,7 @@ def run(dom: libvirt.virDomain, argv: list[str], timeout: float = 60, input: byt
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
     code = status.get("exitcode", 128 + status.get("signal", 0))
-    return Exec(tuple(argv), code, _decoded(status.get("out-data")), _decoded(status.get("err-data")),
-                round(time.monotonic() - started, 3))
+    return proc.Result(tuple(argv), code, _decoded(status.get("out-data")), _decoded(status.get("err-data")))
 
 
 def _decoded(data: str | None) -> str:

@@ -14,13 +14,12 @@ import os
 import re
 import shutil
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import proc
+from vmharness import proc, tomlfile
 from vmharness.errors import HarnessError
 from vmharness.guest import kernelfile
 
@@ -150,12 +149,8 @@ def host_mirror(suite: str, sources: Path = Path("/etc/apt")) -> str:
 
 def load_recipe(folder: Path = RECIPE_DIR, kernel: KernelInput | None = None) -> Recipe:
     path = folder / "recipe.toml"
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise HarnessError(f"no image recipe at {path}", "pass --recipe DIR, a folder with recipe.toml") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}: {exc}", "fix the TOML syntax") from exc
+    data = tomlfile.read(path, HarnessError(f"no image recipe at {path}",
+                                            "pass --recipe DIR, a folder with recipe.toml"))
     want = {"suite": str, "mirror": str, "variant": str, "packages": list, "cmdline": str, "free_mib": int}
     for name, kind in want.items():
         if not isinstance(data.get(name), kind):

@@ -111,10 +111,9 @@ def guest_target(uri: str, uuid: str, name: str) -> ShellTarget:
             dom = libvirt_conn.lookup(conn, uuid)
             if dom is None or not dom.isActive():
                 raise HarnessError(f"guest {name} is not running", "start it: vmharness vm up")
-            res = agent.run(dom, argv, timeout=60)
+            result = agent.run(dom, argv, timeout=60)
         finally:
             conn.close()
-        result = proc.Result(tuple(argv), res.returncode, res.stdout, res.stderr)
         if check and not result.ok:
             raise result.failure(f"in guest {name}: ")
         return result

@@ -4,11 +4,11 @@ for `run`), or a TOML file that starts from one of them (`base = "seeds"`) and o
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vmharness import tomlfile
 from vmharness.errors import HarnessError
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -87,12 +87,8 @@ def load(name_or_path: str) -> Profile:
     if name_or_path in BUILTIN:
         return BUILTIN[name_or_path]
     path = Path(name_or_path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise HarnessError(f"no profile {name_or_path!r}", "use none, seeds, or the path of a TOML file") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}: {exc}", "fix the TOML syntax") from exc
+    data = tomlfile.read(path, HarnessError(f"no profile {name_or_path!r}",
+                                            "use none, seeds, or the path of a TOML file"))
     base = BUILTIN.get(data.pop("base", "none"))
     if base is None:
         raise HarnessError(f"{path}: base must be none or seeds", 'e.g. base = "seeds"')

@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox
                 mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client \
                 ethtool chromium
 
-.PHONY: deps venv test unit lint bench clean
+.PHONY: deps venv test unit lint bench demo clean
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -31,6 +31,12 @@ test: deps venv
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/test_lint.py
+
+# The built-in experiment (vmharness run with no configuration): guests with mitigations=off and
+# mitigations=auto under libvirt (started for the run if none answers), nginx in them loaded by wrk
+# here, and the report; it prints where the report is.
+demo: deps venv
+	$(PY) -m vmharness.host.libvirtd $(VENV)/bin/vmharness run
 
 # Figures, not pass/fail: the fixed costs of a guest's life (libvirtd is started if none answers), and
 # how closely `bench` reproduces plain wrk, with what its samplers cost.

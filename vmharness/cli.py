@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_tune
+from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -232,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", help="print the files' contents (the only mode)")
     cli_guest.register(subs, _add)
     cli_bench.register(subs, _add)
+    cli_run.register(subs, _add)
     cli_tune.register(subs, _add)
     cli_report.register(subs, _add)
     return parser

@@ -20,6 +20,9 @@ SSH_CONFIG_ENV = "VMHARNESS_SSH_CONFIG"  # an ssh config file to use instead of 
 @dataclass(frozen=True)
 class Machine:
     ssh: str | None = None  # an ssh destination ([user@]host or a Host from ~/.ssh/config); None: here
+    options: tuple[str, ...] = ()  # more ssh options (a guest's key, say)
+    name: str | None = None  # its name in records and file names, if not the ssh destination
+    guest: bool = False  # a guest the harness booted: what runs in it ends with its domain
 
     @property
     def local(self) -> bool:
@@ -27,12 +30,12 @@ class Machine:
 
     @property
     def label(self) -> str:
-        return self.ssh or "this machine"
+        return self.name or self.ssh or "this machine"
 
     @property
     def key(self) -> str:
-        """A short name for files and records: the ssh destination, or `local`."""
-        return self.ssh or "local"
+        """A short name for files and records: its name, the ssh destination, or `local`."""
+        return self.name or self.ssh or "local"
 
     def argv(self, argv: Sequence[str | Path]) -> list[str]:
         """The command line that runs argv on this machine; $VMHARNESS_SSH_CONFIG is ssh's -F."""
@@ -40,8 +43,8 @@ class Machine:
         if self.ssh is None:
             return args
         config = os.environ.get(SSH_CONFIG_ENV)
-        extra = ["-F", config] if config else []
-        return ["ssh", *extra, *SSH_OPTIONS, self.ssh, "--", shlex.join(args)]
+        extra = ["-F", config] if config and "-F" not in self.options else []
+        return ["ssh", *extra, *SSH_OPTIONS, *self.options, self.ssh, "--", shlex.join(args)]
 
     def run(self, argv: Sequence[str | Path], *, timeout: float, check: bool = True,
             input: str | None = None) -> proc.Result:

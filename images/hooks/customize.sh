@@ -9,6 +9,8 @@
 set -eu
 root="$1"
 cp -a "$VMH_OVERLAY/." "$root/"
+# The overlay's initramfs configuration (virtio and ext4 only) for the distribution's kernel.
+chroot "$root" update-initramfs -u -k all >/dev/null
 
 # The harness drives the guest through the agent; nothing needs a password. sshd gets host keys
 # at first boot from its own unit (regenerated per image, never shipped).

@@ -39,6 +39,16 @@ mkdir -p /host/dev/pts /host/dev/shm /host/dev/hugepages
 must mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /host/dev/pts
 must mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
 must mount -t hugetlbfs hugetlbfs /host/dev/hugepages
+# /etc and /var writable in L1 (libvirtd and the harness's guests write there: domain definitions,
+# QEMU's state and logs, overlays), each an overlay whose upper half is L1's tmpfs: L0's trees are
+# its lower half, and nothing written reaches L0.
+for d in etc var; do
+    must mkdir -p "/run/$d-overlay"
+    must mount -t tmpfs -o mode=755 tmpfs "/run/$d-overlay"
+    must mkdir -p "/run/$d-overlay/upper" "/run/$d-overlay/work"
+    must mount -t overlay -o "lowerdir=/host/$d,upperdir=/run/$d-overlay/upper,workdir=/run/$d-overlay/work" \
+        overlay "/host/$d"
+done
 # The tmpfs mounts below would hide the repository or the cache if L0 keeps them under
 # /tmp, /run or /var/tmp (a CI clone may): bind each rig_keep path aside first, and back
 # in place wherever a tmpfs covered it.

@@ -86,10 +86,17 @@ class Analysis:
     failed: int
 
 
+def session_failures(run: RunDir, prefix: str = "") -> list[str]:
+    """`vmharness run`'s guests that did not boot or could not serve, each with why."""
+    return [f"{prefix}{r['instance']} iteration {r['iteration']} measured nothing: {r.get('error', '?')}"
+            for r in run.records() if r.get("kind") == "session" and not r.get("ok")]
+
+
 def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     table, failed = cells(run)
     names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(table)
-    return analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest])
+    return analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest],
+                         session_failures(run))
 
 
 def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
@@ -98,9 +105,11 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
     table: dict[str, dict[int, Cell]] = {}
     failed = 0
     first = None
+    sessions: list[str] = []
     for run in runs:
         cells_of, lost = cells(run)
         failed += lost
+        sessions += session_failures(run, f"{run.path.name}/")
         names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(cells_of)
         for name in names:
             if name in cells_of:
@@ -110,12 +119,12 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                                        "different names")
                 table[key] = cells_of[name]
                 first = first or key
-    return analyse_table(table, failed, baseline or first, [r.manifest for r in runs])
+    return analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions)
 
 
 def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str | None,
-                  manifests: list[dict[str, Any]]) -> Analysis:
-    flags: list[str] = []
+                  manifests: list[dict[str, Any]], sessions: list[str] | None = None) -> Analysis:
+    flags: list[str] = list(sessions or [])
     if failed:
         flags.append(f"{failed} points failed after their retries: see records.jsonl")
     if not table:
@@ -159,12 +168,17 @@ def _flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[i
         if server in [c.get("machine") for c in machines.get("clients", [])]:
             flags.append("the server and a client share a machine: their CPU use cannot be told apart")
             break
+        if manifest.get("guest", {}).get("shares_host_with_client"):
+            flags.append("the guest runs on a client's machine: wrk and the guest's vCPUs share its CPUs")
+            break
     if peak == max(curve):
         flags.append(f"the throughput peaks at the largest count ({peak}): it may still rise; extend the sweep")
     if plausible:
         flags.append(f"the peak is not distinct: {', '.join(map(str, plausible))} connections are within its "
                      f"{LEVEL:.0%} interval")
-    if curve[peak].relative_half > NOISY:
+    if curve[peak].n < 2:
+        flags.append("one iteration at the peak: no interval, so no overhead can be told from noise; add iterations")
+    elif curve[peak].relative_half > NOISY:
         flags.append(f"noisy: the peak's {LEVEL:.0%} interval is ±{curve[peak].relative_half:.0%} of its mean "
                      f"over {curve[peak].n} iterations; add iterations")
     for name, by_count in table.items():

@@ -40,7 +40,7 @@ def reopen(path: Path) -> tuple[BenchConfig, RunDir]:
 
 def execute(cfg: BenchConfig, run: RunDir, root: HostRoot, say: Say) -> dict[str, int]:
     """Run the sweep (the caller holds the host lock: servers are journaled); returns the tally."""
-    with tuning.tuned(cfg, root, say) as tuned:
+    with tuning.tuned(cfg.tuning.profile, tuning.places(cfg, root), root, say) as tuned:
         run.update_manifest(tuning=tuned)
         tally = sweep.Sweep(cfg, run, root, say).execute()
     run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=tally)

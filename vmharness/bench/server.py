@@ -85,6 +85,8 @@ class Server:
             raise HarnessError(f"nginx did not start on {m.label}: {started.stderr.strip()[-200:]}",
                                f"is {cfg.listen} free? see {cfg.prefix}/error.log there")
         self.pid = self._read_pid()
+        if m.guest:  # it ends with the guest, whose domain is journaled
+            return
         rec = journal.record(root, {"op": "process", "what": "nginx", "ssh": m.ssh, "pid": self.pid,
                                     "start_time": start_time(m, self.pid), "run": self.owner})
         self.seq = rec["seq"]
@@ -102,7 +104,8 @@ class Server:
         if not self.pid:
             return
         stop_process(self.machine, self.pid, grace)
-        journal.release(root, [self.seq])
+        if self.seq:
+            journal.release(root, [self.seq])
         self.pid = 0
 
 

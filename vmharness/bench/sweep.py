@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import proc, stats
+from vmharness import config, proc, stats
 from vmharness.bench import clients as clients_mod
 from vmharness.bench import sampler, server
 from vmharness.bench.store import RunDir
@@ -46,7 +46,7 @@ def points(cfg: BenchConfig) -> list[Point]:
     out = []
     for it in range(cfg.sweep.iterations):
         order = names[it % len(names):] + names[:it % len(names)]
-        if cfg.sweep.interleave == "point":
+        if config.interleave(cfg) == "point":
             out += [Point(it, c, n) for c in cfg.counts for n in order]
         else:
             out += [Point(it, c, n) for n in order for c in cfg.counts]
@@ -107,11 +107,12 @@ class Sweep:
     say: Say
     server_machine: Machine = field(init=False)
     clients: list[clients_mod.Client] = field(init=False)
+    server_on: Machine | None = None  # the server's machine, if not cfg.server.host (a guest)
     current: server.Server | None = None
     warmed: bool = False
 
     def __post_init__(self) -> None:
-        self.server_machine = machine(self.cfg.server.host)
+        self.server_machine = self.server_on or machine(self.cfg.server.host)
         self.clients = [clients_mod.Client(machine(c.host), c.threads or None, c.wrk) for c in self.cfg.client]
 
     def _server_config(self, inst: InstanceSection) -> server.ServerConfig:
@@ -212,12 +213,16 @@ class Sweep:
                     out.append(Point(done, c, inst))
         return out
 
-    def execute(self) -> dict[str, int]:
-        """Measure every point not yet in the run directory; returns counts of ok and failed points."""
+    def execute(self, only: list[Point] | None = None) -> dict[str, int]:
+        """Measure every point not yet in the run directory (or just `only`, as given); returns counts
+        of ok and failed points."""
         self._reclaim()
-        done = self.run.completed()
-        todo = [p for p in points(self.cfg) if p.key not in done] or self.unsettled()
-        self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
+        if only is None:
+            done = self.run.completed()
+            todo = [p for p in points(self.cfg) if p.key not in done] or self.unsettled()
+            self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
+        else:
+            todo = list(only)
         for c in self.clients:
             c.prepare(self.cfg.sweep.rate)
         samplers = Samplers(self.run, self.cfg.samplers.interval)
@@ -227,7 +232,7 @@ class Sweep:
             while todo:
                 for n, point in enumerate(todo, 1):
                     tally["ok" if self._one(samplers, point, f"[{n}/{len(todo)}]") else "failed"] += 1
-                todo = self.unsettled()
+                todo = self.unsettled() if only is None else []
                 if todo:
                     self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
         finally:
@@ -236,20 +241,26 @@ class Sweep:
         return tally
 
 
+def _first_line(m: Machine, argv: list[str]) -> str:
+    try:
+        res = m.run(argv, timeout=30, check=False)
+    except HarnessError as exc:
+        return exc.message
+    text = (res.stdout + res.stderr).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def server_versions(m: Machine, instances: tuple[InstanceSection, ...]) -> dict[str, Any]:
+    return {"machine": m.key, "kernel": _first_line(m, ["uname", "-r"]), "cpus": _first_line(m, ["nproc"]),
+            "nginx": {i.name: _first_line(m, [i.nginx, "-v"]) for i in instances}}
+
+
+def client_versions(cfg: BenchConfig) -> list[dict[str, Any]]:
+    return [{"machine": machine(c.host).key, "kernel": _first_line(machine(c.host), ["uname", "-r"]),
+             "cpus": _first_line(machine(c.host), ["nproc"]), "wrk": _first_line(machine(c.host), [c.wrk, "--version"])}
+            for c in cfg.client]
+
+
 def versions(cfg: BenchConfig) -> dict[str, Any]:
     """What the manifest records about each machine and tool."""
-    def one(m: Machine, argv: list[str]) -> str:
-        try:
-            res = m.run(argv, timeout=30, check=False)
-        except HarnessError as exc:
-            return exc.message
-        return (res.stdout + res.stderr).strip().splitlines()[0] if (res.stdout + res.stderr).strip() else ""
-
-    out: dict[str, Any] = {}
-    srv = machine(cfg.server.host)
-    out["server"] = {"machine": srv.key, "kernel": one(srv, ["uname", "-r"]), "cpus": one(srv, ["nproc"]),
-                     "nginx": {i.name: one(srv, [i.nginx, "-v"]) for i in cfg.instance}}
-    out["clients"] = [{"machine": machine(c.host).key, "kernel": one(machine(c.host), ["uname", "-r"]),
-                       "cpus": one(machine(c.host), ["nproc"]), "wrk": one(machine(c.host), [c.wrk, "--version"])}
-                      for c in cfg.client]
-    return out
+    return {"server": server_versions(machine(cfg.server.host), cfg.instance), "clients": client_versions(cfg)}

@@ -133,8 +133,9 @@ def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, n
 
 
 def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say,
-       boot_timeout: float = 300, link_net: tuple[str, str] | None = None) -> Guest:
-    """Boot the guest `spec` describes (its overlay over `base_disk`) and wait for its agent."""
+       boot_timeout: float = 300, link_net: tuple[str, str] | None = None, owner: str | None = None) -> Guest:
+    """Boot the guest `spec` describes (its overlay over `base_disk`) and wait for its agent. `owner`
+    (a run directory) goes into its journal records, so that a resumed run can reclaim them."""
     machine = for_uri(uri)
     conn = libvirt_conn.connect(uri)
     seqs: list[int] = []
@@ -146,12 +147,13 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
                                    f"remove it with: vmharness vm down {spec.name.removeprefix(DOMAIN_PREFIX)}")
             except libvirt.libvirtError:
                 pass
-            seqs.append(journal.record(root, {"op": "file", "path": spec.disk, "ssh": machine.ssh})["seq"])
+            mine = {"owner": owner} if owner else {}
+            seqs.append(journal.record(root, {"op": "file", "path": spec.disk, "ssh": machine.ssh, **mine})["seq"])
             machine.run(["mkdir", "-p", str(Path(spec.disk).parent), str(Path(spec.console_log).parent)], timeout=30)
             machine.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base_disk, spec.disk],
                         timeout=60)
             seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
-                                              "name": spec.name})["seq"])
+                                              "name": spec.name, **mine})["seq"])
             dom = _define(conn, xml)
             say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
             _start(dom, spec, machine)

@@ -25,6 +25,7 @@ from vmharness.host.root import HostRoot
 STATE_DIR = "/run/vmharness"
 JOURNAL = f"{STATE_DIR}/journal.jsonl"
 LOCK = f"{STATE_DIR}/lock"
+NOTHING_TO_UNDO = ("released", "begin")  # markers, not changes
 
 
 def _state_dir(root: HostRoot) -> Path:
@@ -110,7 +111,7 @@ def release(root: HostRoot, seqs: list[int]) -> None:
     record(root, {"op": "released", "seqs": seqs})
     records = read(root)
     done = released(records)
-    if all(r["seq"] in done or r.get("op") == "released" for r in records):
+    if all(r["seq"] in done or r.get("op") in NOTHING_TO_UNDO for r in records):
         clear(root)
 
 

@@ -78,13 +78,13 @@ def execute(root: HostRoot, plan: Plan, say: Say) -> None:
     SIGTERM undoes every change made so far, then re-raises; a SIGKILL leaves the journal for
     `host-restore`."""
     with terminate_as_interrupt():
-        journal.record(root, {"op": "begin", "pid": os.getpid()})
+        begin = journal.record(root, {"op": "begin", "pid": os.getpid()})["seq"]
         try:
             for step in (_modules, _binds, _pages, _mount):
                 step(root, plan, say)
         except (Exception, KeyboardInterrupt) as exc:
             say(f"failed ({exc}); undoing what was done")
-            restore.undo(root, say)
+            restore.undo(root, say, only=lambda rec: rec["seq"] > begin)  # not what an earlier prepare did
             if isinstance(exc, KeyboardInterrupt):
                 raise HarnessError("interrupted: every change was undone", "") from exc
             raise

@@ -131,10 +131,14 @@ def pending(root: HostRoot) -> list[dict[str, Any]]:
     return out + binds
 
 
-def undo(root: HostRoot, say: Say) -> list[str]:
-    """Undo every journaled change; returns the problems that remain (empty: host as it was)."""
+def undo(root: HostRoot, say: Say, only: Callable[[dict[str, Any]], bool] | None = None) -> list[str]:
+    """Undo every journaled change (or those `only` selects); returns the problems that remain (empty:
+    host as it was). Undone records are released; the journal goes when nothing is outstanding."""
     problems: list[str] = []
+    done: list[int] = []
     for rec in pending(root):
+        if only is not None and not only(rec):
+            continue
         op = rec["op"]
         try:
             if op == "mount":
@@ -163,7 +167,10 @@ def undo(root: HostRoot, say: Say) -> list[str]:
         except (HarnessError, OSError) as exc:
             problems.append(f"{describe(rec)}: {exc}")
             continue
+        done.append(rec["seq"])
         say(f"undone: {describe(rec)}")
-    if not problems:
+    if only is None and not problems:
         journal.clear(root)
+    elif done:
+        journal.release(root, done)
     return problems

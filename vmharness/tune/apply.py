@@ -69,15 +69,17 @@ def _selected(knob: str, text: str) -> str:
     return text
 
 
-def apply(root: HostRoot, t: Target, plan: Plan, say: Say) -> list[dict[str, Any]]:
-    """Make every change of the plan; returns the records made. On any failure, the changes made so
-    far are reverted before the error is raised (the caller holds the host lock)."""
+def apply(root: HostRoot, t: Target, plan: Plan, say: Say, owner: str | None = None) -> list[dict[str, Any]]:
+    """Make every change of the plan; returns the records made (tagged with `owner`, a run directory,
+    if given). On any failure, the changes made so far are reverted before the error is raised (the
+    caller holds the host lock)."""
     made: list[dict[str, Any]] = []
+    mine = {"owner": owner} if owner else {}
     try:
         for c in plan.changes:
             extra = _irqbalance_how(t) if c.path == "service:irqbalance" else {}
             rec = journal.record(root, {"op": "tune", "target": t.spec(), "knob": c.knob, "path": c.path,
-                                        "before": c.before, "after": c.after, **extra})
+                                        "before": c.before, "after": c.after, **extra, **mine})
             made.append(rec)
             _set(t, c, extra)
             say(f"{c.knob}: {c.path} {c.before} -> {c.after}")

@@ -1,0 +1,142 @@
+"""`vmharness run` for real: the embedded experiment end to end (image, guests under libvirt with
+TCG, tuning, nginx in the guest loaded by wrk here over the guest's link, the report), a guest that
+does not boot, and a run killed mid-way then resumed. Nothing may be left: no domain, no overlay, no
+journal, every tuned value back."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmharness import proc
+from vmharness.host import libvirtd
+
+pytestmark = [pytest.mark.integration, pytest.mark.vm]
+
+JOURNAL = Path("/run/vmharness/journal.jsonl")
+HOST_KNOBS = ("/proc/sys/net/core/somaxconn", "/proc/sys/net/ipv4/ip_local_port_range",
+              "/proc/sys/net/ipv4/tcp_tw_reuse", "/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def vmh(*args: str, timeout: float = 1800) -> proc.Result:
+    return proc.run([sys.executable, "-m", "vmharness.cli", *args], timeout=timeout, check=False)
+
+
+def records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+
+
+def host_knobs() -> dict[str, str]:
+    return {p: Path(p).read_text() for p in HOST_KNOBS}
+
+
+def assert_nothing_left() -> None:
+    names = proc.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], timeout=30).stdout.split()
+    assert "vmh-run" not in names
+    assert not Path("/var/lib/vmharness/vms/run/overlay.qcow2").exists()
+    assert not JOURNAL.exists(), JOURNAL.read_text()
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[None]:
+    with libvirtd.running():
+        yield
+
+
+def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
+    before = host_knobs()
+    run = tmp_path / "demo"
+    started = time.monotonic()
+    res = vmh("run", "--out", str(run))
+    print(res.stderr[-3000:], res.stdout, f"run took {time.monotonic() - started:.0f} s", sep="\n")
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout
+    got = records(run)
+    points = [r for r in got if r["kind"] == "measurement"]
+    assert len(points) == 18 and all(r["ok"] for r in points)
+    assert all(r["client"]["requests"] > 0 and r["client"]["errors"]["total"] == 0 for r in points)
+    assert all(r["samples"]["guest"]["process"]["pids_last"] >= 2 for r in points)  # nginx's tree in the guest
+    sessions = [r for r in got if r["kind"] == "session"]
+    assert [(s["instance"], s["iteration"]) for s in sessions] == [
+        ("baseline", 0), ("mitigated", 0), ("mitigated", 1), ("baseline", 1), ("baseline", 2), ("mitigated", 2)]
+    for s in sessions:
+        assert s["ok"] and s["cmdline"].endswith("mitigations=off" if s["instance"] == "baseline"
+                                                 else "mitigations=auto")
+        assert s["tuning"][0]["machine"] == "guest" and s["tuning"][0]["changes"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["ended"] and manifest["guest"]["kvm"] is False
+    assert manifest["host"]["libvirt"].startswith("9.") and manifest["host"]["qemu"].startswith("QEMU emulator")
+    assert manifest["host"]["vulnerabilities"] and manifest["host"]["cpu_model"]
+    for name in ("baseline", "mitigated"):
+        facts = manifest["instances"][name]
+        assert facts["kernel"] and facts["vulnerabilities"] and "eth0" in facts["nics"]
+    assert {t["machine"] for t in manifest["tuning"]} == {"host"}
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert report["peak_connections"] in (2, 8, 32) and "mitigated" in report["changes_at_peak"]
+    assert "no KVM: the guest ran under TCG; these are not hardware numbers" in report["warnings"]
+    for name in ("report.html", "report.md", "report.csv", "throughput.png", "throughput.svg", "latency.png"):
+        assert (run / "report" / name).stat().st_size > 0
+    assert res.stdout.startswith("WARNING: ") and f"report: {run}/report/report.html" in res.stdout
+    assert host_knobs() == before
+    assert_nothing_left()
+
+
+def test_a_guest_that_does_not_boot_is_recorded_and_the_others_run(daemon: None, tmp_path: Path) -> None:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\nboot_timeout = 600\n'
+                   '[[instance]]\nname = "broken"\ncmdline = "init=/bin/false"\n'
+                   '[[instance]]\nname = "good"\n'
+                   '[sweep]\nconnections = "4"\niterations = 1\nduration = 1\nwarmup = 0\nwait = 0\n'
+                   '[tuning]\nprofile = "none"\n')
+    run = tmp_path / "run"
+    res = vmh("run", str(cfg), "--out", str(run))
+    assert res.returncode == 1, res.stderr[-3000:]
+    got = records(run)
+    failed = [r for r in got if r["kind"] == "session" and not r["ok"]]
+    assert len(failed) == 1 and failed[0]["instance"] == "broken"
+    assert "the guest kernel panicked while booting" in failed[0]["error"]
+    points = {r["key"]: r["ok"] for r in got if r["kind"] == "measurement"}
+    assert points == {"broken/4/0": False, "good/4/0": True}
+    assert res.stdout.startswith("WARNING: broken iteration 0 measured nothing: the guest did not boot: the guest "
+                                 "kernel panicked"), res.stdout
+    assert_nothing_left()
+
+
+def test_killed_mid_run_then_resumed(daemon: None, tmp_path: Path) -> None:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\ninit = "minimal"\n'
+                   '[[instance]]\nname = "one"\n'
+                   '[sweep]\nconnections = "2,4"\niterations = 2\nduration = 1\nwarmup = 0\nwait = 0\n')
+    run = tmp_path / "run"
+    p = proc.spawn([sys.executable, "-m", "vmharness.cli", "run", str(cfg), "--out", str(run)],
+                   stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while not (run / "records.jsonl").exists() or not any(r["kind"] == "measurement" for r in records(run)):
+        assert time.monotonic() < deadline and p.poll() is None, p.communicate()[1].decode()[-2000:]
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    assert JOURNAL.exists()  # its guest and its tuning are on record
+    before = {r["key"] for r in records(run) if r["kind"] == "measurement" and r["ok"]}
+    res = vmh("run", "--resume", str(run))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "giving back" in res.stderr and "things an interrupted session of this run left" in res.stderr
+    got = [r["key"] for r in records(run) if r["kind"] == "measurement" and r["ok"]]
+    assert sorted(got) == ["one/2/0", "one/2/1", "one/4/0", "one/4/1"] and before <= set(got)
+    assert_nothing_left()
+
+
+def test_a_bad_config_is_one_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("[guest]\nbdf = [\"0000:b3:00.0\"]\n")
+    res = vmh("run", str(cfg))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("error: guest.address is needed with guest.bdf")
+    assert not JOURNAL.exists()

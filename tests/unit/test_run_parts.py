@@ -1,0 +1,142 @@
+"""`vmharness run`'s pure parts: its configuration, the sessions a sweep becomes, provenance parsing,
+and the partial undo that gives back only what a run took."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vmharness import config, provenance
+from vmharness.analysis import saturation
+from vmharness.bench import sweep
+from vmharness.bench.store import RunDir
+from vmharness.errors import HarnessError
+from vmharness.experiment import runner
+from vmharness.host import journal, restore
+from vmharness.host.root import HostRoot
+
+
+def test_the_embedded_experiment() -> None:
+    cfg = config.load_run(None)
+    assert [(i.name, i.cmdline) for i in cfg.instance] == [("baseline", "mitigations=off"),
+                                                            ("mitigated", "mitigations=auto")]
+    assert cfg.tuning.profile == "seeds" and cfg.guest.bdf == () and cfg.client[0].host == "local"
+    assert config.interleave(cfg) == "iteration"
+    assert config.run_from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
+
+
+def test_run_sessions_follow_the_rotated_order() -> None:
+    cfg = config.load_run(None)
+    groups = runner.sessions(sweep.points(cfg))
+    assert [(s.iteration, s.instance) for s in groups] == [
+        (0, "baseline"), (0, "mitigated"), (1, "mitigated"), (1, "baseline"), (2, "baseline"), (2, "mitigated")]
+    assert [p.connections for p in groups[0].points] == [2, 8, 32]
+    done = {"baseline/2/0", "baseline/8/0"}  # a resumed run boots only for what is missing
+    left = runner.sessions([p for p in sweep.points(cfg) if p.key not in done])
+    assert left[0].instance == "baseline" and [p.key for p in left[0].points] == ["baseline/32/0"]
+
+
+def test_run_config_errors_name_the_setting(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    cases = {
+        "[guest]\nmemory = 64\n": "guest.memory is in MiB and must be at least 128",
+        "[guest]\nbdf = [\"0000:b3:00.0\"]\n": "guest.address is needed with guest.bdf",
+        "[guest]\nbdf = [\"b3:00.9\"]\naddress = \"198.19.0.2/24\"\n": "'b3:00.9' is not a PCI address",
+        "[guest]\nbdf = [\"0000:b3:00.0\"]\naddress = \"198.19.0.300/24\"\n": "is not an IPv4 address",
+        "[guest]\ninit = \"openrc\"\n": "guest.init must be systemd or minimal",
+        "[server]\nurl = \"http://10.0.0.1/\"\n": "server.url is chosen by run",
+        "[guest]\nimage = \"/nonexistent\"\n": "guest.image: no such folder /nonexistent",
+        "[[instance]]\nname = \"a\"\nkernel = \"/nonexistent/bzImage\"\n": "instance a: kernel: no such file",
+        "[[instance]]\nname = \"a\"\n[[instance]]\nname = \"b\"\n[sweep]\ninterleave = \"point\"\n":
+            "sweep.interleave = point cannot be",
+        "[guests]\nmemory = 512\n": "unknown setting config.guests",
+    }
+    for text, message in cases.items():
+        path.write_text(text)
+        with pytest.raises(HarnessError) as err:
+            config.load_run(path)
+        assert message in err.value.message, (text, err.value.message)
+
+
+def test_bench_refuses_a_guests_settings(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text("[[instance]]\nname = \"a\"\ncmdline = \"mitigations=off\"\n")
+    with pytest.raises(HarnessError, match="instance a: cmdline is a guest's setting"):
+        config.load(path)
+
+
+FACTS = """@kernel
+6.1.0-50-amd64
+@cmdline
+root=/dev/vda rw mitigations=off
+@cpu_model
+Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz
+@microcode
+0x5003604
+@cpus
+2
+@os
+Debian GNU/Linux 12 (bookworm)
+@clocksource
+tsc
+@memory
+1004512 kB
+@hugepages
+HugePages_Total:       0
+HugePages_Free:        0
+Hugepagesize:       2048 kB
+@vulnerabilities
+meltdown: Not affected
+spectre_v2: Vulnerable; STIBP: disabled
+@nics
+eth0 driver: virtio_net;version: 1.0.0;firmware-version: ;bus-info: 0000:00:03.0;
+@qemu
+"""
+
+
+def test_provenance_parses_its_script_output() -> None:
+    got = provenance.parse(FACTS)
+    assert got["kernel"] == "6.1.0-50-amd64" and got["cpus"] == 2 and got["microcode"] == "0x5003604"
+    assert got["vulnerabilities"] == {"meltdown": "Not affected", "spectre_v2": "Vulnerable; STIBP: disabled"}
+    assert got["nics"]["eth0"]["driver"] == "virtio_net" and got["nics"]["eth0"]["bus-info"] == "0000:00:03.0"
+    assert got["hugepages"]["Hugepagesize"] == "2048 kB" and got["qemu"] == ""
+
+
+def test_a_partial_undo_gives_back_only_the_selected_records(tmp_path: Path) -> None:
+    root = HostRoot(tmp_path, allow_writes=True)
+    (tmp_path / "x").write_text("old")
+    mine = journal.record(root, {"op": "file", "path": "/nonexistent-a", "ssh": None, "owner": "r1"})
+    other = journal.record(root, {"op": "file", "path": "/nonexistent-b", "ssh": None})
+    said: list[str] = []
+    assert restore.undo(root, said.append, only=lambda r: r.get("owner") == "r1") == []
+    assert said == ["undone: remove /nonexistent-a"]
+    assert [r["seq"] for r in restore.pending(root)] == [other["seq"]]
+    assert mine["seq"] not in [r["seq"] for r in restore.pending(root)]
+    journal.record(root, {"op": "begin", "pid": 1})  # a marker: nothing to undo, never blocks the clean-up
+    journal.release(root, [other["seq"]])
+    assert not (tmp_path / "run/vmharness/journal.jsonl").exists()
+
+
+def test_failed_sessions_and_a_shared_host_are_warnings(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path / "run", {"config": {"instance": [{"name": "base"}, {"name": "mit"}]},
+                                           "machines": {"server": {"machine": "guest"},
+                                                        "clients": [{"machine": "local"}]},
+                                           "guest": {"kvm": False, "shares_host_with_client": True}})
+    for it, rps in enumerate((100.0, 102.0, 98.0)):
+        run.append({"kind": "measurement", "key": f"base/8/{it}", "ok": True, "instance": "base", "connections": 8,
+                    "iteration": it, "client": {"requests_per_s": rps, "requests": 1000, "errors": {"total": 0},
+                                                "latency_us": {"percentiles": dict.fromkeys(("50", "90", "99", "99.9"),
+                                                                                            50.0)}}})
+    run.append({"kind": "session", "instance": "mit", "iteration": 0, "ok": False,
+                "error": "the guest did not boot: the guest kernel panicked while booting"})
+    run.append({"kind": "measurement", "key": "mit/8/0", "instance": "mit", "connections": 8, "iteration": 0,
+                "ok": False, "attempts": 0, "error": "the guest did not boot"})
+    a = saturation.analyse(run)
+    assert a.flags[0] == "mit iteration 0 measured nothing: the guest did not boot: the guest kernel panicked " \
+                         "while booting"
+    assert "1 points failed after their retries: see records.jsonl" in a.flags
+    assert "the guest runs on a client's machine: wrk and the guest's vCPUs share its CPUs" in a.flags
+    assert "no KVM: the guest ran under TCG; these are not hardware numbers" in a.flags
+    assert a.peak == 8 and a.changes == {}

@@ -1,0 +1,203 @@
+"""`vmharness run`: the whole experiment. The host is prepared (NIC to vfio-pci, hugepages) and tuned
+with the clients; then, iteration by iteration, each instance's guest boots with its kernel and
+cmdline, is tuned, serves nginx to wrk for the whole connection sweep, and is shut down. The instances
+take turns in a rotating order, so drift over the run is shared out between them. Every point goes
+into the run directory as it is measured; a guest that does not boot is recorded, and the other
+instances go on. At the end the host is given back (unless --keep-host)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vmharness import provenance
+from vmharness.bench import bench, sweep, tuning
+from vmharness.bench.store import RunDir
+from vmharness.config import InstanceSection, RunConfig
+from vmharness.errors import HarnessError
+from vmharness.experiment import hostprep
+from vmharness.guest import image, session
+from vmharness.host import restore
+from vmharness.host.root import HostRoot
+from vmharness.interrupts import terminate_as_interrupt
+from vmharness.machine import for_uri
+from vmharness.tune import access
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Session:
+    """One boot: an instance's points of one iteration."""
+
+    iteration: int
+    instance: str
+    points: tuple[sweep.Point, ...]
+
+
+def sessions(todo: list[sweep.Point]) -> list[Session]:
+    """The points grouped by (iteration, instance), in the order they first appear."""
+    groups: dict[tuple[int, str], list[sweep.Point]] = {}
+    for p in todo:
+        groups.setdefault((p.iteration, p.instance), []).append(p)
+    return [Session(it, name, tuple(pts)) for (it, name), pts in groups.items()]
+
+
+def new_run(cfg: RunConfig, out: Path) -> RunDir:
+    return RunDir.create(out, {"kind": "run", "config": cfg.to_json(), "harness": bench.harness_version(),
+                               "points_planned": len(sweep.points(cfg))})
+
+
+def ensure_image(cfg: RunConfig, run: RunDir, say: Say) -> str | None:
+    """The image folder of the instances that name none: the recipe's, built if missing, and kept for
+    the whole run (a resumed run goes on with the image it started with, whatever the recipe is now)."""
+    if all(i.image or cfg.guest.image for i in cfg.instance):
+        return None
+    pinned = run.manifest.get("image")
+    if pinned:
+        if not (Path(pinned) / "image.json").exists():
+            raise HarnessError(f"the image this run started with is gone: {pinned}",
+                               "start a new run (measurements from two images do not mix)")
+        return str(pinned)
+    recipe = image.load_recipe()
+    images = image.image_dir()
+    if image.find(recipe, images) is None:
+        say(f"building the guest image from {recipe.folder} (once; cached afterwards)")
+    built, _ = image.build(recipe, images, say)
+    say(f"image {built.folder}")
+    run.update_manifest(image=str(built.folder), image_meta=built.meta)
+    return str(built.folder)
+
+
+def _reclaim(root: HostRoot, owner: str, say: Say) -> None:
+    """Give back what an interrupted session of this same run left (its guest, its tuning)."""
+    left = [r for r in restore.pending(root) if r.get("owner") == owner]
+    if left:
+        say(f"giving back {len(left)} things an interrupted session of this run left")
+        problems = restore.undo(root, say, only=lambda rec: rec.get("owner") == owner)
+        if problems:
+            raise HarnessError(f"could not give back what the interrupted session left: {problems[0]}",
+                               "vmharness host-restore shows and retries it")
+
+
+@dataclass
+class Runner:
+    cfg: RunConfig
+    run: RunDir
+    root: HostRoot
+    say: Say
+    tally: dict[str, int] = dataclasses.field(default_factory=lambda: {"ok": 0, "failed": 0})
+    image: str | None = None  # the recipe's image, for instances that name none
+
+    @property
+    def owner(self) -> str:
+        return str(self.run.path.resolve())
+
+    def _instance(self, name: str) -> InstanceSection:
+        return next(i for i in self.cfg.instance if i.name == name)
+
+    def _host_places(self) -> list[tuning.Place]:
+        """The machine that runs the guests (and is a client when wrk runs here), and the other clients.
+        The host's own NICs carry no benchmark traffic (the NIC is the guest's): no NIC knobs on it
+        unless tuning.client_iface names them for a local client."""
+        t = self.cfg.tuning
+        local_client = any(c.host == "local" for c in self.cfg.client)
+        out = [tuning.Place("host", access.HostTarget(self.root), t.client_iface if local_client else (),
+                            is_host=for_uri(self.cfg.guest.uri).local)]
+        for host in dict.fromkeys(c.host for c in self.cfg.client if c.host != "local"):
+            out.append(tuning.Place(host, access.ssh_target(host), t.client_iface or None))
+        return out
+
+    def _fail(self, s: Session, error: str) -> None:
+        """A session that could not measure: recorded, and each of its missing points as failed."""
+        self.say(f"FAILED {s.instance} iteration {s.iteration}: {error}")
+        self.run.append({"kind": "session", "instance": s.instance, "iteration": s.iteration, "ok": False,
+                         "error": error})
+        done = self.run.completed()
+        for p in s.points:
+            if p.key not in done:
+                self.run.append({"kind": "measurement", "key": p.key, "instance": p.instance,
+                                 "connections": p.connections, "iteration": p.iteration, "ok": False,
+                                 "attempts": 0, "error": error, "failed_attempts": []})
+                self.tally["failed"] += 1
+
+    def _note_guest(self, b: session.Booted, inst: str) -> None:
+        m = self.run.manifest
+        guests = m.get("instances", {})
+        changes: dict[str, Any] = {}
+        if inst not in guests:
+            changes["instances"] = {**guests, inst: b.facts}
+        if "guest" not in m:
+            changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
+                                "shares_host_with_client": for_uri(b.guest.uri).local and any(
+                                    c.host == "local" for c in self.cfg.client)}
+            changes["machines"] = {"server": sweep.server_versions(b.machine, self.cfg.instance),
+                                   "clients": sweep.client_versions(self.cfg)}
+        if changes:
+            self.run.update_manifest(**changes)
+
+    def _session(self, s: Session, label: str) -> None:
+        self.say(f"{label} {s.instance}, iteration {s.iteration}: booting its guest")
+        inst = self._instance(s.instance)
+        try:
+            b = session.boot(self.root, self.cfg, inst, self.image, self.say, self.owner)
+        except HarnessError as exc:
+            self._fail(s, f"the guest did not boot: {exc.message}")
+            return
+        try:
+            self._note_guest(b, s.instance)
+            g = self.cfg.guest
+            cfg = dataclasses.replace(self.cfg, server=dataclasses.replace(
+                self.cfg.server, listen=f"{b.address}:{g.port}", url=f"http://{b.address}:{g.port}/"))
+            target = access.guest_target(b.guest.uri, b.guest.uuid, b.guest.name)
+            with tuning.tuned(cfg.tuning.profile, [tuning.Place("guest", target, (b.iface,))], self.root,
+                              self.say, self.owner) as tuned:
+                self.run.append({"kind": "session", "instance": s.instance, "iteration": s.iteration, "ok": True,
+                                 "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
+                                 "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
+                                 "tuning": tuned})
+                got = sweep.Sweep(cfg, self.run, self.root, self.say, server_on=b.machine).execute(list(s.points))
+            self.tally["ok"] += got["ok"]
+            self.tally["failed"] += got["failed"]
+        except HarnessError as exc:
+            self._fail(s, exc.message)
+        finally:
+            session.shutdown(self.root, b.guest, self.cfg, self.say)
+
+    def _measure(self) -> None:
+        done = self.run.completed()
+        todo = [p for p in sweep.points(self.cfg) if p.key not in done]
+        self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
+        while todo:
+            groups = sessions(todo)
+            for n, s in enumerate(groups, 1):
+                self._session(s, f"[{n}/{len(groups)}]")
+            todo = sweep.Sweep(self.cfg, self.run, self.root, self.say).unsettled()
+            if todo:
+                self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+
+    def execute(self, keep_host: bool) -> dict[str, int]:
+        """Everything; the caller holds the host lock."""
+        with terminate_as_interrupt():
+            _reclaim(self.root, self.owner, self.say)
+            self.image = ensure_image(self.cfg, self.run, self.say)
+            since = hostprep.prepare_host(self.root, self.cfg, self.say)
+            try:
+                self.run.update_manifest(host={**provenance.facts(for_uri(self.cfg.guest.uri)),
+                                               **provenance.libvirt_versions(self.cfg.guest.uri)})
+                with tuning.tuned(self.cfg.tuning.profile, self._host_places(), self.root, self.say,
+                                  self.owner) as tuned:
+                    self.run.update_manifest(tuning=tuned)
+                    self._measure()
+            finally:
+                if keep_host and since is not None:
+                    self.say("the host stays prepared (--keep-host): undo with vmharness host-restore")
+                else:
+                    for problem in hostprep.restore_host(self.root, since, self.say):
+                        self.say(f"NOT RESTORED: {problem}")
+        self.run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=self.tally)
+        return self.tally

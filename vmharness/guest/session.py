@@ -1,0 +1,117 @@
+"""One guest of a `vmharness run`: booted for an instance (its kernel, cmdline and image) with the
+run's [guest] settings, reachable over ssh on its management link, the benchmark NIC addressed
+(the passed-through one, or the link itself), and its facts read; shut down afterwards. Any failure
+after the boot takes the guest down again before the error goes up."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vmharness import provenance
+from vmharness.config import InstanceSection, RunConfig
+from vmharness.errors import HarnessError
+from vmharness.guest import agent, domain, instance, ssh, vm
+from vmharness.host.root import HostRoot
+from vmharness.machine import Machine
+
+Say = Callable[[str], None]
+NAME = "run"  # domain vmh-run: one run guest at a time (the run holds the host lock)
+MINIMAL_INIT = "init=/usr/local/sbin/vmh-init"
+
+# The guest's NICs that are not virtio: the passed-through ones, in PCI order.
+_PASSED = r"""
+for d in /sys/class/net/*; do
+    [ -e "$d/device/driver" ] || continue
+    drv=$(basename "$(readlink -f "$d/device/driver")")
+    [ "$drv" = virtio_net ] || echo "$(basename "$(readlink -f "$d/device")") ${d##*/} $drv"
+done | sort
+"""
+
+
+@dataclass
+class Booted:
+    guest: vm.Guest
+    machine: Machine
+    address: str  # where wrk connects
+    iface: str  # the guest's interface that carries the benchmark
+    facts: dict[str, Any]
+
+
+def request(cfg: RunConfig, inst: InstanceSection, default_image: str | None = None) -> instance.VmRequest:
+    g = cfg.guest
+    cmdline = " ".join(filter(None, [inst.cmdline, MINIMAL_INIT if g.init == "minimal" else ""]))
+    return instance.VmRequest(
+        name=NAME, memory_mib=g.memory, vcpus=g.vcpus or None, cmdline=cmdline, kernel=inst.kernel or None,
+        initrd=inst.initrd or None, bdfs=g.bdf, managed=g.managed, hugepages=g.hugepages, hugepage_size=g.hugepage_size,
+        uri=g.uri, accel=g.accel, link=True, image=inst.image or g.image or default_image)
+
+
+def _run(dom: Any, argv: list[str], timeout: float = 60) -> str:
+    res = agent.run(dom, argv, timeout=timeout)
+    if not res.ok:
+        raise res.failure("in the guest: ")
+    return res.stdout
+
+
+def _address_passed_nic(dom: Any, address: str, timeout: float = 60) -> str:
+    """Put the run's address on the first passed-through NIC (its driver may still be loading)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = _run(dom, ["/bin/sh", "-c", _PASSED]).split("\n")[0].split()
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if not found:
+        raise HarnessError("the guest sees no passed-through NIC with a driver (every interface is virtio)",
+                           "does the guest kernel have the NIC's driver? `vmharness vm console` shows its boot")
+    _, iface, _ = found
+    _run(dom, ["/sbin/ip", "addr", "add", address, "dev", iface])
+    _run(dom, ["/sbin/ip", "link", "set", "dev", iface, "up"])
+    return iface
+
+
+def _iface_with(m: Machine, address: str) -> str:
+    out = m.run(["ip", "-o", "-4", "addr", "show"], timeout=30).stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3].split("/")[0] == address:
+            return fields[1]
+    raise HarnessError(f"no interface of the guest holds {address}", "see `ip addr` in the guest")
+
+
+def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: str | None, say: Say,
+         owner: str) -> Booted:
+    """Boot the guest for `inst`; the caller holds the host lock and calls `shutdown` afterwards."""
+    planned = instance.plan(root, request(cfg, inst, default_image))
+    for note in planned.notes:
+        say(f"note: {note}")
+    guest = vm.up(root, planned.spec, cfg.guest.uri, planned.base_disk, domain.to_xml(planned.spec), say,
+                  boot_timeout=cfg.guest.boot_timeout, link_net=planned.link_net, owner=owner)
+    try:
+        assert guest.link is not None
+        conn, dom = vm.domain(guest)
+        try:
+            ssh.authorize(dom)
+            iface = _address_passed_nic(dom, cfg.guest.address) if cfg.guest.bdf else ""
+        finally:
+            conn.close()
+        m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri)
+        waited = ssh.wait(m, cfg.guest.boot_timeout)
+        say(f"ssh into the guest works ({waited:.1f} s after the agent)")
+        if cfg.guest.bdf:
+            address = str(ipaddress.IPv4Interface(cfg.guest.address).ip)
+        else:
+            address = guest.link["guest"].split("/")[0]
+            iface = _iface_with(m, address)
+        return Booted(guest, m, address, iface, provenance.facts(m))
+    except BaseException:
+        shutdown(root, guest, cfg, say)
+        raise
+
+
+def shutdown(root: HostRoot, guest: vm.Guest, cfg: RunConfig, say: Say) -> None:
+    vm.down(root, guest, say, grace=cfg.guest.shutdown_grace)

@@ -1,0 +1,66 @@
+"""ssh into a guest the harness booted, over its management link: the benchmark layer runs nginx and
+its samplers there as on any other machine. The image ships no key: at each boot the harness's own
+key (made once, kept in KEY_DIR on the machine running the harness) is written into the guest's
+/root/.ssh/authorized_keys through the guest agent. Host keys are the guest's own, made at its first
+boot, so they are not checked (the link is a private /24 on a tap of this host)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import libvirt
+
+from vmharness import proc
+from vmharness.errors import HarnessError
+from vmharness.guest import agent
+from vmharness.machine import Machine, for_uri
+
+KEY_DIR = Path("/var/lib/vmharness/ssh")
+KEY = KEY_DIR / "id_ed25519"
+
+
+def harness_key() -> Path:
+    """The private key, made on first use."""
+    if not KEY.exists():
+        KEY_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+        proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vmharness", "-f", str(KEY)], timeout=30)
+    return KEY
+
+
+def authorize(dom: libvirt.virDomain) -> None:
+    """Let the harness's key log in as root."""
+    pub = harness_key().with_suffix(".pub")
+    res = agent.run(dom, ["/bin/mkdir", "-p", "-m", "700", "/root/.ssh"], timeout=60)
+    if not res.ok:
+        raise res.failure("in the guest: ")
+    agent.put_file(dom, pub, "/root/.ssh/authorized_keys", mode=0o600)
+
+
+def machine(address: str, uri: str) -> Machine:
+    """The guest as a Machine (its link address, without the prefix). A guest on a remote libvirt host
+    is reached through that host (ProxyJump)."""
+    options = ["-F", "none", "-i", str(harness_key()), "-o", "IdentitiesOnly=yes",
+               "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+    host = for_uri(uri)
+    if not host.local:
+        options += ["-o", f"ProxyJump={host.ssh}"]
+    return Machine(f"root@{address}", tuple(options), name="guest", guest=True)
+
+
+def wait(m: Machine, timeout: float) -> float:
+    """Until sshd in the guest lets the harness in; returns the seconds it took."""
+    started = time.monotonic()
+    last = ""
+    while time.monotonic() - started < timeout:
+        try:
+            res = m.run(["true"], timeout=30, check=False)
+        except HarnessError as exc:
+            last = exc.message
+        else:
+            if res.ok:
+                return time.monotonic() - started
+            last = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+        time.sleep(1)
+    raise HarnessError(f"ssh into the guest ({m.ssh}) did not work within {timeout:g} s: {last}",
+                       "is sshd in the image? `vmharness vm console` shows the guest's boot")

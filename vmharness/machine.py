@@ -23,6 +23,7 @@ class Machine:
     options: tuple[str, ...] = ()  # more ssh options (a guest's key, say)
     name: str | None = None  # its name in records and file names, if not the ssh destination
     guest: bool = False  # a guest the harness booted: what runs in it ends with its domain
+    patience: float = 1.0  # its commands may take this many times longer than usual (a guest under TCG)
 
     @property
     def local(self) -> bool:
@@ -44,11 +45,12 @@ class Machine:
             return args
         config = os.environ.get(SSH_CONFIG_ENV)
         extra = ["-F", config] if config and "-F" not in self.options else []
-        return ["ssh", *extra, *SSH_OPTIONS, *self.options, self.ssh, "--", shlex.join(args)]
+        # ssh takes the first value it is given for an option: the machine's own come first
+        return ["ssh", *extra, *self.options, *SSH_OPTIONS, self.ssh, "--", shlex.join(args)]
 
     def run(self, argv: Sequence[str | Path], *, timeout: float, check: bool = True,
             input: str | None = None) -> proc.Result:
-        return proc.run(self.argv(argv), timeout=timeout, check=check, input=input)
+        return proc.run(self.argv(argv), timeout=timeout * self.patience, check=check, input=input)
 
 
 def for_uri(uri: str) -> Machine:

@@ -139,12 +139,12 @@ def test_sigkill_half_way_is_recovered_by_restore(l1: Rig, pristine: list[str]) 
 
 
 def test_hugepages_falling_short_fail_cleanly(l1: Rig, pristine: list[str]) -> None:
-    # node 1 has 1 GiB in all: 1000 MiB of 2M pages cannot all be had at run time
-    res = tool(l1, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", "1000M")
+    # node 1 has 1.5 GiB in all: 1500 MiB of 2M pages cannot all be had at run time
+    res = tool(l1, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", "1500M")
     assert res.returncode == 2, res.stdout + res.stderr
     assert "compacting memory" in res.stdout
-    assert "asked 500 2M hugepages on node 1, got" in res.stderr
-    assert "hugepagesz=2M hugepages=1:500" in res.stderr, "the boot-time alternative is named"
+    assert "asked 750 2M hugepages on node 1, got" in res.stderr
+    assert "hugepagesz=2M hugepages=1:750" in res.stderr, "the boot-time alternative is named"
     assert "undoing what was done" in res.stdout
     assert state(l1) == pristine, "the devices bound before the failure are given back too"
     assert "nothing to restore" in tool(l1, "host-restore", "--dry-run").stdout

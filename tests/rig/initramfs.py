@@ -152,29 +152,35 @@ def busybox() -> bytes:
     return binary
 
 
-def _entries(kernel: Kernel) -> list[cpio.Entry]:
-    binary = busybox()
-    modules: list[tuple[str, bytes]] = []
-    for rel in load_order(kernel.modules, MODULES):
-        plain = rel
-        for suffix in _COMPRESSED:
-            plain = plain.removesuffix(suffix)
-        modules.append((plain, _module_bytes(kernel.modules / rel)))
+def plain_name(rel: str) -> str:
+    """A module's path without its compression suffix (busybox insmod takes the plain ELF)."""
+    for suffix in _COMPRESSED:
+        rel = rel.removesuffix(suffix)
+    return rel
 
-    entries = [
-        cpio.directory(d) for d in ("bin", "dev", "etc", "host", "lib", "proc", "root", "run", "sbin", "sys", "tmp")
-    ]
-    entries.append(cpio.chardev("dev/console", 5, 1))
-    entries.append(cpio.file("bin/busybox", binary, 0o755))
-    entries.append(cpio.file("sbin/rig-modprobe", MODPROBE_HELPER.encode(), 0o755))
-    entries.append(cpio.file("init", _init_script(kernel, [m for m, _ in modules]).encode(), 0o755))
+
+def module_entries(kernel: Kernel, paths: list[str]) -> list[cpio.Entry]:
+    """lib/modules/<release>/... for the modules at `paths` (from load_order), decompressed."""
+    entries: list[cpio.Entry] = []
     made: set[str] = set()
-    for rel, data in modules:
-        parts = f"lib/modules/{kernel.release}/{rel}".split("/")
+    for rel in paths:
+        parts = f"lib/modules/{kernel.release}/{plain_name(rel)}".split("/")
         for depth in range(2, len(parts)):
             parent = "/".join(parts[:depth])
             if parent not in made:
                 made.add(parent)
                 entries.append(cpio.directory(parent))
-        entries.append(cpio.file("/".join(parts), data))
+        entries.append(cpio.file("/".join(parts), _module_bytes(kernel.modules / rel)))
     return entries
+
+
+def _entries(kernel: Kernel) -> list[cpio.Entry]:
+    paths = load_order(kernel.modules, MODULES)
+    entries = [
+        cpio.directory(d) for d in ("bin", "dev", "etc", "host", "lib", "proc", "root", "run", "sbin", "sys", "tmp")
+    ]
+    entries.append(cpio.chardev("dev/console", 5, 1))
+    entries.append(cpio.file("bin/busybox", busybox(), 0o755))
+    entries.append(cpio.file("sbin/rig-modprobe", MODPROBE_HELPER.encode(), 0o755))
+    entries.append(cpio.file("init", _init_script(kernel, [plain_name(p) for p in paths]).encode(), 0o755))
+    return entries + module_entries(kernel, paths)

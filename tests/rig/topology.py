@@ -80,9 +80,11 @@ def qemu_argv(kernel: Path, initrd: Path, append: str, files: Files) -> list[str
         "-machine", "q35,accel=tcg,kernel-irqchip=split",
         "-cpu", "max",
         "-smp", "2,sockets=2,cores=1,threads=1",  # one socket per node: no shared LLC
-        "-m", "2G",
+        "-m", "2560M",
         "-object", "memory-backend-ram,id=mem0,size=1G",
-        "-object", "memory-backend-ram,id=mem1,size=1G",
+        # Node 1 holds the NIC, so an L2 guest's hugepages and its QEMU (memory-locked for VFIO,
+        # bound to the node) live there: 1 GiB was too little for both.
+        "-object", "memory-backend-ram,id=mem1,size=1536M",
         "-numa", "node,nodeid=0,cpus=0,memdev=mem0",
         "-numa", "node,nodeid=1,cpus=1,memdev=mem1",
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",

@@ -48,12 +48,14 @@ def test_tcg_domain_has_max_cpu_kernel_boot_console_and_agent() -> None:
     assert dom.find("memoryBacking") is None
     assert dom.find("devices/hostdev") is None
     assert {e.tag for e in dom if e.tag.startswith("on_")} == {"on_poweroff", "on_reboot", "on_crash"}
+    assert dom.findtext("features/tcg/tb-cache") == str(domain.TCG_CACHE_MIB)  # QEMU's 1 GiB default is too much
 
 
 def test_kvm_domain_passes_the_host_cpu_through() -> None:
     dom = _parse(_spec(kvm=True))
     assert dom.get("type") == "kvm"
     assert dom.find("cpu").get("mode") == "host-passthrough"  # type: ignore[union-attr]
+    assert dom.find("features/tcg") is None
 
 
 def test_pinning_and_numa_follow_the_placement() -> None:

@@ -104,6 +104,30 @@ def test_a_file_that_is_not_a_kernel_is_refused(tmp_path: Path) -> None:
         kernelfile.bzimage_release(tmp_path / "short")
 
 
+def _vmlinux(path: Path, version: str, note_type: int) -> Path:
+    """An ELF64 header, one PT_NOTE program header, one note ("Xen", `note_type`), a version string."""
+    data = bytearray(0x400)
+    data[0:5] = b"\x7fELF\x02"
+    struct.pack_into("<Q", data, 0x20, 0x40)  # e_phoff
+    struct.pack_into("<HH", data, 0x36, 56, 1)  # e_phentsize, e_phnum
+    note = struct.pack("<III", 4, 4, note_type) + b"Xen\0" + b"\0\0\0\1"
+    struct.pack_into("<I", data, 0x40, 4)  # p_type PT_NOTE
+    struct.pack_into("<Q", data, 0x40 + 8, 0x100)  # p_offset
+    struct.pack_into("<Q", data, 0x40 + 32, len(note))  # p_filesz
+    data[0x100:0x100 + len(note)] = note
+    text = f"Linux version {version} (builder@host) #1 SMP".encode()
+    data[0x200:0x200 + len(text)] = text
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_vmlinux_boots_only_with_a_pvh_entry(tmp_path: Path) -> None:
+    assert kernelfile.kernel_release(_vmlinux(tmp_path / "vmlinux", "6.13.0-lab", 18)) == "6.13.0-lab"
+    with pytest.raises(HarnessError, match="vmlinux without a PVH entry point"):
+        kernelfile.kernel_release(_vmlinux(tmp_path / "other", "6.13.0-lab", 17))
+    assert kernelfile.kernel_release(_bzimage(tmp_path / "bz", "6.12.0")) == "6.12.0"
+
+
 def test_modules_must_match_the_kernel(tmp_path: Path) -> None:
     bz = _bzimage(tmp_path / "bz", "6.12.0")
     mods = tmp_path / "lib" / "modules" / "6.11.0"

@@ -92,7 +92,7 @@ class Server:
         self.seq = rec["seq"]
 
     def _read_pid(self, timeout: float = 10) -> int:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * self.machine.patience
         while time.monotonic() < deadline:
             res = self.machine.run(["cat", f"{self.cfg.prefix}/nginx.pid"], timeout=15, check=False)
             if res.ok and res.stdout.strip().isdigit():

@@ -158,6 +158,7 @@ class Runner:
                               self.say, self.owner) as tuned:
                 self.run.append({"kind": "session", "instance": s.instance, "iteration": s.iteration, "ok": True,
                                  "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
+                                 "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
                                  "tuning": tuned})
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, server_on=b.machine).execute(list(s.points))
@@ -166,7 +167,7 @@ class Runner:
         except HarnessError as exc:
             self._fail(s, exc.message)
         finally:
-            session.shutdown(self.root, b.guest, self.cfg, self.say)
+            session.shutdown(self.root, b.guest, b.machine, self.cfg, self.say)
 
     def _measure(self) -> None:
         done = self.run.completed()

@@ -100,8 +100,8 @@ def _kernel(req: VmRequest, img: image.Image) -> tuple[str, str | None, list[str
         return str(img.kernel), str(img.initrd) if img.initrd else None, notes
     kernel = Path(req.kernel).resolve()
     if not kernel.is_file():
-        raise HarnessError(f"no such kernel: {req.kernel}", "pass the path of a bzImage")
-    release = kernelfile.bzimage_release(kernel)
+        raise HarnessError(f"no such kernel: {req.kernel}", "pass the path of a bzImage (or a vmlinux with PVH)")
+    release = kernelfile.kernel_release(kernel)
     if req.initrd and not Path(req.initrd).is_file():
         raise HarnessError(f"no such initrd: {req.initrd}", "pass an initramfs made for " + release)
     if release != img.meta.get("kernel_release"):

@@ -99,7 +99,11 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
             iface = _address_passed_nic(dom, cfg.guest.address) if cfg.guest.bdf else ""
         finally:
             conn.close()
-        m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri)
+        m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)
+    except BaseException:
+        shutdown(root, guest, None, cfg, say)
+        raise
+    try:
         waited = ssh.wait(m, cfg.guest.boot_timeout)
         say(f"ssh into the guest works ({waited:.1f} s after the agent)")
         if cfg.guest.bdf:
@@ -109,9 +113,11 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
             iface = _iface_with(m, address)
         return Booted(guest, m, address, iface, provenance.facts(m))
     except BaseException:
-        shutdown(root, guest, cfg, say)
+        shutdown(root, guest, m, cfg, say)
         raise
 
 
-def shutdown(root: HostRoot, guest: vm.Guest, cfg: RunConfig, say: Say) -> None:
+def shutdown(root: HostRoot, guest: vm.Guest, m: Machine | None, cfg: RunConfig, say: Say) -> None:
+    if m is not None:
+        ssh.close(m)
     vm.down(root, guest, say, grace=cfg.guest.shutdown_grace)

@@ -18,6 +18,7 @@ from vmharness.machine import Machine, for_uri
 
 KEY_DIR = Path("/var/lib/vmharness/ssh")
 KEY = KEY_DIR / "id_ed25519"
+CONTROL_DIR = "/run/vmharness"  # the shared connections' sockets (the journal's directory: root's only)
 
 
 def harness_key() -> Path:
@@ -37,15 +38,29 @@ def authorize(dom: libvirt.virDomain) -> None:
     agent.put_file(dom, pub, "/root/.ssh/authorized_keys", mode=0o600)
 
 
-def machine(address: str, uri: str) -> Machine:
-    """The guest as a Machine (its link address, without the prefix). A guest on a remote libvirt host
-    is reached through that host (ProxyJump)."""
+TCG_PATIENCE = 10.0  # a guest under TCG runs its commands several to a hundred times slower
+
+
+def machine(address: str, uri: str, kvm: bool = True) -> Machine:
+    """The guest as a Machine (its link address, without the prefix). One connection carries every
+    command (ControlMaster): a new ssh session costs sshd a fork, an exec and a key exchange each
+    time, which a slow guest feels (35 to 50 s each under TCG inside TCG, 3.6 s over the master). A
+    guest on a remote libvirt host is reached through that host (ProxyJump)."""
     options = ["-F", "none", "-i", str(harness_key()), "-o", "IdentitiesOnly=yes",
-               "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+               "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+               "-o", "ConnectTimeout=120", "-o", "ControlMaster=auto", "-o", f"ControlPath={CONTROL_DIR}/ssh-%C",
+               "-o", "ControlPersist=120"]
     host = for_uri(uri)
     if not host.local:
         options += ["-o", f"ProxyJump={host.ssh}"]
-    return Machine(f"root@{address}", tuple(options), name="guest", guest=True)
+    return Machine(f"root@{address}", tuple(options), name="guest", guest=True,
+                   patience=1.0 if kvm else TCG_PATIENCE)
+
+
+def close(m: Machine) -> None:
+    """End the shared connection (its master process exits; it would after ControlPersist anyway)."""
+    assert m.ssh is not None
+    proc.run(["ssh", *m.options, "-O", "exit", m.ssh], timeout=30, check=False)
 
 
 def wait(m: Machine, timeout: float) -> float:

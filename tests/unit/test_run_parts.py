@@ -67,38 +67,40 @@ def test_bench_refuses_a_guests_settings(tmp_path: Path) -> None:
         config.load(path)
 
 
-FACTS = """@kernel
-6.1.0-50-amd64
+FACTS = """@version
+Linux version 6.1.0-50-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0) #1 SMP
 @cmdline
 root=/dev/vda rw mitigations=off
-@cpu_model
-Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz
-@microcode
-0x5003604
-@cpus
-2
-@os
-Debian GNU/Linux 12 (bookworm)
+@online
+0-1,4
 @clocksource
 tsc
-@memory
-1004512 kB
-@hugepages
+@os
+Debian GNU/Linux 12 (bookworm)
+@cpuinfo
+model name\t: Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz
+microcode\t: 0x5003604
+@meminfo
+MemTotal:        1004512 kB
 HugePages_Total:       0
 HugePages_Free:        0
 Hugepagesize:       2048 kB
 @vulnerabilities
-meltdown: Not affected
-spectre_v2: Vulnerable; STIBP: disabled
-@nics
-eth0 driver: virtio_net;version: 1.0.0;firmware-version: ;bus-info: 0000:00:03.0;
+meltdown:Not affected
+spectre_v2:Vulnerable; STIBP: disabled
+@nic eth0
+driver: virtio_net
+version: 1.0.0
+firmware-version: 1.2
+bus-info: 0000:00:03.0
 @qemu
 """
 
 
 def test_provenance_parses_its_script_output() -> None:
     got = provenance.parse(FACTS)
-    assert got["kernel"] == "6.1.0-50-amd64" and got["cpus"] == 2 and got["microcode"] == "0x5003604"
+    assert got["kernel"] == "6.1.0-50-amd64" and got["cpus"] == 3 and got["microcode"] == "0x5003604"
+    assert got["cpu_model"] == "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz" and got["memory"] == "1004512 kB"
     assert got["vulnerabilities"] == {"meltdown": "Not affected", "spectre_v2": "Vulnerable; STIBP: disabled"}
     assert got["nics"]["eth0"]["driver"] == "virtio_net" and got["nics"]["eth0"]["bus-info"] == "0000:00:03.0"
     assert got["hugepages"]["Hugepagesize"] == "2048 kB" and got["qemu"] == ""

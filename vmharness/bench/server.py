@@ -39,15 +39,26 @@ class ServerConfig:
         return self.filesize if self.mode == "file" else 0
 
 
-def render(cfg: ServerConfig, workers: int) -> str:
+def render(cfg: ServerConfig) -> str:
     location = f"try_files /{FILE} =404;" if cfg.mode == "file" else "return 200;"
     return string.Template(TEMPLATE.read_text()).substitute(
-        workers=workers, worker_connections=cfg.worker_connections, prefix=cfg.prefix, listen=cfg.listen,
+        workers=cfg.workers or "auto",  # auto: nginx starts one per CPU it may run on
+        worker_connections=cfg.worker_connections, prefix=cfg.prefix, listen=cfg.listen,
         location=location, nofile=2 * cfg.worker_connections + 256)  # a client and an upstream side each
 
 
 def write_file(machine: Machine, path: str, content: str) -> None:
     machine.run(["sh", "-c", 'cat > "$1"', "sh", path], timeout=30, input=content)
+
+
+# One round trip to lay out the prefix: $1 the prefix, $2 the file's size in bytes; the configuration
+# comes on stdin. (A round trip to a guest under TCG costs seconds.)
+_LAYOUT = """set -e
+rm -rf -- "$1"
+mkdir -p "$1/www" "$1/tmp"
+cat > "$1/nginx.conf"
+head -c "$2" /dev/zero | tr '\\0' x > "$1/www/index.bin"
+"""
 
 
 @dataclass
@@ -56,24 +67,16 @@ class Server:
     cfg: ServerConfig
     pid: int = 0
     seq: int = 0
-    workers: int = 0
     owner: str = ""  # the run directory it serves, so a resumed run can stop what a crashed one left
 
     def start(self, root: HostRoot) -> None:
         m, cfg = self.machine, self.cfg
         if cfg.mode not in ("file", "return"):
             raise HarnessError(f"server mode {cfg.mode!r} is unknown", "use file or return")
-        self.workers = cfg.workers or int(m.run(["nproc"], timeout=15).stdout)
-        m.run(["rm", "-rf", "--", cfg.prefix], timeout=30)
-        m.run(["mkdir", "-p", f"{cfg.prefix}/www", f"{cfg.prefix}/tmp"], timeout=30)
         conf = f"{cfg.prefix}/nginx.conf"
-        if cfg.config is None:
-            write_file(m, conf, render(cfg, self.workers))
-            write_file(m, f"{cfg.prefix}/www/{FILE}", "x" * cfg.filesize)
-            extra: list[str] = []
-        else:
-            write_file(m, conf, Path(cfg.config).read_text())
-            extra = ["-g", f"pid {cfg.prefix}/nginx.pid;"]
+        text = render(cfg) if cfg.config is None else Path(cfg.config).read_text()
+        m.run(["sh", "-c", _LAYOUT, "sh", cfg.prefix, str(cfg.filesize)], timeout=30, input=text)
+        extra = [] if cfg.config is None else ["-g", f"pid {cfg.prefix}/nginx.pid;"]
         argv = [cfg.binary, "-p", f"{cfg.prefix}/", "-c", conf, *extra]
         test = m.run([*argv, "-t"], timeout=30, check=False)
         if not test.ok:

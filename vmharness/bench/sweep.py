@@ -241,7 +241,7 @@ class Sweep:
         return tally
 
 
-def _first_line(m: Machine, argv: list[str]) -> str:
+def first_line(m: Machine, argv: list[str]) -> str:
     try:
         res = m.run(argv, timeout=30, check=False)
     except HarnessError as exc:
@@ -251,13 +251,13 @@ def _first_line(m: Machine, argv: list[str]) -> str:
 
 
 def server_versions(m: Machine, instances: tuple[InstanceSection, ...]) -> dict[str, Any]:
-    return {"machine": m.key, "kernel": _first_line(m, ["uname", "-r"]), "cpus": _first_line(m, ["nproc"]),
-            "nginx": {i.name: _first_line(m, [i.nginx, "-v"]) for i in instances}}
+    return {"machine": m.key, "kernel": first_line(m, ["uname", "-r"]), "cpus": first_line(m, ["nproc"]),
+            "nginx": {i.name: first_line(m, [i.nginx, "-v"]) for i in instances}}
 
 
 def client_versions(cfg: BenchConfig) -> list[dict[str, Any]]:
-    return [{"machine": machine(c.host).key, "kernel": _first_line(machine(c.host), ["uname", "-r"]),
-             "cpus": _first_line(machine(c.host), ["nproc"]), "wrk": _first_line(machine(c.host), [c.wrk, "--version"])}
+    return [{"machine": machine(c.host).key, "kernel": first_line(machine(c.host), ["uname", "-r"]),
+             "cpus": first_line(machine(c.host), ["nproc"]), "wrk": first_line(machine(c.host), [c.wrk, "--version"])}
             for c in cfg.client]
 
 

@@ -135,8 +135,10 @@ class Runner:
             changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
                                 "shares_host_with_client": for_uri(b.guest.uri).local and any(
                                     c.host == "local" for c in self.cfg.client)}
-            changes["machines"] = {"server": sweep.server_versions(b.machine, self.cfg.instance),
-                                   "clients": sweep.client_versions(self.cfg)}
+            nginx = {i.name: sweep.first_line(b.machine, [i.nginx, "-v"]) for i in self.cfg.instance}
+            server = {"machine": b.machine.key, "kernel": b.facts.get("kernel", ""),
+                      "cpus": str(b.facts.get("cpus", "")), "nginx": nginx}
+            changes["machines"] = {"server": server, "clients": sweep.client_versions(self.cfg)}
         if changes:
             self.run.update_manifest(**changes)
 

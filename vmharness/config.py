@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from vmharness import tomlfile
 from vmharness.bench import connections as conn_spec
 from vmharness.errors import HarnessError
+from vmharness.tune import profile
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class InstanceSection:
     kernel: str = ""  # a bzImage to boot instead of the image's kernel
     initrd: str = ""  # with kernel: its initramfs
     image: str = ""  # an image folder (`image build --kernel linux-image-....deb`); default: the recipe's
+    profile: str = ""  # the guest's tuning profile (sysctls and all) for this instance; default: tuning.profile
+    cpu_features: tuple[str, ...] = ()  # the vCPU's, QEMU style: "-md-clear" hides one, "+pcid" requires one
+    qemu_args: tuple[str, ...] = ()  # added to QEMU's command line, e.g. ["-global", "kvm-pit.lost_tick_policy=delay"]
 
 
 @dataclass(frozen=True)
@@ -199,11 +204,12 @@ def validate(cfg: C) -> C:
     for c in cfg.client:
         if c.threads:
             conn_spec.check_threads(cfg.counts, c.threads * len(cfg.client))
+    profile.load(cfg.tuning.profile)  # a bad profile is said now, not after the image and the host are ready
     if isinstance(cfg, RunConfig):
         _validate_run(cfg)
     else:
         for i in cfg.instance:
-            for key in ("cmdline", "kernel", "initrd", "image"):
+            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "qemu_args"):
                 if getattr(i, key):
                     raise HarnessError(f"instance {i.name}: {key} is a guest's setting; bench runs on bare metal",
                                        "boot guests with: vmharness run CONFIG")
@@ -256,8 +262,17 @@ def _validate_run(cfg: RunConfig) -> None:
         _file(f"instance {i.name}: image", i.image, folder=True)
         if i.initrd and not i.kernel:
             raise HarnessError(f"instance {i.name}: initrd needs kernel", "name the kernel the initrd was made for")
+        if i.profile:
+            profile.load(i.profile)
+        for feature in i.cpu_features:
+            if not CPU_FEATURE.fullmatch(feature):
+                raise HarnessError(f"instance {i.name}: cpu_features entry {feature!r} is not +name or -name",
+                                   'write them as QEMU\'s -cpu does, e.g. ["-md-clear", "+pcid"]')
+        if "" in i.qemu_args:
+            raise HarnessError(f"instance {i.name}: qemu_args has an empty argument", "drop it")
 
 
+CPU_FEATURE = re.compile(r"[+-][a-z0-9][a-z0-9_.-]*")
 DEFAULT_RUN = Path(__file__).resolve().parent / "default-run.toml"
 
 

@@ -1,7 +1,8 @@
-"""What a result was measured on, for the manifest: each machine's kernel and cmdline, CPU model and
-microcode, CPU vulnerability mitigations as the kernel reports them, clocksource, NIC drivers and
-firmware (`ethtool -i`), memory and hugepages; for the machine that runs the guests also QEMU, libvirt
-and the accelerator. One shell round trip per machine; a fact a machine cannot give is left empty."""
+"""What a result was measured on, for the manifest: each machine's kernel and cmdline, CPU model,
+microcode and flags, the machine's DMI name, CPU vulnerability mitigations as the kernel reports
+them, clocksource, NIC drivers and firmware (`ethtool -i`), memory and hugepages (in all and per NUMA
+node); for the machine that runs the guests also QEMU, libvirt and the accelerator. One shell round
+trip per machine; a fact a machine cannot give is left empty."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ s cmdline; read -r line < /proc/cmdline; echo "$line"
 s online; read -r line < /sys/devices/system/cpu/online; echo "$line"
 s clocksource; read -r line < /sys/devices/system/clocksource/clocksource0/current_clocksource; echo "$line"
 s os; . /etc/os-release; echo "$PRETTY_NAME"
-s cpuinfo; grep -m 2 -E '^(model name|microcode)[[:space:]]*:' /proc/cpuinfo
+s cpuinfo; grep -m 3 -E '^(model name|microcode|flags)[[:space:]]*:' /proc/cpuinfo
+s dmi; { read -r v < /sys/class/dmi/id/sys_vendor && read -r p < /sys/class/dmi/id/product_name; } 2>/dev/null \
+    && echo "$v $p"
 s meminfo; grep -E '^(MemTotal|HugePages_Total|HugePages_Free|Hugepagesize):' /proc/meminfo
+s nodes; grep -H . /sys/devices/system/node/node*/hugepages/*/*_hugepages 2>/dev/null
 s vulnerabilities; cd /sys/devices/system/cpu/vulnerabilities 2>/dev/null && grep -H . * && cd /
 for d in /sys/class/net/*; do
     [ -e "$d/device" ] || continue
@@ -67,11 +71,18 @@ def parse(text: str) -> dict[str, Any]:
 
     version = one("version").split()
     cpuinfo, meminfo = _pairs(sec.get("cpuinfo", [])), _pairs(sec.get("meminfo", []))
+    nodes: dict[str, dict[str, dict[str, int]]] = {}
+    for path, value in _pairs(sec.get("nodes", [])).items():  # .../node0/hugepages/hugepages-2048kB/nr_hugepages
+        parts = path.split("/")
+        if len(parts) > 3 and value.isdigit():
+            size = parts[-2].removeprefix("hugepages-")
+            nodes.setdefault(parts[-4], {}).setdefault(size, {})[parts[-1].removesuffix("_hugepages")] = int(value)
     return {
         "kernel": version[2] if len(version) > 2 else "", "version": one("version"), "cmdline": one("cmdline"),
         "cpu_model": cpuinfo.get("model name", ""), "microcode": cpuinfo.get("microcode", ""),
+        "cpu_flags": sorted(cpuinfo.get("flags", "").split()), "machine": one("dmi"),
         "cpus": _cpu_count(one("online")), "os": one("os"), "clocksource": one("clocksource"),
-        "memory": meminfo.pop("MemTotal", ""), "hugepages": meminfo,
+        "memory": meminfo.pop("MemTotal", ""), "hugepages": meminfo, "hugepages_by_node": nodes,
         "vulnerabilities": _pairs(sec.get("vulnerabilities", [])),
         "nics": {name[4:]: _pairs(lines) for name, lines in sec.items() if name.startswith("nic ")},
         "qemu": one("qemu"),

@@ -77,6 +77,8 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     for name in ("baseline", "mitigated"):
         facts = manifest["instances"][name]
         assert facts["kernel"] and facts["vulnerabilities"] and "eth0" in facts["nics"]
+        assert "rdrand" in facts["cpu_flags"] and facts["machine"].startswith("QEMU Standard PC (Q35")
+    assert manifest["host"]["hugepages_by_node"]["node0"]
     assert {t["machine"] for t in manifest["tuning"]} == {"host"}
     report = json.loads((run / "report" / "report.json").read_text())
     assert report["peak_connections"] in (2, 8, 32) and "mitigated" in report["changes_at_peak"]
@@ -89,10 +91,15 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
 
 
 def test_a_guest_that_does_not_boot_is_recorded_and_the_others_run(daemon: None, tmp_path: Path) -> None:
+    """Also: an instance's own vCPU features, QEMU arguments and guest tuning profile reach its guest."""
+    prof = tmp_path / "backlog.toml"
+    prof.write_text('[sysctl]\n"net.core.somaxconn" = 5555\n')
     cfg = tmp_path / "run.toml"
     cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\nboot_timeout = 600\n'
                    '[[instance]]\nname = "broken"\ncmdline = "init=/bin/false"\n'
-                   '[[instance]]\nname = "good"\n'
+                   '[[instance]]\nname = "good"\ncpu_features = ["-rdrand"]\n'
+                   'qemu_args = ["-smbios", "type=1,manufacturer=vmharness,product=instance-good"]\n'
+                   f'profile = "{prof}"\n'
                    '[sweep]\nconnections = "4"\niterations = 1\nduration = 1\nwarmup = 0\nwait = 0\n'
                    '[tuning]\nprofile = "none"\n')
     run = tmp_path / "run"
@@ -104,8 +111,17 @@ def test_a_guest_that_does_not_boot_is_recorded_and_the_others_run(daemon: None,
     assert "the guest kernel panicked while booting" in failed[0]["error"]
     points = {r["key"]: r["ok"] for r in got if r["kind"] == "measurement"}
     assert points == {"broken/4/0": False, "good/4/0": True}
-    assert res.stdout.startswith("WARNING: broken iteration 0 measured nothing: the guest did not boot: the guest "
-                                 "kernel panicked"), res.stdout
+    warnings = [line for line in res.stdout.splitlines() if line.startswith("WARNING: ")]
+    assert warnings[:2] == ["WARNING: the baseline 'broken' has no successful measurement",
+                            "WARNING: broken iteration 0 measured nothing: the guest did not boot: the guest kernel "
+                            "panicked while booting; its console ends with:"], res.stdout
+    facts = json.loads((run / "manifest.json").read_text())["instances"]["good"]
+    assert facts["machine"] == "vmharness instance-good" and "rdrand" not in facts["cpu_flags"]
+    assert "<qemu:arg value=\"-smbios\" />" in (run / "domains" / "good.xml").read_text()
+    good = next(r for r in got if r["kind"] == "session" and r["ok"])
+    assert good["tuning"][0]["profile"] == "backlog"
+    changes = [(c["path"], c["after"]) for c in good["tuning"][0]["changes"]]
+    assert changes == [("/proc/sys/net/core/somaxconn", "5555")]  # the kernel default is 4096
     assert_nothing_left()
 
 

@@ -84,6 +84,39 @@ def test_warnings_come_first(tmp_path: Path) -> None:
     assert report.text(a).startswith("WARNING: not saturated")
 
 
+def test_a_flat_curve_has_no_distinct_peak(tmp_path: Path) -> None:
+    run = _run(tmp_path, {("base", c): [(1000.0 + d, 100, 99) for d in (-8.0, 0.0, 8.0)] for c in (8, 16, 32, 64)})
+    a = saturation.analyse(run)
+    assert a.plausible_peaks == [c for c in (8, 16, 32, 64) if c != a.peak]
+    assert any(f.startswith("the peak is not distinct: ") for f in a.flags)
+    assert not any(f.startswith("noisy") for f in a.flags)
+
+
+def test_a_noisy_peak_asks_for_iterations(tmp_path: Path) -> None:
+    run = _run(tmp_path, {("base", 8): [(400.0, 100, 99), (410.0, 100, 99), (405.0, 100, 99)],
+                          ("base", 16): [(700.0, 100, 99), (1300.0, 100, 99), (1000.0, 100, 99)],
+                          ("base", 32): [(500.0, 100, 99), (505.0, 100, 99), (510.0, 100, 99)]})
+    a = saturation.analyse(run)
+    assert a.peak == 16 and a.peak_interval is not None
+    half = 4.303 * 300 / math.sqrt(3) / 1000  # t(0.975, 2) * s / sqrt(n), relative to the mean
+    assert a.peak_interval.relative_half == pytest.approx(half, rel=1e-3)
+    assert f"noisy: the peak's 95% interval is ±{half:.0%} of its mean over 3 iterations; add iterations" in a.flags
+
+
+def test_client_bound_alone_and_errors_alone(tmp_path: Path) -> None:
+    bound = saturation.analyse(_run(tmp_path / "a", {("base", 8): [(500.0, 100, 60), (505.0, 100, 60)],
+                                                     ("base", 16): [(600.0, 100, 70), (602.0, 100, 70)],
+                                                     ("base", 32): [(550.0, 100, 65), (552.0, 100, 65)]},
+                                    client=99.0))
+    assert [f.split(":")[0] for f in bound.flags] == ["not saturated", "client-bound"]
+    clean: dict[tuple[str, int], list[tuple[float, float, float]]] = {
+        ("base", 8): [(500.0, 100, 99), (505.0, 100, 99)], ("base", 16): [(600.0, 100, 99), (602.0, 100, 99)],
+        ("base", 32): [(550.0, 100, 99), (552.0, 100, 99)]}
+    assert saturation.analyse(_run(tmp_path / "b", clean, client=50.0, errors=5)).flags == []  # 0.1% errors
+    erring = saturation.analyse(_run(tmp_path / "c", clean, client=50.0, errors=600))
+    assert [f.split(" at ")[0] for f in erring.flags] == ["errors: base"] * 3
+
+
 def test_no_measurement_is_said(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path / "run", {})
     run.append({"kind": "measurement", "key": "base/8/0", "ok": False})

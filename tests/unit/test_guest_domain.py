@@ -58,6 +58,18 @@ def test_kvm_domain_passes_the_host_cpu_through() -> None:
     assert dom.find("features/tcg") is None
 
 
+def test_cpu_features_and_raw_qemu_arguments() -> None:
+    text = domain.to_xml(_spec(cpu_features=("-md-clear", "+pcid"), qemu_args=("-global", "a.b=c d")))
+    dom = ET.fromstring(text)
+    assert [(f.get("policy"), f.get("name")) for f in dom.findall("cpu/feature")] == [
+        ("disable", "md-clear"), ("require", "pcid")]
+    args = dom.findall(f"{{{domain.QEMU_NS}}}commandline/{{{domain.QEMU_NS}}}arg")
+    assert [a.get("value") for a in args] == ["-global", "a.b=c d"]
+    assert 'xmlns:qemu="http://libvirt.org/schemas/domain/qemu/1.0"' in text  # the prefix libvirt documents
+    plain = _parse(_spec())
+    assert plain.find("cpu/feature") is None and len(plain.findall(f"{{{domain.QEMU_NS}}}commandline")) == 0
+
+
 def test_pinning_and_numa_follow_the_placement() -> None:
     dom = _parse(_spec())
     assert dom.findtext("vcpu") == "2"

@@ -14,6 +14,7 @@ from vmharness.bench import sweep
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
+from vmharness.guest import session
 from vmharness.host import journal, restore
 from vmharness.host.root import HostRoot
 
@@ -52,6 +53,10 @@ def test_run_config_errors_name_the_setting(tmp_path: Path) -> None:
         "[[instance]]\nname = \"a\"\n[[instance]]\nname = \"b\"\n[sweep]\ninterleave = \"point\"\n":
             "sweep.interleave = point cannot be",
         "[guests]\nmemory = 512\n": "unknown setting config.guests",
+        "[[instance]]\nname = \"a\"\ncpu_features = [\"md-clear\"]\n": "cpu_features entry 'md-clear' is not +name",
+        "[[instance]]\nname = \"a\"\nqemu_args = [\"-s\", \"\"]\n": "instance a: qemu_args has an empty argument",
+        "[[instance]]\nname = \"a\"\nprofile = \"/nonexistent.toml\"\n": "no profile '/nonexistent.toml'",
+        "[tuning]\nprofile = \"fast\"\n": "no profile 'fast'",
     }
     for text, message in cases.items():
         path.write_text(text)
@@ -65,6 +70,21 @@ def test_bench_refuses_a_guests_settings(tmp_path: Path) -> None:
     path.write_text("[[instance]]\nname = \"a\"\ncmdline = \"mitigations=off\"\n")
     with pytest.raises(HarnessError, match="instance a: cmdline is a guest's setting"):
         config.load(path)
+    path.write_text("[[instance]]\nname = \"a\"\nqemu_args = [\"-s\"]\n")
+    with pytest.raises(HarnessError, match="instance a: qemu_args is a guest's setting"):
+        config.load(path)
+
+
+def test_an_instance_brings_its_own_cpu_qemu_arguments_and_profile(tmp_path: Path) -> None:
+    prof = tmp_path / "wide.toml"
+    prof.write_text('base = "seeds"\n[sysctl]\n"net.core.somaxconn" = 4096\n')
+    path = tmp_path / "r.toml"
+    path.write_text(f'[[instance]]\nname = "a"\ncpu_features = ["-md-clear", "+pcid"]\n'
+                    f'qemu_args = ["-global", "ICH9-LPC.noreboot=off"]\nprofile = "{prof}"\n')
+    cfg = config.load_run(path)
+    req = session.request(cfg, cfg.instance[0])
+    assert (req.cpu_features, req.qemu_args) == (("-md-clear", "+pcid"), ("-global", "ICH9-LPC.noreboot=off"))
+    assert cfg.instance[0].profile == str(prof)
 
 
 FACTS = """@version
@@ -80,11 +100,18 @@ Debian GNU/Linux 12 (bookworm)
 @cpuinfo
 model name\t: Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz
 microcode\t: 0x5003604
+flags\t\t: fpu vme md_clear pcid
+@dmi
+Dell Inc. PowerEdge R740
 @meminfo
 MemTotal:        1004512 kB
 HugePages_Total:       0
 HugePages_Free:        0
 Hugepagesize:       2048 kB
+@nodes
+/sys/devices/system/node/node1/hugepages/hugepages-2048kB/free_hugepages:510
+/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages:512
+/sys/devices/system/node/node0/hugepages/hugepages-1048576kB/nr_hugepages:0
 @vulnerabilities
 meltdown:Not affected
 spectre_v2:Vulnerable; STIBP: disabled
@@ -102,6 +129,9 @@ def test_provenance_parses_its_script_output() -> None:
     assert got["kernel"] == "6.1.0-50-amd64" and got["cpus"] == 3 and got["microcode"] == "0x5003604"
     assert got["cpu_model"] == "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz" and got["memory"] == "1004512 kB"
     assert got["vulnerabilities"] == {"meltdown": "Not affected", "spectre_v2": "Vulnerable; STIBP: disabled"}
+    assert got["cpu_flags"] == ["fpu", "md_clear", "pcid", "vme"] and got["machine"] == "Dell Inc. PowerEdge R740"
+    assert got["hugepages_by_node"] == {"node1": {"2048kB": {"free": 510, "nr": 512}},
+                                        "node0": {"1048576kB": {"nr": 0}}}
     assert got["nics"]["eth0"]["driver"] == "virtio_net" and got["nics"]["eth0"]["bus-info"] == "0000:00:03.0"
     assert got["hugepages"]["Hugepagesize"] == "2048 kB" and got["qemu"] == ""
 

@@ -131,6 +131,8 @@ class Runner:
         changes: dict[str, Any] = {}
         if inst not in guests:
             changes["instances"] = {**guests, inst: b.facts}
+            (self.run.path / "domains").mkdir(exist_ok=True)
+            (self.run.path / "domains" / f"{inst}.xml").write_text(b.xml)
         if "guest" not in m:
             changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
                                 "shares_host_with_client": for_uri(b.guest.uri).local and any(
@@ -156,8 +158,8 @@ class Runner:
             cfg = dataclasses.replace(self.cfg, server=dataclasses.replace(
                 self.cfg.server, listen=f"{b.address}:{g.port}", url=f"http://{b.address}:{g.port}/"))
             target = access.guest_target(b.guest.uri, b.guest.uuid, b.guest.name)
-            with tuning.tuned(cfg.tuning.profile, [tuning.Place("guest", target, (b.iface,))], self.root,
-                              self.say, self.owner) as tuned:
+            with tuning.tuned(inst.profile or cfg.tuning.profile, [tuning.Place("guest", target, (b.iface,))],
+                              self.root, self.say, self.owner) as tuned:
                 self.run.append({"kind": "session", "instance": s.instance, "iteration": s.iteration, "ok": True,
                                  "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
                                  "address": b.address, "iface": b.iface,

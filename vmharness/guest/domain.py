@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from vmharness.host.pci import parse_bdf
 
 AGENT_CHANNEL = "org.qemu.guest_agent.0"
+QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"  # libvirt's namespace for raw QEMU arguments
 # QEMU's TCG translation cache is 1 GiB by default and fills as the guest runs new code. With the
 # guest's memory bound to one NUMA node (numatune strict), QEMU's own memory is bound there too, and
 # a cache that size got QEMU OOM-killed on a node of 1 GiB with the guest's hugepages in it. 256 MiB
@@ -57,6 +58,8 @@ class DomainSpec:
     managed: bool = False
     hugepage_kib: int | None = None
     link: Link | None = None
+    cpu_features: tuple[str, ...] = ()  # "+name" required, "-name" hidden from the guest
+    qemu_args: tuple[str, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -109,6 +112,8 @@ def _cpu_and_memory(dom: ET.Element, spec: DomainSpec) -> None:
         _sub(numatune, "memnode", cellid="0", mode="strict", nodeset=str(node))
     # Without KVM, "maximum" is QEMU's `-cpu max`: every feature TCG can emulate.
     cpu = _sub(dom, "cpu", mode="host-passthrough" if spec.kvm else "maximum", check="none")
+    for feature in spec.cpu_features:
+        _sub(cpu, "feature", policy="require" if feature[0] == "+" else "disable", name=feature[1:])
     if node is not None or spec.hugepage_kib:
         numa = _sub(cpu, "numa")
         _sub(numa, "cell", id="0", cpus=f"0-{spec.vcpus - 1}", memory=str(spec.memory_mib), unit="MiB")
@@ -158,5 +163,10 @@ def to_xml(spec: DomainSpec) -> str:
     for event in ("on_poweroff", "on_reboot", "on_crash"):
         _sub(dom, event, "destroy")
     _devices(dom, spec)
+    if spec.qemu_args:
+        ET.register_namespace("qemu", QEMU_NS)
+        line = _sub(dom, f"{{{QEMU_NS}}}commandline")
+        for arg in spec.qemu_args:
+            _sub(line, f"{{{QEMU_NS}}}arg", value=arg)
     ET.indent(dom)
     return ET.tostring(dom, encoding="unicode") + "\n"

@@ -39,6 +39,8 @@ class VmRequest:
     link: bool = True
     image: str | None = None
     image_dir: str | None = None
+    cpu_features: tuple[str, ...] = ()
+    qemu_args: tuple[str, ...] = ()
     state_dir: str | None = None  # where the overlay and console log go; default VM_DIR/<name>
 
 
@@ -159,6 +161,7 @@ def plan(root: HostRoot, req: VmRequest, for_print: bool = False) -> Planned:
         name=domain_name(req.name), uuid=new_uuid(), kvm=kvm, memory_mib=req.memory_mib, placement=place,
         disk=str(state / "overlay.qcow2"), kernel=kernel, initrd=initrd, cmdline=cmdline,
         console_log=str(state / "console.log"), hostdevs=bdfs, managed=req.managed, hugepage_kib=page_kib,
-        link=link, metadata={"name": req.name, "image": img.folder.name},
+        link=link, cpu_features=req.cpu_features, qemu_args=req.qemu_args,
+        metadata={"name": req.name, "image": img.folder.name},
     )
     return Planned(spec, str(img.disk), link_net, tuple(notes))

@@ -39,6 +39,7 @@ class Booted:
     address: str  # where wrk connects
     iface: str  # the guest's interface that carries the benchmark
     facts: dict[str, Any]
+    xml: str  # the domain as defined
 
 
 def request(cfg: RunConfig, inst: InstanceSection, default_image: str | None = None) -> instance.VmRequest:
@@ -47,7 +48,8 @@ def request(cfg: RunConfig, inst: InstanceSection, default_image: str | None = N
     return instance.VmRequest(
         name=NAME, memory_mib=g.memory, vcpus=g.vcpus or None, cmdline=cmdline, kernel=inst.kernel or None,
         initrd=inst.initrd or None, bdfs=g.bdf, managed=g.managed, hugepages=g.hugepages, hugepage_size=g.hugepage_size,
-        uri=g.uri, accel=g.accel, link=True, image=inst.image or g.image or default_image)
+        uri=g.uri, accel=g.accel, link=True, image=inst.image or g.image or default_image,
+        cpu_features=inst.cpu_features, qemu_args=inst.qemu_args)
 
 
 def _run(dom: Any, argv: list[str], timeout: float = 60) -> str:
@@ -89,7 +91,8 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
     planned = instance.plan(root, request(cfg, inst, default_image))
     for note in planned.notes:
         say(f"note: {note}")
-    guest = vm.up(root, planned.spec, cfg.guest.uri, planned.base_disk, domain.to_xml(planned.spec), say,
+    xml = domain.to_xml(planned.spec)
+    guest = vm.up(root, planned.spec, cfg.guest.uri, planned.base_disk, xml, say,
                   boot_timeout=cfg.guest.boot_timeout, link_net=planned.link_net, owner=owner)
     try:
         assert guest.link is not None
@@ -111,7 +114,7 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
         else:
             address = guest.link["guest"].split("/")[0]
             iface = _iface_with(m, address)
-        return Booted(guest, m, address, iface, provenance.facts(m))
+        return Booted(guest, m, address, iface, provenance.facts(m), xml)
     except BaseException:
         shutdown(root, guest, m, cfg, say)
         raise

@@ -70,6 +70,7 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
         assert s["ok"] and s["cmdline"].endswith("mitigations=off" if s["instance"] == "baseline"
                                                  else "mitigations=auto")
         assert s["tuning"][0]["machine"] == "guest" and s["tuning"][0]["changes"]
+        assert s["pinning"]["ok"] is True and s["pinning"]["vcpus"] == [str(c) for c in s["pinning"]["planned_vcpus"]]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["ended"] and manifest["guest"]["kvm"] is False
     assert manifest["host"]["libvirt"].startswith("9.") and manifest["host"]["qemu"].startswith("QEMU emulator")

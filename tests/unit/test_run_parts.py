@@ -15,6 +15,7 @@ from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
 from vmharness.guest import session
+from vmharness.guest.domain import Placement
 from vmharness.host import journal, restore
 from vmharness.host.root import HostRoot
 
@@ -151,6 +152,17 @@ def test_a_partial_undo_gives_back_only_the_selected_records(tmp_path: Path) -> 
     assert not (tmp_path / "run/vmharness/journal.jsonl").exists()
 
 
+def test_pinning_is_checked_thread_by_thread() -> None:
+    plan = Placement(1, (17, 18), (16,))
+    held = session.pinning(plan, {"emulator": "16", "CPU 1/KVM": "18", "CPU 0/KVM": "17", "worker": "0-31"})
+    assert held == {"ok": True, "vcpus": ["17", "18"], "emulator": "16", "planned_vcpus": [17, 18],
+                    "planned_emulator": [16]}
+    assert session.pinning(plan, {"emulator": "16", "CPU 0/KVM": "17-18", "CPU 1/KVM": "18"})["ok"] is False
+    assert session.pinning(plan, {"emulator": "0-31", "CPU 0/KVM": "17", "CPU 1/KVM": "18"})["ok"] is False
+    assert session.pinning(plan, {"emulator": "16", "CPU 0/KVM": "17"})["ok"] is False  # a vCPU thread missing
+    assert session.pinning(plan, {})["ok"] is None  # QEMU's process not found: not known
+
+
 def test_failed_sessions_and_a_shared_host_are_warnings(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path / "run", {"config": {"instance": [{"name": "base"}, {"name": "mit"}]},
                                            "machines": {"server": {"machine": "guest"},
@@ -163,11 +175,15 @@ def test_failed_sessions_and_a_shared_host_are_warnings(tmp_path: Path) -> None:
                                                                                             50.0)}}})
     run.append({"kind": "session", "instance": "mit", "iteration": 0, "ok": False,
                 "error": "the guest did not boot: the guest kernel panicked while booting"})
+    loose = session.pinning(Placement(0, (1,), (0,)), {"emulator": "0-1", "CPU 0/TCG": "0-1"})
+    run.append({"kind": "session", "instance": "base", "iteration": 1, "ok": True, "pinning": loose})
     run.append({"kind": "measurement", "key": "mit/8/0", "instance": "mit", "connections": 8, "iteration": 0,
                 "ok": False, "attempts": 0, "error": "the guest did not boot"})
     a = saturation.analyse(run)
     assert a.flags[0] == "mit iteration 0 measured nothing: the guest did not boot: the guest kernel panicked " \
                          "while booting"
+    assert a.flags[1] == "not pinned: base iteration 1's vCPU threads ran on CPUs ['0-1'] and its emulator on " \
+                         "'0-1', planned [1] and [0]"
     assert "1 points failed after their retries: see records.jsonl" in a.flags
     assert "the guest runs on a client's machine: wrk and the guest's vCPUs share its CPUs" in a.flags
     assert "no KVM: the guest ran under TCG; these are not hardware numbers" in a.flags

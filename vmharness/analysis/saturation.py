@@ -86,17 +86,28 @@ class Analysis:
     failed: int
 
 
-def session_failures(run: RunDir, prefix: str = "") -> list[str]:
-    """`vmharness run`'s guests that did not boot or could not serve, each with why."""
-    return [f"{prefix}{r['instance']} iteration {r['iteration']} measured nothing: {r.get('error', '?')}"
-            for r in run.records() if r.get("kind") == "session" and not r.get("ok")]
+def session_flags(run: RunDir, prefix: str = "") -> list[str]:
+    """`vmharness run`'s guests that did not boot or could not serve, each with why, and those whose
+    QEMU threads were not held to the planned CPUs."""
+    out = []
+    for r in run.records():
+        if r.get("kind") != "session":
+            continue
+        where = f"{prefix}{r['instance']} iteration {r['iteration']}"
+        pins = r.get("pinning") or {}
+        if not r.get("ok"):
+            out.append(f"{where} measured nothing: {r.get('error', '?')}")
+        elif pins.get("ok") is False:
+            out.append(f"not pinned: {where}'s vCPU threads ran on CPUs {pins['vcpus']} and its emulator on "
+                       f"{pins['emulator']!r}, planned {pins['planned_vcpus']} and {pins['planned_emulator']}")
+    return out
 
 
 def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     table, failed = cells(run)
     names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(table)
     return analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest],
-                         session_failures(run))
+                         session_flags(run))
 
 
 def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
@@ -109,7 +120,7 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
     for run in runs:
         cells_of, lost = cells(run)
         failed += lost
-        sessions += session_failures(run, f"{run.path.name}/")
+        sessions += session_flags(run, f"{run.path.name}/")
         names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(cells_of)
         for name in names:
             if name in cells_of:

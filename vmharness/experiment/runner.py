@@ -154,6 +154,8 @@ class Runner:
             return
         try:
             self._note_guest(b, s.instance)
+            if b.pinning["ok"] is False:
+                self.say(f"WARNING: the guest's QEMU threads are not held to the planned CPUs: {b.pinning}")
             g = self.cfg.guest
             cfg = dataclasses.replace(self.cfg, server=dataclasses.replace(
                 self.cfg.server, listen=f"{b.address}:{g.port}", url=f"http://{b.address}:{g.port}/"))
@@ -164,7 +166,7 @@ class Runner:
                                  "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
-                                 "tuning": tuned})
+                                 "pinning": b.pinning, "tuning": tuned})
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, server_on=b.machine).execute(list(s.points))
             self.tally["ok"] += got["ok"]
             self.tally["failed"] += got["failed"]

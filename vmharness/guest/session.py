@@ -14,7 +14,7 @@ from typing import Any
 from vmharness import provenance
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
-from vmharness.guest import agent, domain, instance, ssh, vm
+from vmharness.guest import agent, domain, instance, placement, ssh, vm
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
@@ -40,6 +40,7 @@ class Booted:
     iface: str  # the guest's interface that carries the benchmark
     facts: dict[str, Any]
     xml: str  # the domain as defined
+    pinning: dict[str, Any]  # planned and found CPUs of the vCPU and emulator threads
 
 
 def request(cfg: RunConfig, inst: InstanceSection, default_image: str | None = None) -> instance.VmRequest:
@@ -85,6 +86,19 @@ def _iface_with(m: Machine, address: str) -> str:
     raise HarnessError(f"no interface of the guest holds {address}", "see `ip addr` in the guest")
 
 
+def pinning(planned: domain.Placement, threads: dict[str, str]) -> dict[str, Any]:
+    """What the kernel lets the guest's QEMU threads run on against the plan; `ok` is False when a
+    vCPU thread may run anywhere but its one CPU, or the emulator outside its CPUs."""
+    vcpus = [next((cpus for name, cpus in threads.items() if name.startswith(f"CPU {i}/")), "")
+             for i in range(len(planned.vcpu_cpus))]
+    emulator = threads.get("emulator", "")
+    ok = (all(placement.parse_cpulist(found) == (cpu,) for found, cpu in zip(vcpus, planned.vcpu_cpus, strict=True))
+          and bool(emulator) and set(placement.parse_cpulist(emulator)) <= set(planned.emulator_cpus)
+          ) if threads else None
+    return {"ok": ok, "vcpus": vcpus, "emulator": emulator, "planned_vcpus": list(planned.vcpu_cpus),
+            "planned_emulator": list(planned.emulator_cpus)}
+
+
 def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: str | None, say: Say,
          owner: str) -> Booted:
     """Boot the guest for `inst`; the caller holds the host lock and calls `shutdown` afterwards."""
@@ -114,7 +128,8 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
         else:
             address = guest.link["guest"].split("/")[0]
             iface = _iface_with(m, address)
-        return Booted(guest, m, address, iface, provenance.facts(m), xml)
+        return Booted(guest, m, address, iface, provenance.facts(m), xml,
+                      pinning(planned.spec.placement, vm.affinity(guest)))
     except BaseException:
         shutdown(root, guest, m, cfg, say)
         raise

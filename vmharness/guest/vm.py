@@ -113,6 +113,27 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
 
 
+# The CPUs each thread of the guest's QEMU may run on, as the kernel has them (libvirt names vCPU
+# threads "CPU N/KVM" or "CPU N/TCG"). One process on the guest's machine.
+_AFFINITY = r"""
+{ read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0  # no newline in it
+allowed() { while read -r key value; do [ "$key" = Cpus_allowed_list: ] && echo "$value $2"; done < "$1"; }
+allowed "/proc/$pid/status" emulator
+for t in /proc/$pid/task/*; do read -r name < "$t/comm" && allowed "$t/status" "$name"; done 2>/dev/null
+"""
+
+
+def affinity(guest: Guest) -> dict[str, str]:
+    """Thread name -> allowed CPU list of the guest's QEMU, its main thread as "emulator" (empty: its
+    process was not found)."""
+    res = guest.machine.run(["sh", "-c", _AFFINITY, "sh", domain_name(guest.name)], timeout=30, check=False)
+    out: dict[str, str] = {}
+    for line in res.stdout.splitlines():
+        cpus, _, name = line.partition(" ")
+        out.setdefault(name, cpus)
+    return out
+
+
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.rstrip().splitlines()) or "    (empty)"
 

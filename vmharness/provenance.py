@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vmharness.errors import HarnessError
+from vmharness.guest.placement import parse_cpulist
 from vmharness.machine import Machine
 
 # Few processes: on a guest under TCG every fork and exec costs a good part of a second.
@@ -54,10 +55,9 @@ def _pairs(lines: list[str], sep: str = ":") -> dict[str, str]:
 
 
 def _cpu_count(online: str) -> int | None:
-    """`0-3,8` -> 5."""
+    """`0-3,8` -> 5; None when the list is missing or garbled."""
     try:
-        return sum(int(b) - int(a) + 1 for a, _, b in (p.partition("-") if "-" in p else (p, "-", p)
-                                                       for p in online.split(",")))
+        return len(parse_cpulist(online)) or None
     except ValueError:
         return None
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from vmharness import proc
-from vmharness.bench import clients, sampler, server, sweep
+from vmharness.bench import bench, clients, sampler, server, sweep
 from vmharness.bench.store import RunDir
 from vmharness.host import journal
 from vmharness.host.root import HostRoot
@@ -55,13 +55,14 @@ def main() -> int:
     root = HostRoot.open(None)
     with tempfile.TemporaryDirectory() as tmp, journal.Lock(root):
         run = RunDir.create(Path(tmp) / "run", {"kind": "fidelity"})
+        owner = "run:" + bench.new_id()
         srv = server.Server(Machine(), server.ServerConfig(workers=1, listen=f"127.0.0.1:{PORT}",
-                                                           prefix="/tmp/vmharness-nginx-fidelity"))
+                                                           prefix=server.prefix_for(owner[4:], "fidelity")), owner)
         client = clients.Client(Machine(), threads=1)
         samplers = sweep.Samplers(run, 1.0)
         srv.start(root)
         try:
-            client.prepare()
+            client.prepare(root, owner)
             samplers.start([Machine()])
             idle = sampler_cost(samplers, 10)
             ratios, loaded = [], []
@@ -83,6 +84,7 @@ def main() -> int:
         finally:
             samplers.stop()
             srv.stop(root)
+            client.done(root)
     return 0
 
 

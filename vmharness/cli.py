@@ -3,25 +3,60 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune
+from vmharness.config import HugepageSize
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
+from vmharness.interrupts import terminate_as_interrupt
+from vmharness.schema import choices
 
 # Each command imports what it uses when it runs: under TCG (the test rig) every module costs a
 # noticeable part of a second, and a command should not pay for the others.
 
 
+class Done(Exception):
+    """--help or --version was printed: the command ends here with this code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise HarnessError(message, f"see `{self.prog} --help`")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            print(message, end="", file=sys.stderr)
+        raise Done(status)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parsers of `parser`'s subcommands by name (empty for a command that has none)."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:  # argparse keeps its subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost parser the words selected (`vmharness vm` -> vm's)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest or "", None):
+            return _chosen(action.choices[getattr(args, action.dest)], args)
+    return parser
 
 
 def _emit(data: Any) -> None:
@@ -68,9 +103,10 @@ def _class_filter(text: str | None) -> int | None:
 def cmd_host_groups(args: argparse.Namespace) -> int:
     from vmharness.host import iommu, pci, show
 
-    root = HostRoot.open(args.host_root)
     wanted_class = _class_filter(args.device_class)
-    only = pci.find(root, args.bdf) if args.bdf else None
+    bdf = pci.parse_bdf(args.bdf, "--bdf") if args.bdf is not None else None
+    root = HostRoot.open(args.host_root)
+    only = pci.find(root, bdf) if bdf is not None else None
     views = iommu.device_views(root, pci.scan(root))
     groups = iommu.groups(root, views)
     grouped = {m.dev.bdf for g in groups for m in g.members}
@@ -95,6 +131,8 @@ def cmd_host_groups(args: argparse.Namespace) -> int:
 def cmd_host_snapshot(args: argparse.Namespace) -> int:
     from vmharness.host import snapshot
 
+    if not args.out.strip():
+        raise HarnessError("OUT.tar.gz is empty", "name the tarball to write, e.g. myhost.tar.gz")
     root = HostRoot.open(args.host_root)
     out = Path(args.out)
     size = snapshot.write(root, out)
@@ -116,8 +154,8 @@ def _say(line: str) -> None:
 def cmd_host_prepare(args: argparse.Namespace) -> int:
     from vmharness.host import journal, plan, prepare, show_plan
 
-    root = HostRoot.open(args.host_root)
     request = plan.Request(tuple(args.bdf), args.hugepages, args.hugepage_size, args.node, args.force)
+    root = HostRoot.open(args.host_root)
     if args.dry_run:
         the_plan = plan.make(root, request)
         if args.json:
@@ -137,23 +175,30 @@ def cmd_host_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_host_restore(args: argparse.Namespace) -> int:
+    from vmharness.experiment import ops  # every subsystem's journal ops: no record looks unknown
     from vmharness.host import journal, restore, show_plan
 
     root = HostRoot.open(args.host_root)
-    if args.dry_run:
-        print(show_plan.restore_text(restore.pending(root)))
-        return 0
-    _live_only(root, "host-restore")
-    with journal.Lock(root):
+    if not args.dry_run:
+        _live_only(root, "host-restore")
+    with contextlib.nullcontext() if args.dry_run else journal.Lock(root):
+        found = journal.load(root)
+        if found.torn is not None:
+            print(f"warning: {journal.JOURNAL}: the last line was cut mid-write (a crash); its change was "
+                  f"never made, so it is dropped: {found.torn[:60]!r}", file=sys.stderr)
         pending = restore.pending(root)
+        strange = restore.unknown_text(journal.unknown(found.records))
         print(show_plan.restore_text(pending), flush=True)
-        problems = restore.undo(root, _say) if pending else []
+        problems = [] if args.dry_run or not pending else ops.undo_all(root, _say)
     for p in problems:
         print(f"  NOT RESTORED: {p}")
-    if problems:
-        print("the journal is kept: fix what is listed and run vmharness host-restore again")
+    for line in strange:
+        print(f"  KEPT: {line}")
+    if problems or strange:
+        if not args.dry_run:
+            print("the journal is kept: fix what is listed and run vmharness host-restore again")
         return 1
-    if pending:
+    if pending and not args.dry_run:
         print("restored: the host is as vmharness found it")
     return 0
 
@@ -162,9 +207,9 @@ def cmd_host_setup(args: argparse.Namespace) -> int:
     from vmharness.host import plan, setup
 
     if not args.print:
-        raise HarnessError("host-setup only prints (it never edits boot files)", "add --print")
-    root = HostRoot.open(args.host_root)
+        raise HarnessError("host-setup only prints (it never edits boot files): --print is required", "add --print")
     request = plan.Request(tuple(args.bdf), args.hugepages, args.hugepage_size, args.node, args.force)
+    root = HostRoot.open(args.host_root)
     print(setup.render(root, request))
     return 0
 
@@ -176,7 +221,7 @@ def _add(
     subs: Any, name: str, func: Command, summary: str, example: str, json_flag: bool = True
 ) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subs.add_parser(
-        name, help=summary, description=summary, epilog=f"example:\n  {example}",
+        name, help=summary.replace("%", "%%"), description=summary, epilog=f"example:\n  {example}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host-root", metavar="DIR",
@@ -191,8 +236,8 @@ def _add(
 def _prepare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bdf", action="append", default=[], help="a device to pass through (repeatable)")
     p.add_argument("--hugepages", metavar="SIZE", help="memory to have free in hugepages, e.g. 8G")
-    p.add_argument("--hugepage-size", default="2M", choices=["2M", "1G"], help="page size (default 2M)")
-    p.add_argument("--node", default="auto", help="NUMA node for the pages: auto (the NIC's) or a number")
+    p.add_argument("--hugepage-size", default="2M", choices=choices(HugepageSize), help="page size (default 2M)")
+    p.add_argument("--node", default="auto", help="NUMA node for the pages: auto (the NIC's node) or a number")
     p.add_argument("--force", action="store_true", help="take a NIC even though it holds a route or an address")
 
 
@@ -255,17 +300,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.argv = tail
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                             format="%(name)s: %(message)s")
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return 2
-        code: int = args.func(args)
+        if not getattr(args, "func", None):  # `vmharness`, `vmharness vm`: what is there to do
+            _chosen(parser, args).print_help()
+            return 0
+        with terminate_as_interrupt():  # SIGTERM and SIGHUP unwind like Ctrl-C: every rollback runs
+            code: int = args.func(args)
         return code
+    except Done as done:
+        return done.code
     except HarnessError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"error: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
-from vmharness.host.root import HostRoot
 
 
 def _say(line: str) -> None:
@@ -20,19 +20,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from vmharness import config
     from vmharness.analysis import report, saturation
     from vmharness.bench import bench
+    from vmharness.bench.store import check_new
+    from vmharness.experiment import ops
     from vmharness.host import journal
 
-    root = HostRoot.open(None)
-    if args.resume and (args.config or args.out):
+    root = live_root(args.host_root, "bench", "drop --host-root (and VMHARNESS_HOST_ROOT): bench measures this "
+                     "machine and the ones its configuration names")
+    if args.resume and (args.config or args.out is not None):
         raise HarnessError("--resume takes the configuration from the run directory",
                            "drop CONFIG and --out when resuming")
     cfg = None if args.resume else config.load(Path(args.config) if args.config else None)
+    out = Path(args.out) if args.out is not None else bench.default_run_dir()
+    if cfg is not None:
+        check_new(out, "--out")
     with journal.Lock(root):
         if cfg is None:
             cfg, run = bench.reopen(Path(args.resume))
         else:
-            run = bench.new_run(cfg, Path(args.out) if args.out else bench.default_run_dir())
+            run = bench.new_run(cfg, out)
         _say(f"run directory: {run.path}")
+        ops.reclaim(root, _say)
         tally = bench.execute(cfg, run, root, _say)
     analysis = saturation.analyse(run)
     if args.json:

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from vmharness import cli_types, config, schema
+from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -46,14 +48,17 @@ def _request(args: argparse.Namespace) -> Any:
         name=args.name, memory_mib=args.memory, vcpus=args.vcpus, cmdline=args.cmdline or "",
         kernel=args.kernel, initrd=args.initrd, bdfs=tuple(args.bdf), managed=args.managed,
         hugepages=args.hugepages, hugepage_size=args.hugepage_size, uri=args.uri, accel=args.accel,
-        link=not args.no_link, image=args.image, image_dir=args.image_dir,
+        link=not args.no_link, image=args.image, image_dir=args.image_dir, owner=f"vm:{args.name}",
     )
 
 
 def cmd_vm_up(args: argparse.Namespace) -> int:
     from vmharness.guest import domain, instance
 
-    root = HostRoot.open(args.host_root)
+    if args.print_xml:
+        root = HostRoot.open(args.host_root)
+    else:
+        root = live_root(args.host_root, "vm up", "drop --host-root (and VMHARNESS_HOST_ROOT), or add --print-xml")
     req = _request(args)
     planned = instance.plan(root, req, for_print=args.print_xml)
     for note in planned.notes:
@@ -61,15 +66,12 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
     if args.print_xml:
         print(domain.to_xml(planned.spec), end="")
         return 0
-    if not root.live:
-        raise HarnessError("vm up boots a guest on the live host; with --host-root only --print-xml works",
-                           "drop --host-root, or add --print-xml")
     from vmharness.guest import vm
     from vmharness.host import journal
 
     with journal.Lock(root):
         guest = vm.up(root, planned.spec, req.uri, planned.base_disk, domain.to_xml(planned.spec), _say,
-                      boot_timeout=args.boot_timeout, link_net=planned.link_net)
+                      req.owner, boot_timeout=args.boot_timeout, link_net=planned.link_net)
     if args.json:
         print(json.dumps(guest.to_json(), indent=2, sort_keys=True))
     else:
@@ -83,7 +85,7 @@ def cmd_vm_exec(args: argparse.Namespace) -> int:
 
     from vmharness.guest import agent, vm
 
-    root = HostRoot.open(None)
+    root = live_root(args.host_root, "vm exec", "drop --host-root (and VMHARNESS_HOST_ROOT)")
     guest = vm.load(root, args.name)
     conn, dom = vm.domain(guest)
     try:
@@ -106,7 +108,8 @@ def cmd_vm_exec(args: argparse.Namespace) -> int:
 def cmd_vm_console(args: argparse.Namespace) -> int:
     from vmharness.guest import vm
 
-    guest = vm.load(HostRoot.open(None), args.name)
+    guest = vm.load(live_root(args.host_root, "vm console", "drop --host-root (and VMHARNESS_HOST_ROOT)"),
+                    args.name)
     print(vm.console_tail(guest, lines=args.lines), end="")
     print(f"(the whole log: {guest.console_log}; interactive: virsh -c {guest.uri} console "
           f"{vm.domain_name(guest.name)})", file=sys.stderr)
@@ -117,7 +120,7 @@ def cmd_vm_down(args: argparse.Namespace) -> int:
     from vmharness.guest import vm
     from vmharness.host import journal
 
-    root = HostRoot.open(None)
+    root = live_root(args.host_root, "vm down", "drop --host-root (and VMHARNESS_HOST_ROOT)")
     guest = vm.load(root, args.name)
     with journal.Lock(root):
         vm.down(root, guest, _say, grace=args.grace)
@@ -145,8 +148,10 @@ def register(subs: Any, add: Any) -> None:
     p = add(vm_subs, "up", cmd_vm_up, "define and boot a guest through libvirt; returns when its agent answers",
             "vmharness vm up --name demo --cmdline mitigations=off --bdf 0000:b3:00.0 --hugepages")
     p.add_argument("--name", default="guest", help="guest name (domain vmh-NAME; default guest)")
-    p.add_argument("--memory", type=int, default=1024, metavar="MIB", help="guest memory in MiB (default 1024)")
-    p.add_argument("--vcpus", type=int, help="vCPUs, each pinned to a CPU of the NIC's node (default 2 or fewer)")
+    p.add_argument("--memory", type=cli_types.whole(128, 1 << 22), default=1024, metavar="MIB",
+                   help="guest memory in MiB (default 1024)")
+    p.add_argument("--vcpus", type=cli_types.whole(1, 1024),
+                   help="vCPUs, each pinned to a CPU of the NIC's node (default 2 or fewer)")
     p.add_argument("--cmdline", help="appended to the image's kernel command line")
     p.add_argument("--kernel", metavar="PATH", help="boot this bzImage instead of the image's kernel")
     p.add_argument("--initrd", metavar="PATH", help="with --kernel: its initramfs")
@@ -154,20 +159,23 @@ def register(subs: Any, add: Any) -> None:
     p.add_argument("--managed", action="store_true",
                    help="let libvirt bind the devices to vfio-pci itself (default: host-prepare did)")
     p.add_argument("--hugepages", action="store_true", help="back guest memory with hugepages")
-    p.add_argument("--hugepage-size", default="2M", choices=["2M", "1G"], help="page size (default 2M)")
+    p.add_argument("--hugepage-size", default="2M", choices=schema.choices(config.HugepageSize),
+                   help="page size (default 2M)")
     p.add_argument("--uri", default="qemu:///system", help="libvirt connection (qemu+ssh://HOST/system: remote)")
-    p.add_argument("--accel", default="auto", choices=["auto", "kvm", "tcg"],
+    p.add_argument("--accel", default="auto", choices=schema.choices(config.Accel),
                    help="auto: KVM if a probe guest runs under it, else TCG")
     p.add_argument("--no-link", action="store_true", help="no management link (tap + virtio-net)")
     p.add_argument("--image", metavar="DIR", help="an image folder (default: the current recipe's)")
     p.add_argument("--image-dir", metavar="DIR", help="where images are kept")
-    p.add_argument("--boot-timeout", type=float, default=300, metavar="S", help="wait this long for the agent")
+    p.add_argument("--boot-timeout", type=cli_types.seconds(1), default=300, metavar="S",
+                   help="wait this long for the agent")
     p.add_argument("--print-xml", action="store_true", help="print the domain XML and stop (no libvirtd needed)")
 
     p = add(vm_subs, "exec", cmd_vm_exec, "run a command in the guest through its agent; exits with its status",
             "vmharness vm exec demo -- cat /proc/cmdline", json_flag=False)
     p.add_argument("name", help="the guest's name")
-    p.add_argument("--timeout", type=float, default=60, metavar="S", help="give up after this long (default 60)")
+    p.add_argument("--timeout", type=cli_types.seconds(0.1), default=60, metavar="S",
+                   help="give up after this long (default 60)")
     p.add_argument("--copy", metavar="LOCAL:GUESTPATH", help="first copy a file into the guest")
     p.set_defaults(argv=[])
     p.epilog = (p.epilog or "") + "\n\neverything after -- is the command, searched in the guest's PATH"
@@ -175,10 +183,10 @@ def register(subs: Any, add: Any) -> None:
     p = add(vm_subs, "console", cmd_vm_console, "print the end of the guest's serial console log",
             "vmharness vm console demo --lines 50", json_flag=False)
     p.add_argument("name", help="the guest's name")
-    p.add_argument("--lines", type=int, default=40, help="how many lines (default 40)")
+    p.add_argument("--lines", type=cli_types.whole(1, 1_000_000), default=40, help="how many lines (default 40)")
 
     p = add(vm_subs, "down", cmd_vm_down, "shut the guest down, undefine it and remove its overlay",
             "vmharness vm down demo", json_flag=False)
     p.add_argument("name", help="the guest's name")
-    p.add_argument("--grace", type=float, default=60, metavar="S",
+    p.add_argument("--grace", type=cli_types.seconds(0, 3600), default=60, metavar="S",
                    help="seconds to wait for a clean shutdown before destroying it (default 60)")

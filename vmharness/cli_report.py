@@ -5,15 +5,60 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from vmharness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from vmharness.bench.store import RunDir
+
+
+def _out(value: str | None) -> Path | None:
+    """--out: a folder to (create and) fill; refused when something other than a folder is there, or
+    it holds something other than files and folders (a FIFO would block a write forever)."""
+    if value is None:
+        return None
+    hint = "name a new folder, or one an earlier report wrote"
+    if not value.strip():
+        raise HarnessError("--out is empty", hint)
+    out = Path(value)
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise HarnessError(f"--out {value}: it exists and is not a folder", hint)
+        for entry in out.iterdir():
+            mode = entry.lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise HarnessError(f"--out {value}: it holds {entry.name}, which is not a regular file", hint)
+    return out
+
+
+def _instances(run: RunDir) -> list[str]:
+    """The instances a run measured: its configuration's, else those its records name."""
+    names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])]
+    return names or sorted({r["instance"] for r in run.records() if isinstance(r.get("instance"), str)})
+
+
+def _baseline(value: str | None, known: list[str]) -> str | None:
+    if value is None:
+        return None
+    if value not in known:
+        raise HarnessError(f"--baseline {value!r} is not an instance of this report",
+                           f"choose one of: {', '.join(known) or '(none: nothing was measured)'}")
+    return value
 
 
 def _show(a: Any, args: argparse.Namespace, title: str) -> int:
     from vmharness.analysis import report
 
-    if args.out:
-        written = report.publish(a, Path(args.out), title=title)
+    out = _out(args.out)
+    if out is not None:
+        try:
+            written = report.publish(a, out, title=title)
+        except OSError as exc:
+            raise HarnessError(f"--out {args.out}: cannot write there: {exc.strerror}",
+                               "name a folder you can write to, on a disk with space") from exc
         print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     elif args.json or args.format == "json":
         print(json.dumps(report.to_json(a), indent=2, sort_keys=True))
@@ -30,17 +75,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     from vmharness.analysis import saturation
     from vmharness.bench.store import RunDir
 
+    _out(args.out)  # refused before any work
     run = RunDir.open(Path(args.run_dir))
-    return _show(saturation.analyse(run, args.baseline), args, f"vmharness report: {run.path.name}")
+    baseline = _baseline(args.baseline, _instances(run))
+    return _show(saturation.analyse(run, baseline), args, f"vmharness report: {run.path.name}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from vmharness.analysis import saturation
     from vmharness.bench.store import RunDir
 
+    _out(args.out)  # refused before any work
     runs = [RunDir.open(Path(p)) for p in args.run_dirs]
+    baseline = _baseline(args.baseline, [f"{r.path.name}/{name}" for r in runs for name in _instances(r)])
     title = "vmharness compare: " + " vs ".join(r.path.name for r in runs)
-    return _show(saturation.compare(runs, args.baseline), args, title)
+    return _show(saturation.compare(runs, baseline), args, title)
 
 
 def _options(p: argparse.ArgumentParser, baseline: str) -> None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -21,22 +22,26 @@ def _say(line: str) -> None:
 def _config(args: argparse.Namespace) -> Any:
     """The configuration file (or the embedded experiment), with --bdf and --hugepages on top."""
     from vmharness import config
+    from vmharness.host.pci import parse_bdf
 
     cfg = config.load_run(Path(args.config) if args.config else None)
     guest = cfg.guest
     if args.bdf:
-        guest = dataclasses.replace(guest, bdf=tuple(args.bdf))
+        guest = dataclasses.replace(guest, bdf=tuple(parse_bdf(b, "--bdf") for b in args.bdf))
     if args.hugepages:
         guest = dataclasses.replace(guest, hugepages=True)
     return config.validate(dataclasses.replace(cfg, guest=guest))
 
 
-def _print_xml(cfg: Any) -> int:
+def _print_xml(cfg: Any, root: HostRoot) -> int:
+    """What the run would define, read from `root` (the live host or a host root); nothing changes."""
+    from vmharness.bench import bench
     from vmharness.guest import domain, instance, session
+    from vmharness.host import journal
 
-    root = HostRoot.open(None)
+    owner = journal.RUN_PREFIX + bench.new_id()
     for inst in cfg.instance:
-        planned = instance.plan(root, session.request(cfg, inst), for_print=True)
+        planned = instance.plan(root, session.request(cfg, inst, owner), for_print=True)
         for note in planned.notes:
             print(f"note: {inst.name}: {note}", file=sys.stderr)
         print(f"<!-- instance {inst.name} -->")
@@ -47,13 +52,17 @@ def _print_xml(cfg: Any) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from vmharness import config
     from vmharness.analysis import report, saturation
-    from vmharness.bench.store import RunDir
+    from vmharness.bench.store import RunDir, check_new
     from vmharness.experiment import runner
     from vmharness.host import journal
 
-    if args.resume and (args.config or args.out or args.bdf or args.hugepages):
+    if args.resume and (args.config or args.out is not None or args.bdf or args.hugepages or args.print_xml):
         raise HarnessError("--resume takes the configuration from the run directory",
-                           "drop CONFIG, --out, --bdf and --hugepages when resuming")
+                           "drop CONFIG, --out, --bdf, --hugepages and --print-xml when resuming")
+    if args.print_xml:
+        return _print_xml(_config(args), HostRoot.open(args.host_root))
+    root = live_root(args.host_root, "run", "drop --host-root (and VMHARNESS_HOST_ROOT), or add --print-xml to "
+                     "see what the run would define")
     if args.resume:
         run = RunDir.open(Path(args.resume))
         if run.manifest.get("kind") != "run":
@@ -61,12 +70,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = config.validate(config.run_from_json(run.manifest["config"]))
     else:
         cfg = _config(args)
-        if args.print_xml:
-            return _print_xml(cfg)
-    root = HostRoot.open(None)
+    out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
+    if not args.resume:
+        check_new(out, "--out")
     with journal.Lock(root):
         if not args.resume:
-            run = runner.new_run(cfg, Path(args.out) if args.out else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S"))
+            run = runner.new_run(cfg, out)
         _say(f"run directory: {run.path}")
         tally = runner.Runner(cfg, run, root, _say).execute(keep_host=args.keep_host)
     analysis = saturation.analyse(run)

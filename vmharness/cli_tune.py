@@ -7,8 +7,10 @@ import json
 import sys
 from typing import Any
 
+from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
+from vmharness.interrupts import terminate_as_interrupt
 
 
 def _say(line: str) -> None:
@@ -20,7 +22,7 @@ def _target(args: argparse.Namespace, root: HostRoot) -> Any:
 
     where = args.target
     if where == "host":
-        return access.HostTarget(HostRoot.open(args.host_root))
+        return access.HostTarget(root)
     if args.host_root:
         raise HarnessError("--host-root goes with --target host only", "drop --host-root")
     kind, _, name = where.partition(":")
@@ -58,7 +60,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from vmharness.host import journal
     from vmharness.tune import apply, knobs, profile
 
-    root = HostRoot.open(None)
+    if args.action in ("apply", "revert"):
+        root = live_root(args.host_root, f"tune {args.action}", "drop --host-root (and VMHARNESS_HOST_ROOT); "
+                         "`tune plan --host-root DIR` shows what would change there")
+    else:
+        root = HostRoot.open(args.host_root if args.target == "host" else None)
     t = _target(args, root)
     if args.action in ("plan", "apply"):
         prof = profile.load(args.profile)
@@ -66,11 +72,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if args.action == "plan":
             print(json.dumps(plan.to_json(), indent=2) if args.json else _plan_text(plan))
             return 0
-        if args.host_root:
-            raise HarnessError("tune apply changes a live machine; with --host-root only plan works", "use plan")
-        with journal.Lock(root):
+        with terminate_as_interrupt(), journal.Lock(root):
             print(_plan_text(plan), flush=True)
-            apply.apply(root, t, plan, _say)
+            apply.apply(root, t, plan, _say, "tune")
         print(f"applied; put back with: vmharness tune revert --target {args.target}")
         return 0
     if args.action == "revert":

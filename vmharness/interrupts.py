@@ -1,17 +1,38 @@
-"""SIGTERM and SIGHUP as KeyboardInterrupt, so that the rollback a Ctrl-C runs also runs for them."""
+"""Signals. SIGTERM and SIGHUP are turned into KeyboardInterrupt, so that the rollback a Ctrl-C runs
+also runs for them; and while the harness gives things back, a further signal is held until the
+giving back is done (a second Ctrl-C must not leave half a clean-up), then raised."""
 
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal that ends the command; `signum` tells which (exit 128 + signum)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
 
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
+    if not _main_thread():
+        yield
+        return
+
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        raise Interrupted(signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -19,3 +40,28 @@ def terminate_as_interrupt() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP while the block runs (a clean-up); the first one held is
+    raised as Interrupted when it ends. Nested shields hold until the outermost ends."""
+    if not _main_thread() or signal.getsignal(signal.SIGINT) is _hold:
+        yield
+        return
+    old = {s: signal.signal(s, _hold) for s in SIGNALS}
+    _held.clear()
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if _held:
+        raise Interrupted(_held[0])
+
+
+_held: list[int] = []
+
+
+def _hold(signum: int, frame: FrameType | None) -> None:
+    _held.append(signum)

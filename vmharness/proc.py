@@ -29,22 +29,36 @@ class Result:
     def ok(self) -> bool:
         return self.returncode == 0
 
+    @property
+    def how(self) -> str:
+        """How it ended, in words: "exit 1", "killed by SIGKILL", "not found (exit 127)"."""
+        if self.returncode < 0:
+            try:
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"killed by signal {-self.returncode}"
+        if self.returncode == 127:
+            return "not found (exit 127)"  # the shell's (or ssh's remote shell's) word for it
+        return f"exit {self.returncode}"
+
     def failure(self, where: str = "") -> HarnessError:
         """The error for a command that exited non-zero: its last line of output says why."""
         detail = (self.stderr.strip() or self.stdout.strip()).splitlines()
         last = detail[-1] if detail else "no output"
-        return HarnessError(f"{where}{shlex.join(self.argv)} failed (exit {self.returncode}): {last}")
+        return HarnessError(f"{where}{shlex.join(self.argv)} failed ({self.how}): {last}")
 
 
 def _not_installed(program: str) -> HarnessError:
     return HarnessError(f"{program} is not installed", f"install the package that provides {program}")
 
 
-def _env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
-    if not extra:
-        return None
+def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The child's environment: ours, with the locale pinned so that the output parsed (ip, ethtool,
+    error messages) reads the same on every machine, then the caller's additions."""
     env = dict(os.environ)
-    env.update(extra)
+    env.pop("LANGUAGE", None)
+    env["LC_ALL"] = "C"
+    env.update(extra or {})
     return env
 
 
@@ -66,7 +80,8 @@ def run(
             args,
             input=input,
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="replace",  # a tool's output that is not UTF-8 is still read, never a traceback
             timeout=timeout,
             env=_env(env),
             cwd=cwd,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vmharness.cpus import parse_cpulist
 from vmharness.errors import HarnessError
-from vmharness.guest.placement import parse_cpulist
 from vmharness.machine import Machine
 
 # Few processes: on a guest under TCG every fork and exec costs a good part of a second.
@@ -58,7 +58,7 @@ def _cpu_count(online: str) -> int | None:
     """`0-3,8` -> 5; None when the list is missing or garbled."""
     try:
         return len(parse_cpulist(online)) or None
-    except ValueError:
+    except HarnessError:
         return None
 
 

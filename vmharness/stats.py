@@ -1,60 +1,44 @@
-"""Confidence intervals for a handful of iterations: Student's t, two-sided, from the t distribution
-itself (its CDF through the regularized incomplete beta function, inverted by bisection), so that
-three iterations get the wide interval they deserve rather than a normal approximation's."""
+"""The statistics of a run, on scipy and numpy: a handful of iterations per point, noise that is mostly
+multiplicative, and boots that differ from each other more than the kernels under test do.
+
+Why these methods (docs/statistics.md has the formulas, tests/unit/test_coverage.py the proof that
+a 95% interval holds the truth about 95% of the time):
+- a change is a ratio, so its interval is taken on log(variant/baseline) and can never fall below
+  -100%; where the runner interleaved the instances, the ratio is taken block by block (a block is an
+  iteration: one boot of each instance in `run`, one turn of each at every count in `bench`), which
+  cancels what a block shares (drift, the host's state);
+- the peak is a maximum over noisy means: where it lies comes from resampling each point's
+  iterations, how high it is from Student-t draws of each point's mean with the basic (reversed)
+  bootstrap interval, because resampling three values cannot show a spread wider than they have,
+  and the maximum of noisy means is biased upwards;
+- the noise is split between blocks and within a block (Kalibera and Jones' multi-level design) with
+  an exact F interval on the share, and the split plans how many boots and measurements per boot a
+  target width needs."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+from scipy import stats as sps
+
+LEVEL = 0.95
+POWER = 0.80  # the minimum detectable effect: seen 80% of the time by a test at 1 - LEVEL
+RESAMPLES = 2000
+SEED = 14  # fixed, so the same run gives the same report
+MOST_REPEATS = 20  # a plan's measurements per block, at most
+MOST_BLOCKS = 10_000
+
+K = TypeVar("K", bound=Hashable)
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _ibeta(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    tail = 0.5 * _ibeta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The t value below which a fraction p of the distribution lies."""
-    lo, hi = -1e3, 1e3
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2.0
+def _t(level: float, df: float) -> float:
+    """The two-sided Student-t quantile for `level`."""
+    return float(sps.t.ppf(0.5 + level / 2.0, df))
 
 
 @dataclass(frozen=True)
@@ -73,32 +57,188 @@ class Interval:
     def relative_half(self) -> float:
         return self.half / abs(self.mean) if self.mean else math.inf
 
-    def overlaps(self, other: Interval) -> bool:
-        return self.low <= other.high and other.low <= self.high
 
-
-def mean_interval(values: list[float], level: float = 0.95) -> Interval:
-    """Mean and its two-sided t-interval; one value gives an interval of nothing but that value's
-    uncertainty: infinite."""
+def mean_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
+    """Mean and its two-sided t-interval; one value has an infinite interval (nothing is known of its
+    spread)."""
     n = len(values)
     mean = statistics.fmean(values)
     if n < 2:
         return Interval(mean, -math.inf, math.inf, n, level)
-    half = t_quantile(0.5 + level / 2.0, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    half = _t(level, n - 1) * float(sps.sem(values))
     return Interval(mean, mean - half, mean + half, n, level)
 
 
-def change_interval(base: list[float], other: list[float], level: float = 0.95) -> Interval:
-    """(mean(other) - mean(base)) / mean(base), with Welch's t-interval on the difference scaled by
-    the base mean (the base mean's own uncertainty in the denominator is not propagated)."""
-    mb, mo = statistics.fmean(base), statistics.fmean(other)
-    change = (mo - mb) / mb
-    if len(base) < 2 or len(other) < 2:
-        return Interval(change, -math.inf, math.inf, min(len(base), len(other)), level)
-    vb, vo = statistics.variance(base) / len(base), statistics.variance(other) / len(other)
-    se = math.sqrt(vb + vo)
-    if se == 0:
-        return Interval(change, change, change, min(len(base), len(other)), level)
-    df = (vb + vo) ** 2 / ((vb * vb) / (len(base) - 1) + (vo * vo) / (len(other) - 1))
-    half = t_quantile(0.5 + level / 2.0, df) * se / mb
-    return Interval(change, change - half, change + half, min(len(base), len(other)), level)
+@dataclass(frozen=True)
+class Change:
+    """other/base as a change (ratio - 1): the ratio of geometric means, its interval (never below -1),
+    the smallest change this comparison would have detected, and how it was computed."""
+
+    change: float
+    low: float
+    high: float
+    detectable: float  # minimum detectable effect, as a change: exp(mde) - 1
+    n: int
+    level: float
+    method: str
+
+    @property
+    def bounded(self) -> bool:
+        return math.isfinite(self.high)
+
+    @property
+    def significant(self) -> bool:
+        return self.bounded and (self.low > 0 or self.high < 0)
+
+
+def _positive(values: Mapping[K, float]) -> dict[K, float]:
+    return {k: v for k, v in values.items() if math.isfinite(v) and v > 0}
+
+
+def _mde(se: float, df: float, level: float) -> float:
+    return math.expm1((_t(level, df) + float(sps.t.ppf(POWER, df))) * se)
+
+
+def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str = "iteration",
+                 level: float = LEVEL) -> Change:
+    """other/base from values keyed by block. Paired where at least two blocks hold both (a t-interval
+    on the mean of log(other_i/base_i)), else Welch's t on the two samples' logs. Values that are not
+    positive have no logarithm and are left out."""
+    b, o = _positive(base), _positive(other)
+    if not b or not o:
+        return Change(math.nan, -1.0, math.inf, math.inf, 0, level, "no positive values: no ratio")
+    common = [k for k in b if k in o]
+    if len(common) >= 2:
+        d = np.log([o[k] / b[k] for k in common])
+        n, mean, df = len(d), float(d.mean()), float(len(d) - 1)
+        se = float(sps.sem(d))
+        left = len(b) + len(o) - 2 * n
+        method = f"paired by {block}, t on log ratio, n={n}" + (f" ({left} unpaired left out)" if left else "")
+    elif len(b) >= 2 and len(o) >= 2:
+        lb, lo = np.log(list(b.values())), np.log(list(o.values()))
+        mean = float(lo.mean() - lb.mean())
+        vb, vo = float(sps.sem(lb)) ** 2, float(sps.sem(lo)) ** 2
+        se = math.sqrt(vb + vo)
+        # Welch-Satterthwaite degrees of freedom
+        df = (vb + vo) ** 2 / (vb**2 / (len(lb) - 1) + vo**2 / (len(lo) - 1)) if se > 0 else 1.0
+        n = min(len(b), len(o))
+        method = f"unpaired, Welch t on log ratio, n={len(b)} and {len(o)}"
+    else:
+        mean = math.log(statistics.geometric_mean(o.values()) / statistics.geometric_mean(b.values()))
+        return Change(math.expm1(mean), -1.0, math.inf, math.inf, min(len(b), len(o)), level,
+                      "one iteration: no interval")
+    half = _t(level, df) * se
+    return Change(math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), _mde(se, df, level), n, level,
+                  method)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """Where the highest mean lies (a range of counts) and how high it is."""
+
+    at: int
+    at_low: int
+    at_high: int
+    value: float
+    low: float
+    high: float
+    resamples: int
+    seed: int
+    level: float
+
+    @property
+    def bounded(self) -> bool:
+        return math.isfinite(self.high)
+
+    @property
+    def relative_half(self) -> float:
+        return (self.high - self.low) / 2.0 / self.value if self.value else math.inf
+
+
+def peak(cells: Mapping[int, Sequence[float]], level: float = LEVEL, resamples: int = RESAMPLES,
+         seed: int = SEED) -> Peak:
+    """The count with the highest mean and that mean, each with a bootstrap interval: the count from
+    resampling every point's iterations (percentile interval over the ordered counts), the height from
+    every point's mean drawn from its Student-t distribution (basic interval: 2 x estimate minus the
+    draws' quantiles, which undoes the maximum's upward bias). A point with one iteration is held at
+    its value; a peak point with one iteration has no interval at all."""
+    rng = np.random.default_rng(seed)
+    counts = sorted(cells)
+    samples = [np.asarray(cells[c], dtype=float) for c in counts]
+    means = np.array([x.mean() for x in samples])
+    top = int(means.argmax())
+    value = float(means[top])
+    if len(samples[top]) < 2:
+        return Peak(counts[top], counts[0], counts[-1], value, -math.inf, math.inf, resamples, seed, level)
+    tails = ((1 - level) / 2, (1 + level) / 2)
+    where = np.column_stack([x[rng.integers(0, len(x), (resamples, len(x)))].mean(axis=1) for x in samples])
+    first, last = np.quantile(where.argmax(axis=1), tails, method="inverted_cdf")
+    sems = np.array([sps.sem(x) if len(x) > 1 else 0.0 for x in samples])
+    df = np.array([max(1, len(x) - 1) for x in samples])
+    tops = (means + sems * sps.t.rvs(df, size=(resamples, len(counts)), random_state=rng)).max(axis=1)
+    q_low, q_high = np.quantile(tops, tails)
+    return Peak(counts[top], counts[min(int(first), top)], counts[max(int(last), top)], value,
+                max(0.0, 2 * value - float(q_high)), 2 * value - float(q_low), resamples, seed, level)
+
+
+@dataclass(frozen=True)
+class Split:
+    """The variance of log values split between blocks (boots) and within a block, from a blocks x
+    counts table: each block's shift shared by all its counts, and what is left."""
+
+    blocks: int
+    counts: int
+    between: float  # standard deviation of a block's shift, log scale (about a relative spread)
+    within: float  # standard deviation of one measurement within a block, log scale
+    share: float  # of the variance, between blocks
+    share_low: float
+    share_high: float
+    level: float
+
+
+def split(table: np.ndarray, level: float = LEVEL) -> Split | None:
+    """Two-way analysis of variance without replication on logs: blocks random, counts fixed. The
+    interval on the between-block share is exact under normal noise: MS_blocks / MS_residual follows
+    (1 + C theta) F(B - 1, (B - 1)(C - 1)), with theta = between^2 / within^2."""
+    y = np.log(np.asarray(table, dtype=float))
+    blocks, counts = y.shape
+    if blocks < 2 or counts < 2 or not np.isfinite(y).all():
+        return None
+    rows, cols = y.mean(axis=1, keepdims=True), y.mean(axis=0, keepdims=True)
+    df_rows, df_res = blocks - 1, (blocks - 1) * (counts - 1)
+    ms_rows = counts * float(((rows - y.mean()) ** 2).sum()) / df_rows
+    ms_res = float(((y - rows - cols + y.mean()) ** 2).sum()) / df_res
+    if ms_res <= 0:
+        return None
+    between2 = max(0.0, (ms_rows - ms_res) / counts)
+    f = ms_rows / ms_res
+    high_q, low_q = np.asarray(sps.f.ppf([(1 + level) / 2, (1 - level) / 2], df_rows, df_res), dtype=float)
+    theta = [max(0.0, (f / float(q) - 1) / counts) for q in (high_q, low_q)]
+    return Split(blocks, counts, math.sqrt(between2), math.sqrt(ms_res), between2 / (between2 + ms_res),
+                 theta[0] / (1 + theta[0]), theta[1] / (1 + theta[1]), level)
+
+
+@dataclass(frozen=True)
+class Plan:
+    blocks: int
+    repeats: int  # measurements of each count within one block
+    seconds: float
+
+
+def plan(s: Split, target: float, block_seconds: float, measure_seconds: float, level: float = LEVEL) -> Plan | None:
+    """The cheapest blocks x repeats whose t-interval on one point's mean is within +-target:
+    t(B - 1) * sqrt((between^2 + within^2 / R) / B) <= log(1 + target), cost B * (boot + R * measurement)
+    (Kalibera and Jones: more repeats pay only while a block is dear and its shift small). None when
+    not within MOST_BLOCKS x MOST_REPEATS."""
+    width = math.log1p(target)
+    b = np.arange(2, MOST_BLOCKS + 1)
+    t = sps.t.ppf(0.5 + level / 2, b - 1)
+    best: Plan | None = None
+    for r in range(1, MOST_REPEATS + 1):
+        ok = t * np.sqrt((s.between ** 2 + s.within ** 2 / r) / b) <= width
+        if ok.any():
+            n = int(b[ok.argmax()])
+            cost = n * (block_seconds + r * measure_seconds)
+            if best is None or cost < best.seconds:
+                best = Plan(n, r, cost)
+    return best

@@ -40,8 +40,8 @@ def host_knobs() -> dict[str, str]:
 
 def assert_nothing_left() -> None:
     names = proc.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], timeout=30).stdout.split()
-    assert "vmh-run" not in names
-    assert not Path("/var/lib/vmharness/vms/run/overlay.qcow2").exists()
+    assert not [n for n in names if n.startswith("vmh-r")]  # a run's guests are vmh-rRUNID
+    assert not Path("/var/lib/vmharness/vms/_run/overlay.qcow2").exists()
     assert not JOURNAL.exists(), JOURNAL.read_text()
 
 
@@ -144,7 +144,8 @@ def test_killed_mid_run_then_resumed(daemon: None, tmp_path: Path) -> None:
     before = {r["key"] for r in records(run) if r["kind"] == "measurement" and r["ok"]}
     res = vmh("run", "--resume", str(run))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "giving back" in res.stderr and "things an interrupted session of this run left" in res.stderr
+    run_id = json.loads((run / "manifest.json").read_text())["id"]
+    assert "giving back" in res.stderr and f"that an interrupted run left (owners run:{run_id})" in res.stderr
     got = [r["key"] for r in records(run) if r["kind"] == "measurement" and r["ok"]]
     assert sorted(got) == ["one/2/0", "one/2/1", "one/4/0", "one/4/1"] and before <= set(got)
     assert_nothing_left()

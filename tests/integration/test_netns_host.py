@@ -52,6 +52,6 @@ def test_the_same_name_twice_is_refused_and_the_first_survives(monkeypatch: pyte
 def test_a_machine_reads_its_ssh_config_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SSH_CONFIG_ENV, "/tmp/cfg")
     assert Machine("h").argv(["a b"]) == ["ssh", "-F", "/tmp/cfg", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                                          "h", "--", "'a b'"]
+                                          "--", "h", "env LC_ALL=C 'a b'"]
     monkeypatch.delenv(SSH_CONFIG_ENV)
     assert Machine("h").argv(["x"])[:2] == ["ssh", "-o"]

@@ -7,23 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import stats
 from vmharness.analysis import report, saturation
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
-
-
-@pytest.mark.parametrize(("df", "expected"), [(1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)])
-def test_t_quantiles_match_the_tables(df: int, expected: float) -> None:
-    assert stats.t_quantile(0.975, df) == pytest.approx(expected, abs=5e-4)
-
-
-def test_intervals() -> None:
-    iv = stats.mean_interval([100.0, 110.0, 105.0])
-    assert iv.mean == 105.0 and iv.low == pytest.approx(105 - 4.303 * 5 / math.sqrt(3), abs=1e-2)
-    assert math.isinf(stats.mean_interval([7.0]).low)
-    change = stats.change_interval([100.0, 110.0, 105.0], [90.0, 95.0, 92.0])
-    assert change.mean == pytest.approx((277 / 3 - 105) / 105) and change.high < 0 < change.high - change.low
 
 
 def _record(run: RunDir, instance: str, conns: int, it: int, rps: float, p99: float, server: float,
@@ -59,14 +45,54 @@ def test_peak_overhead_and_a_clean_bill(tmp_path: Path) -> None:
     a = saturation.analyse(run)
     assert (a.baseline, a.peak, a.plausible_peaks, a.flags) == ("base", 128, [], [])
     tp = a.changes["mitig"]["throughput"]
-    assert tp.mean == pytest.approx(-0.18) and tp.high < 0
-    assert a.changes["mitig"]["p99"].mean == pytest.approx(0.30)
+    assert tp.change == pytest.approx(-0.18, abs=1e-3) and tp.high < 0 and tp.significant
+    assert tp.method == "paired by iteration, t on log ratio, n=3"
+    assert a.changes["mitig"]["p99"].change == pytest.approx(0.30, abs=2e-3)
     text = report.text(a)
-    assert text.startswith("baseline base: saturation point 128 connections, 1,000 requests/s")
-    assert "mitig vs base at 128 connections: throughput -18.0% [" in text
+    assert text.startswith("baseline base: saturation point 128 connections (95%: 128–128), 1,000 requests/s ± ")
+    assert "mitig vs base at 128 connections (paired by iteration, t on log ratio, n=3):\n  throughput -18.0% [" \
+        in text
     assert report.to_csv(a).splitlines()[0].startswith("instance,connections,iterations,requests_per_s")
-    assert report.to_json(a)["peak_connections"] == 128
-    assert "| mitig | -18.0% [" in report.markdown(a)
+    data = report.to_json(a)
+    assert data["peak_connections"] == 128 and data["peak"]["connections_low"] == 128
+    assert data["changes_at_peak"]["mitig"]["throughput"]["method"] == tp.method
+    assert "| mitig | paired by iteration, t on log ratio, n=3 | -18.0% [" in report.markdown(a)
+
+
+def test_a_change_without_significance_says_what_could_have_been_seen(tmp_path: Path) -> None:
+    run = _run(tmp_path, {("base", 8): [(1000.0, 100, 99), (1100.0, 110, 99), (900.0, 90, 99)],
+                          ("mitig", 8): [(990.0, 100, 99), (1120.0, 110, 99), (880.0, 90, 99)]})
+    a = saturation.analyse(run)
+    tp = a.changes["mitig"]["throughput"]
+    assert not tp.significant and tp.detectable > 0
+    assert f"throughput {tp.change:+.1%} [{tp.low:+.1%}, {tp.high:+.1%}]: no change detected; this run could " \
+           f"have seen ±{tp.detectable:.1%}" in report.text(a)
+    assert f"(none detected; ±{tp.detectable:.1%} detectable)" in report.markdown(a)
+    assert report.to_json(a)["changes_at_peak"]["mitig"]["throughput"]["significant"] is False
+
+
+def test_the_issues_boots_are_paired_and_their_noise_split(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path / "run", {
+        "config": {"instance": [{"name": "off"}, {"name": "pti"}], "sweep": {"duration": 10, "wait": 1.0}},
+        "machines": {"server": {"machine": "guest"}, "clients": [{"machine": "local"}]}})
+    curve = {4: 0.7, 8: 1.0, 16: 0.9}
+    for it, (off, pti) in enumerate(((884.0, 744.0), (1315.0, 969.0), (1344.0, 911.0))):
+        for inst, rps in (("off", off), ("pti", pti)):
+            run.append({"kind": "session", "instance": inst, "iteration": it, "ok": True, "boot_seconds": 20.0})
+            for c, scale in curve.items():
+                wobble = 1 + 0.01 * ((it + c) % 3 - 1) if c != 8 else 1.0
+                _record(run, inst, c, it, rps * scale * wobble, 100.0, 99)
+    a = saturation.analyse(run)
+    assert a.peak == 8 and a.design.block == "boot" and a.design.block_seconds == 20.0
+    tp = a.changes["pti"]["throughput"]
+    assert tp.method == "paired by boot, t on log ratio, n=3"
+    assert (round(tp.low, 2), round(tp.high, 2)) == (-0.43, -0.02)
+    noise = a.noise["off"]
+    assert noise.split.blocks == 3 and noise.split.counts == 3 and noise.split.share > 0.9
+    assert noise.plan is not None and noise.plan.repeats == 1 and noise.plan.blocks > 300
+    line = next(x for x in report.text(a).splitlines() if x.startswith("noise in off: "))
+    assert "of the variance is between boots" in line and f"{noise.plan.blocks} boots × 1 measurement" in line
+    assert report.to_json(a)["noise"]["off"]["plan"]["blocks"] == noise.plan.blocks
 
 
 def test_warnings_come_first(tmp_path: Path) -> None:
@@ -100,6 +126,7 @@ def test_a_noisy_peak_asks_for_iterations(tmp_path: Path) -> None:
     assert a.peak == 16 and a.peak_interval is not None
     half = 4.303 * 300 / math.sqrt(3) / 1000  # t(0.975, 2) * s / sqrt(n), relative to the mean
     assert a.peak_interval.relative_half == pytest.approx(half, rel=1e-3)
+    assert a.peak_estimate is not None and a.peak_estimate.low < 700 and a.peak_estimate.high > 1100
     assert f"noisy: the peak's 95% interval is ±{half:.0%} of its mean over 3 iterations; add iterations" in a.flags
 
 
@@ -119,7 +146,8 @@ def test_client_bound_alone_and_errors_alone(tmp_path: Path) -> None:
 
 def test_no_measurement_is_said(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path / "run", {})
-    run.append({"kind": "measurement", "key": "base/8/0", "ok": False})
+    run.append({"kind": "measurement", "key": "base/8/0", "instance": "base", "connections": 8, "iteration": 0,
+                "ok": False})
     a = saturation.analyse(run)
     assert a.peak is None and a.flags[0] == "no successful measurement in this run"
     assert "1 points failed" in a.flags[1]
@@ -140,6 +168,7 @@ def test_every_form_is_written(tmp_path: Path) -> None:
     page = (out / "report.html").read_text()
     assert "<title>t &lt;&amp;&gt; run</title>" in page and page.count("<svg") == 2
     assert "saturation point 128 connections" in page
+    assert "<li>changes: paired by iteration, t on log ratio, n=2</li>" in page
 
 
 def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
@@ -153,8 +182,11 @@ def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
 
     a = saturation.compare([one("kernel-old", 1000, 200), one("kernel-new", 900, 240)])
     assert (a.baseline, a.peak) == ("kernel-old/nginx", 128)
-    assert a.changes["kernel-new/nginx"]["throughput"].mean == pytest.approx(-0.10)
-    assert a.changes["kernel-new/nginx"]["p99"].mean == pytest.approx(0.20)
-    assert "kernel-new/nginx vs kernel-old/nginx at 128 connections: throughput -10.0% [" in report.text(a)
+    tp = a.changes["kernel-new/nginx"]["throughput"]
+    assert tp.change == pytest.approx(-0.10, abs=1e-3)
+    assert tp.method == "unpaired, Welch t on log ratio, n=3 and 3"  # two runs' iterations are not blocks
+    assert a.changes["kernel-new/nginx"]["p99"].change == pytest.approx(0.20)
+    assert "kernel-new/nginx vs kernel-old/nginx at 128 connections (unpaired, Welch t on log ratio, n=3 and 3):\n" \
+           "  throughput -10.0% [" in report.text(a)
     with pytest.raises(HarnessError, match="two runs are both named kernel-old"):
         saturation.compare([RunDir.open(tmp_path / "kernel-old"), RunDir.open(tmp_path / "kernel-old")])

@@ -109,7 +109,7 @@ def test_config_errors_name_the_setting(tmp_path: Path) -> None:
         "[sweep]\niterations = \"3\"\n": "sweep.iterations must be int",
         "[sweep]\nconections = \"8\"\n": "unknown setting config.sweep.conections",
         "[[instance]]\nnginx = \"x\"\n": "config.instance[0].name is required",
-        "[sweep]\nconnections = \"8:4:1\"\n": "connection list entry '8:4:1' is empty",
+        "[sweep]\nconnections = \"8:4:1\"\n": "sweep.connections: entry '8:4:1' is empty",
         "[[client]]\nthreads = 4\n[sweep]\nconnections = \"2,8\"\n": "2 connections is fewer than the 4",
         "[server]\nmode = \"ftp\"\n": "server.mode must be file or return",
         "[[instance]]\nname = \"a\"\n[[instance]]\nname = \"a\"\n": "instance names must be different",
@@ -171,7 +171,7 @@ def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
     cfg = config.from_json({"instance": [{"name": "a"}],
                             "sweep": {"connections": "8,16", "iterations": 2, "until_ci": 0.05, "max_iterations": 4}})
     run = RunDir.create(tmp_path / "r", {})
-    s = sweep.Sweep(cfg, run, HostRoot(tmp_path), lambda _l: None)
+    s = sweep.Sweep(cfg, run, HostRoot(tmp_path), lambda _l: None, "run:0123456789")
     assert [p.key for p in s.unsettled()] == ["a/8/0", "a/16/0"]  # nothing measured yet
     for conns, values in ((8, [1000.0, 1001.0]), (16, [1000.0, 1500.0])):
         for i, v in enumerate(values):

@@ -60,10 +60,10 @@ def test_missing_sysfs_attribute(cli, host: FakeHost) -> None:
 def test_no_permission(cli, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
     host.pci("0000:00:03.0", driver="e1000e", group=3)
 
-    def denied(self: Path, *a: object, **k: object) -> str:
+    def denied(*a: object, **k: object) -> bytes:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr("vmharness.host.root.read_file", denied)
     assert_one_line_error(cli("host-groups", "--host-root", str(host.base)), "no permission", "root")
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness import cli
+from vmharness import cli, cpus
 from vmharness.errors import HarnessError
-from vmharness.guest import domain, instance, placement
+from vmharness.guest import domain, instance, placement, vm
 from vmharness.guest.domain import DomainSpec, Link, Placement
 from vmharness.host.root import HostRoot
 
@@ -131,7 +131,7 @@ def _free_pages(h: FakeHost, node: int, kib: int, free: int) -> None:
 
 
 def test_cpulist_parser() -> None:
-    assert placement.parse_cpulist("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)
+    assert cpus.parse_cpulist("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)
 
 
 def test_guest_goes_to_the_nics_node(tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_a_device_not_on_vfio_is_refused_unless_managed(tmp_path: Path) -> None:
 def test_bad_names_are_refused() -> None:
     for bad in ("", "Guest", "1abc", "a" * 12, "a_b"):
         with pytest.raises(HarnessError, match="not allowed"):
-            instance.check_name(bad)
+            vm.check_name(bad)
 
 
 def test_link_takes_the_first_free_network() -> None:

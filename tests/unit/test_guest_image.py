@@ -170,7 +170,7 @@ def test_libvirt_uri_names_the_machine() -> None:
     assert for_uri("qemu:///system") == Machine()
     assert for_uri("qemu+ssh://root@server1/system") == Machine("root@server1")
     assert for_uri("qemu+ssh://server1/system?keyfile=/k").argv(["qemu-img", "info", "a b"]) == \
-        ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "server1", "--", "qemu-img info 'a b'"]
+        ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "server1", "env LC_ALL=C qemu-img info 'a b'"]
 
 
 def test_a_kernel_package_is_read_with_dpkg_deb(tmp_path: Path) -> None:

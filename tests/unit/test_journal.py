@@ -1,4 +1,5 @@
-"""The journal and the lock, on a writable synthetic root."""
+"""The journal and the lock, on a writable synthetic root: one table of ops, every record with an
+owner, damage reported in one line, and nothing a reader does not know ever dropped."""
 
 from __future__ import annotations
 
@@ -6,28 +7,62 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
+from vmharness.experiment import ops
 from vmharness.host import journal, restore
 from vmharness.host.root import HostRoot
 
+HP = "host-prepare"
 
-def test_records_are_numbered_and_a_torn_line_is_dropped(host: FakeHost) -> None:
-    root = HostRoot(host.base, allow_writes=True)
+
+def writable(host: FakeHost) -> HostRoot:
+    return HostRoot(host.base, allow_writes=True)
+
+
+def test_records_are_numbered_and_a_torn_last_line_is_dropped_and_cut_off_before_the_next(host: FakeHost) -> None:
+    root = writable(host)
     journal.record(root, {"op": "begin", "pid": 1})
-    journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0})
+    journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0}, HP)
     with open(root.path(journal.JOURNAL), "a") as f:
         f.write('{"op": "bind", "bdf": "00')  # killed mid-write
-    recs = journal.read(root)
-    assert [(r["seq"], r["op"]) for r in recs] == [(1, "begin"), (2, "pages")]
+    found = journal.load(root)
+    assert [(r["seq"], r["op"]) for r in found.records] == [(1, "begin"), (2, "pages")]
+    assert found.torn == '{"op": "bind", "bdf": "00'
+    journal.record(root, {"op": "pages", "node": 0, "size_kib": 2048, "before": 0}, HP)
+    assert [r["seq"] for r in journal.read(root)] == [1, 2, 3]  # the torn line is gone, not buried mid-file
+    assert journal.load(root).torn is None
+
+
+def test_every_op_is_a_row_of_one_table_with_a_description_and_an_undo() -> None:
+    assert ops.REGISTRARS  # importing them fills the table
+    changes = {name for name, op in journal.OPS.items() if op.undo is not None}
+    assert changes == {"bind", "pages", "mount", "modules", "file", "domain", "tune", "server", "process"}
+    assert {name for name, op in journal.OPS.items() if op.undo is None} == {"begin", "released", "owner"}
+
+
+def test_an_op_no_one_registered_is_refused_when_recorded(host: FakeHost) -> None:
+    root = writable(host)
+    with pytest.raises(RuntimeError, match="'netns' is not registered"):
+        journal.record(root, {"op": "netns", "name": "x"}, HP)
+    assert not root.exists(journal.JOURNAL)
+
+
+def test_a_change_without_an_owner_or_a_field_is_refused(host: FakeHost) -> None:
+    root = writable(host)
+    with pytest.raises(RuntimeError, match="an owner"):
+        journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0})
+    with pytest.raises(RuntimeError, match="before"):
+        journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048}, HP)
+    assert not root.exists(journal.JOURNAL)
 
 
 def test_restore_plan_is_newest_first(cli, host: FakeHost) -> None:
-    root = HostRoot(host.base, allow_writes=True)
+    root = writable(host)
     journal.record(root, {"op": "begin", "pid": 1})
-    journal.record(root, {"op": "modules", "names": ["vfio-pci"], "loaded_before": []})
-    journal.record(root, {"op": "bind", "bdf": "0000:81:00.0", "driver": "e1000e", "override": None})
-    journal.record(root, {"op": "bind", "bdf": "0000:81:00.1", "driver": None, "override": "pci-stub"})
-    journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0})
-    journal.record(root, {"op": "mount", "path": "/run/vmharness/hugepages-2M", "created": True})
+    journal.record(root, {"op": "modules", "names": ["vfio-pci"], "loaded_before": []}, HP)
+    journal.record(root, {"op": "bind", "bdf": "0000:81:00.0", "driver": "e1000e", "override": None}, HP)
+    journal.record(root, {"op": "bind", "bdf": "0000:81:00.1", "driver": None, "override": "pci-stub"}, HP)
+    journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0}, HP)
+    journal.record(root, {"op": "mount", "path": "/run/vmharness/hugepages-2M", "created": True}, HP)
     assert [r["op"] for r in restore.pending(root)] == ["mount", "pages", "bind", "bind", "modules"]
     code, out, _ = cli("host-restore", "--host-root", str(host.base), "--dry-run")
     assert code == 0
@@ -37,12 +72,59 @@ def test_restore_plan_is_newest_first(cli, host: FakeHost) -> None:
         "  node 1: 2M hugepages back to 0",
         "  0000:81:00.0: back to e1000e (driver_override cleared)",
         "  0000:81:00.1: back to no driver (driver_override pci-stub)",
-        "  unload the modules loaded since: vfio-pci and their dependencies",
+        "  unload the modules it loaded: vfio-pci and what they brought along",
     ]
 
 
+def test_a_record_of_an_unknown_op_is_reported_and_the_journal_kept(cli, host: FakeHost) -> None:
+    root = writable(host)
+    path = root.path(journal.JOURNAL)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"seq": 1, "op": "netns", "owner": "run:0123456789", "time": 1}\n'
+                    '{"seq": 2, "op": "file", "path": "/nonexistent-x", "ssh": null, "owner": "tune"}\n')
+    assert [r["seq"] for r in restore.pending(root)] == [2]
+    said: list[str] = []
+    assert restore.undo(root, said.append) == []
+    assert said == ["undone: remove /nonexistent-x"]
+    assert path.exists() and [r["seq"] for r in journal.outstanding(journal.read(root))] == [1]
+    code, out, _ = cli("host-restore", "--host-root", str(host.base), "--dry-run")
+    assert code == 1
+    assert [ln for ln in out.splitlines() if "netns" in ln] == [
+        f"  KEPT: {journal.JOURNAL}: record 1 has op 'netns', which this vmharness does not know: it is kept "
+        "(a newer vmharness wrote it? undo it by hand, then remove the journal)"]
+    problems = restore.reclaim(root, said.append)  # a dead run's unknown record is not dropped either
+    assert len(problems) == 1 and "record 1 has op 'netns'" in problems[0] and path.exists()
+
+
+@pytest.mark.parametrize(("text", "fault"), [
+    ('{"seq": 1, "op": "pages"}\nnot json\n{"seq": 3, "op": "pages"}\n', "line 2 is not JSON"),
+    ("[1, 2]\n[3]\n", "line 1 is not a record (a JSON list)"),
+    ('{"seq": 1, "op": "begin"}\n{"op": "pages"}\n{"seq": 3, "op": "begin"}\n', "line 2 has no seq number or no op"),
+    ('{"seq": "1", "op": "begin"}\n', "line 1 has no seq number or no op"),
+    ('{"seq": 1, "op": "begin"}\n\n{"seq": 2, "op": "begin"}\n', "line 2 is not JSON"),
+])
+def test_a_damaged_journal_is_one_line_naming_it_and_the_fault(cli, host: FakeHost, text: str, fault: str) -> None:
+    path = host.base / journal.JOURNAL.lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    code, out, err = cli("host-restore", "--host-root", str(host.base), "--dry-run")
+    assert code == 2 and out == ""
+    assert err.splitlines()[0] == f"error: {journal.JOURNAL} is damaged: {fault}"
+    assert len(err.splitlines()) == 2 and err.splitlines()[1].startswith("hint: ")
+    assert path.read_text() == text
+
+
+def test_a_torn_last_line_is_said_and_the_rest_restored(cli, host: FakeHost) -> None:
+    path = host.base / journal.JOURNAL.lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"seq": 1, "op": "pages", "node": 0, "size_kib": 2048, "before": 0, "owner": "x"}\n{"seq": 2, "o')
+    code, out, err = cli("host-restore", "--host-root", str(host.base), "--dry-run")
+    assert code == 0 and "node 0: 2M hugepages back to 0" in out
+    assert err.startswith(f"warning: {journal.JOURNAL}: the last line was cut mid-write")
+
+
 def test_one_process_at_a_time(host: FakeHost) -> None:
-    root = HostRoot(host.base, allow_writes=True)
+    root = writable(host)
     with journal.Lock(root):
         with pytest.raises(HarnessError) as e, journal.Lock(root):
             pass
@@ -51,16 +133,25 @@ def test_one_process_at_a_time(host: FakeHost) -> None:
         pass
 
 
+def test_no_lock_and_no_record_is_written_into_a_host_root(host: FakeHost) -> None:
+    root = HostRoot(host.base)
+    with pytest.raises(HarnessError, match="not the live host"):
+        journal.Lock(root).__enter__()
+    with pytest.raises(HarnessError, match="not the live host"):
+        journal.record(root, {"op": "begin", "pid": 1})
+    assert not (host.base / "run/vmharness").exists()
+
+
 def test_empty_journal(cli, host: FakeHost) -> None:
     code, out, _ = cli("host-restore", "--host-root", str(host.base), "--dry-run")
     assert (code, out.strip()) == (0, "nothing to restore: the journal is empty")
 
 
 def test_released_records_are_not_undone_and_the_last_release_clears(host: FakeHost) -> None:
-    root = HostRoot(host.base, allow_writes=True)
-    journal.record(root, {"op": "pages", "node": 0, "size_kib": 2048, "before": 0})
-    overlay = journal.record(root, {"op": "file", "path": "/v/g/overlay.qcow2", "ssh": None})
-    dom = journal.record(root, {"op": "domain", "uri": "qemu:///system", "uuid": "u", "name": "vmh-g"})
+    root = writable(host)
+    journal.record(root, {"op": "pages", "node": 0, "size_kib": 2048, "before": 0}, HP)
+    overlay = journal.record(root, {"op": "file", "path": "/v/g/overlay.qcow2", "ssh": None}, "vm:g")
+    dom = journal.record(root, {"op": "domain", "uri": "qemu:///system", "uuid": "u", "name": "vmh-g"}, "vm:g")
     assert [r["op"] for r in restore.pending(root)] == ["domain", "file", "pages"]
     assert restore.describe(dom) == "guest vmh-g (qemu:///system): destroy and undefine"
     journal.release(root, [overlay["seq"], dom["seq"]])

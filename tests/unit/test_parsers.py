@@ -61,8 +61,8 @@ def test_routes_and_addresses(host: FakeHost) -> None:
     assert [str(r.network) for r in r4] == ["198.18.0.0/24", "198.18.0.77/32", "0.0.0.0/0"]
     assert r4[2].is_default and str(r4[2].gateway) == "198.18.0.254"
     held = netstate.reasons(root)
-    assert held["eth2"] == ["default route"]
-    assert "address 198.18.0.1" in held["eth1"] and "address 198.18.0.77" in held["eth1"]
+    assert held.by_iface["eth2"] == ["default route"] and held.unreadable == []
+    assert "address 198.18.0.1" in held.by_iface["eth1"] and "address 198.18.0.77" in held.by_iface["eth1"]
 
 
 def test_fib_trie_of_this_kernel_format() -> None:
@@ -86,7 +86,7 @@ Local:
 """
 
     class Root(HostRoot):
-        def read_optional(self, p: object) -> str | None:
+        def read_optional(self, p: object, *, limit: int = 0) -> str | None:
             return text
 
     assert [str(a) for a in netstate.local_addrs4(Root("/nonexistent"))] == ["192.0.2.2"]

@@ -43,9 +43,9 @@ def test_run_sessions_follow_the_rotated_order() -> None:
 def test_run_config_errors_name_the_setting(tmp_path: Path) -> None:
     path = tmp_path / "r.toml"
     cases = {
-        "[guest]\nmemory = 64\n": "guest.memory is in MiB and must be at least 128",
+        "[guest]\nmemory = 64\n": "guest.memory must be between 128 and",
         "[guest]\nbdf = [\"0000:b3:00.0\"]\n": "guest.address is needed with guest.bdf",
-        "[guest]\nbdf = [\"b3:00.9\"]\naddress = \"198.19.0.2/24\"\n": "'b3:00.9' is not a PCI address",
+        "[guest]\nbdf = [\"b3:00.9\"]\naddress = \"198.19.0.2/24\"\n": "guest.bdf[0] 'b3:00.9' is not a PCI address",
         "[guest]\nbdf = [\"0000:b3:00.0\"]\naddress = \"198.19.0.300/24\"\n": "is not an IPv4 address",
         "[guest]\ninit = \"openrc\"\n": "guest.init must be systemd or minimal",
         "[server]\nurl = \"http://10.0.0.1/\"\n": "server.url is chosen by run",
@@ -54,8 +54,8 @@ def test_run_config_errors_name_the_setting(tmp_path: Path) -> None:
         "[[instance]]\nname = \"a\"\n[[instance]]\nname = \"b\"\n[sweep]\ninterleave = \"point\"\n":
             "sweep.interleave = point cannot be",
         "[guests]\nmemory = 512\n": "unknown setting config.guests",
-        "[[instance]]\nname = \"a\"\ncpu_features = [\"md-clear\"]\n": "cpu_features entry 'md-clear' is not +name",
-        "[[instance]]\nname = \"a\"\nqemu_args = [\"-s\", \"\"]\n": "instance a: qemu_args has an empty argument",
+        "[[instance]]\nname = \"a\"\ncpu_features = [\"md-clear\"]\n": "cpu_features[0] 'md-clear' is not +name",
+        "[[instance]]\nname = \"a\"\nqemu_args = [\"-s\", \"\"]\n": "instance[0].qemu_args[1] is an empty argument",
         "[[instance]]\nname = \"a\"\nprofile = \"/nonexistent.toml\"\n": "no profile '/nonexistent.toml'",
         "[tuning]\nprofile = \"fast\"\n": "no profile 'fast'",
     }
@@ -83,7 +83,7 @@ def test_an_instance_brings_its_own_cpu_qemu_arguments_and_profile(tmp_path: Pat
     path.write_text(f'[[instance]]\nname = "a"\ncpu_features = ["-md-clear", "+pcid"]\n'
                     f'qemu_args = ["-global", "ICH9-LPC.noreboot=off"]\nprofile = "{prof}"\n')
     cfg = config.load_run(path)
-    req = session.request(cfg, cfg.instance[0])
+    req = session.request(cfg, cfg.instance[0], "run:0123456789")
     assert (req.cpu_features, req.qemu_args) == (("-md-clear", "+pcid"), ("-global", "ICH9-LPC.noreboot=off"))
     assert cfg.instance[0].profile == str(prof)
 
@@ -140,8 +140,8 @@ def test_provenance_parses_its_script_output() -> None:
 def test_a_partial_undo_gives_back_only_the_selected_records(tmp_path: Path) -> None:
     root = HostRoot(tmp_path, allow_writes=True)
     (tmp_path / "x").write_text("old")
-    mine = journal.record(root, {"op": "file", "path": "/nonexistent-a", "ssh": None, "owner": "r1"})
-    other = journal.record(root, {"op": "file", "path": "/nonexistent-b", "ssh": None})
+    mine = journal.record(root, {"op": "file", "path": "/nonexistent-a", "ssh": None}, "r1")
+    other = journal.record(root, {"op": "file", "path": "/nonexistent-b", "ssh": None}, "r2")
     said: list[str] = []
     assert restore.undo(root, said.append, only=lambda r: r.get("owner") == "r1") == []
     assert said == ["undone: remove /nonexistent-a"]

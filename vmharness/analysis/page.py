@@ -1,4 +1,5 @@
-"""One self-contained HTML page: the warnings, the answer, the table, and the figures inline (SVG)."""
+"""One self-contained HTML page: the warnings, the answer with the method of every interval, the
+figures inline (SVG), and the table."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from vmharness.analysis import report
 from vmharness.analysis.saturation import Analysis
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
-.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.4em .8em;margin:.3em 0}
+p{white-space:pre-wrap}.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.4em .8em;margin:.3em 0}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f2f2f2}figure{margin:1.5em 0}svg{max-width:100%;height:auto}"""
 
@@ -18,14 +19,17 @@ th{background:#f2f2f2}figure{margin:1.5em 0}svg{max-width:100%;height:auto}"""
 def render(a: Analysis, title: str, figures: list[Path]) -> str:
     data = report.to_json(a)
     warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in a.flags)
-    answer = "".join(f"<p>{html.escape(line)}</p>" for line in report.text(a).split("\n\n")[0].splitlines()
-                     if not line.startswith("WARNING"))
+    answer = "".join(f"<p>{html.escape(line)}</p>" for line in report.answer(a))
+    methods = sorted({c.method for ch in a.changes.values() for c in ch.values()})
+    method = ("<h2>Method</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in
+                                           [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods)])
+              + "</ul><p>docs/statistics.md explains each.</p>") if a.peak is not None else ""
     rows = data["rows"]
     head = "".join(f"<th>{html.escape(k)}</th>" for k in (rows[0] if rows else {}))
     body = "".join("<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r.values())
                    + "</tr>" for r in rows)
     svgs = "".join(f"<figure>{f.read_text().split('?>', 1)[-1]}</figure>" for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{warnings}{answer}{svgs}"
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{warnings}{answer}{svgs}{method}"
             f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")

@@ -1,6 +1,6 @@
 """The figures, PNG and SVG: throughput and server CPU against connections for every instance (seed
-001's figure, with the iterations' t-intervals as error bars), and latency percentiles at the
-baseline's saturation point."""
+001's figure, with the iterations' t-intervals as error bars and the peak's bootstrap range shaded),
+and latency percentiles at the baseline's saturation point, with their t-intervals."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
-from vmharness.analysis.saturation import PERCENTILES, Analysis
+from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis
+from vmharness.stats import mean_interval
 
 
 def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
@@ -39,6 +40,9 @@ def throughput(a: Analysis, out: Path) -> list[Path]:
         cpu.plot(counts, busy, linestyle="--", color=line[0].get_color(), alpha=0.6, label=f"{name} server CPU")
     if a.peak is not None:
         ax.axvline(a.peak, color="grey", linewidth=0.8, linestyle=":")
+    p = a.peak_estimate
+    if p is not None and p.bounded and p.at_low < p.at_high:
+        ax.axvspan(p.at_low, p.at_high, color="grey", alpha=0.12, label=f"peak's {LEVEL:.0%} range")
     ax.set_xscale("log", base=2)
     counts_all = sorted({c for by_count in a.cells.values() for c in by_count})
     ax.set_xticks(counts_all, [str(c) for c in counts_all])
@@ -61,8 +65,12 @@ def latency(a: Analysis, out: Path) -> list[Path]:
         cell = a.cells[name][a.peak] if a.peak is not None else None
         if cell is None:
             continue
-        values = [statistics.fmean(cell.latency[q]) / 1000 for q in PERCENTILES]
-        ax.bar([x + i * width for x in range(len(PERCENTILES))], values, width, label=name)
+        ivs = [mean_interval(cell.latency[q], LEVEL) for q in PERCENTILES]
+        values = [iv.mean / 1000 for iv in ivs]
+        # the lower bar stops short of zero: the axis is logarithmic
+        errs = [[0.0 if math.isinf(iv.half) else min(iv.half, 0.99 * iv.mean) / 1000 for iv in ivs],
+                [0.0 if math.isinf(iv.half) else iv.half / 1000 for iv in ivs]]
+        ax.bar([x + i * width for x in range(len(PERCENTILES))], values, width, yerr=errs, capsize=3, label=name)
     ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(PERCENTILES))],
                   [f"p{q}" for q in PERCENTILES])
     ax.set_yscale("log")

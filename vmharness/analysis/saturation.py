@@ -1,6 +1,8 @@
 """The answer to the researcher's question, from a run directory: the baseline's saturation point
-(highest mean throughput, with how sure we are of it), each other instance's throughput and latency
-change there with intervals, and the reasons not to trust the answer, listed first."""
+(where its highest mean throughput lies and how high, each with a bootstrap interval), each other
+instance's throughput and latency change there as a ratio (paired by block where the runner took
+turns), where the noise comes from and what would tame it, and the reasons not to trust the answer,
+listed first. The methods are in vmharness/stats.py and docs/statistics.md."""
 
 from __future__ import annotations
 
@@ -8,23 +10,30 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from vmharness.bench.store import RunDir
-from vmharness.errors import HarnessError
-from vmharness.stats import Interval, change_interval, mean_interval
+import numpy as np
 
-LEVEL = 0.95
+from vmharness import stats
+from vmharness.bench.store import RECORDS, RunDir
+from vmharness.errors import HarnessError
+from vmharness.stats import Change, Interval, Peak, Plan, Split, mean_interval, ratio_change
+
+LEVEL = stats.LEVEL
 SATURATED = 90.0  # % busy
 ERROR_SHARE = 0.01
 NOISY = 0.10  # relative half-width of the throughput interval
+TARGET = 0.02  # the interval a plan aims for (± of the mean), unless sweep.until_ci names one
 PERCENTILES = ("50", "90", "99", "99.9")
+
+Block = tuple[str, int]  # (run directory name, iteration): the measurements taken in one turn
 
 
 @dataclass
 class Cell:
-    """One instance at one connection count: its iterations."""
+    """One instance at one connection count: its iterations, each value with its block."""
 
     rps: list[float] = field(default_factory=list)
     latency: dict[str, list[float]] = field(default_factory=dict)
+    blocks: list[Block] = field(default_factory=list)
     server_busy: list[float] = field(default_factory=list)  # the server machine, all CPUs
     worker_busy: list[float] = field(default_factory=list)  # the server's process tree, per worker
     client_busy: list[float] = field(default_factory=list)
@@ -33,6 +42,30 @@ class Cell:
 
     def interval(self) -> Interval:
         return mean_interval(self.rps, LEVEL)
+
+    def by_block(self, values: list[float]) -> dict[Block, float]:
+        """One value per block (the mean, should a block hold several)."""
+        groups: dict[Block, list[float]] = {}
+        for b, v in zip(self.blocks, values, strict=True):
+            groups.setdefault(b, []).append(v)
+        return {b: statistics.fmean(vs) for b, vs in groups.items()}
+
+
+@dataclass(frozen=True)
+class Design:
+    """How the run was measured, as far as the statistics care."""
+
+    block: str = "iteration"  # "boot" when every iteration of an instance was a boot of its guest (`run`)
+    block_seconds: float = 0.0  # what one more block costs beyond its measurements (a boot)
+    measure_seconds: float = 31.0  # one measurement: sweep.duration + sweep.wait
+    target: float = TARGET
+
+
+@dataclass(frozen=True)
+class Noise:
+    split: Split
+    plan: Plan | None
+    target: float
 
 
 def _busy(samples: dict[str, Any], key: str) -> float | None:
@@ -55,13 +88,22 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         if not r.get("ok"):
             failed += 1
             continue
-        cell = out.setdefault(r["instance"], {}).setdefault(r["connections"], Cell())
-        client = r["client"]
-        cell.rps.append(float(client["requests_per_s"]))
-        for q in PERCENTILES:
-            cell.latency.setdefault(q, []).append(float(client["latency_us"]["percentiles"][q]))
-        cell.errors += int(client["errors"]["total"])
-        cell.requests += int(client["requests"])
+        try:
+            client = r["client"]
+            rps, block = float(client["requests_per_s"]), (run.path.name, int(r["iteration"]))
+            latency = {q: float(client["latency_us"]["percentiles"][q]) for q in PERCENTILES}
+            errors, requests = int(client["errors"]["total"]), int(client["requests"])
+            cell = out.setdefault(str(r["instance"]), {}).setdefault(int(r["connections"]), Cell())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged "
+                               f"({type(exc).__name__}: {exc})", "a run writes these records itself: was the "
+                               "file edited? remove the damaged line and re-measure with --resume") from exc
+        cell.rps.append(rps)
+        cell.blocks.append(block)
+        for q, value in latency.items():
+            cell.latency.setdefault(q, []).append(value)
+        cell.errors += errors
+        cell.requests += requests
         busy = _busy(r.get("samples", {}), server)
         if busy is not None:
             cell.server_busy.append(busy)
@@ -78,12 +120,15 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
 class Analysis:
     baseline: str
     peak: int | None
-    peak_interval: Interval | None
+    peak_interval: Interval | None  # the t-interval of the peak point's mean
     plausible_peaks: list[int]
-    changes: dict[str, dict[str, Interval]]  # instance -> "throughput" / "p99" ... -> relative change
+    changes: dict[str, dict[str, Change]]  # instance -> "throughput" / "p99" ... -> change at the peak
     flags: list[str]
     cells: dict[str, dict[int, Cell]]
     failed: int
+    peak_estimate: Peak | None = None  # where the peak lies and how high, with bootstrap intervals
+    noise: dict[str, Noise] = field(default_factory=dict)  # instance -> its variance split and plan
+    design: Design = Design()
 
 
 def session_flags(run: RunDir, prefix: str = "") -> list[str]:
@@ -103,16 +148,31 @@ def session_flags(run: RunDir, prefix: str = "") -> list[str]:
     return out
 
 
+def design(runs: list[RunDir]) -> Design:
+    """Boots or plain iterations, what a boot and a measurement cost, and the width a plan aims for:
+    from the runs' records and configuration (the first run's, for the costs)."""
+    boots = [float(r["boot_seconds"]) for run in runs for r in run.records()
+             if r.get("kind") == "session" and r.get("ok") and isinstance(r.get("boot_seconds"), int | float)]
+    booted = any(r.get("kind") == "session" for run in runs for r in run.records())
+    sweep = runs[0].manifest.get("config", {}).get("sweep", {}) if runs else {}
+    duration, wait, until = (sweep.get(k) for k in ("duration", "wait", "until_ci"))
+    number = (int, float)
+    return Design("boot" if booted else "iteration", statistics.fmean(boots) if boots else 0.0,
+                  (duration if isinstance(duration, number) else 30.0) + (wait if isinstance(wait, number) else 1.0),
+                  until if isinstance(until, number) and 0 < until < 1 else TARGET)
+
+
 def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     table, failed = cells(run)
     names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(table)
     return analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest],
-                         session_flags(run))
+                         session_flags(run), design([run]))
 
 
 def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
     """Several runs as one: each instance named RUN/INSTANCE; the baseline is the first run's first
-    instance unless named. Points are compared only at equal connection counts."""
+    instance unless named. Points are compared only at equal connection counts, and paired only
+    within one run (the blocks of two runs are not the same turns)."""
     table: dict[str, dict[int, Cell]] = {}
     failed = 0
     first = None
@@ -130,35 +190,61 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                                        "different names")
                 table[key] = cells_of[name]
                 first = first or key
-    return analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions)
+    return analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
+
+
+def noise(by_count: dict[int, Cell], d: Design) -> Noise | None:
+    """The variance split of one instance's throughput over the blocks and counts it measured
+    completely (the blocks that measured every count, or else the counts that every block measured)."""
+    grid: dict[Block, dict[int, float]] = {}
+    for count, cell in by_count.items():
+        for blk, value in cell.by_block(cell.rps).items():
+            grid.setdefault(blk, {})[count] = value
+    counts = sorted(by_count)
+    whole = [b for b in grid if len(grid[b]) == len(counts)]
+    shared = [c for c in counts if all(c in row for row in grid.values())]
+    if len(whole) * len(counts) >= len(grid) * len(shared):
+        rows = [[grid[b][c] for c in counts] for b in whole]
+    else:
+        rows = [[row[c] for c in shared] for row in grid.values()]
+    found = stats.split(np.array(rows, dtype=float).reshape(len(rows), -1), LEVEL) if rows else None
+    if found is None:
+        return None
+    return Noise(found, stats.plan(found, d.target, d.block_seconds, d.measure_seconds, LEVEL), d.target)
+
+
+def changes_at(base: Cell, other: Cell, block: str) -> dict[str, Change]:
+    """Throughput and every latency percentile of `other` against `base`, paired by block."""
+    out = {"throughput": ratio_change(base.by_block(base.rps), other.by_block(other.rps), block, LEVEL)}
+    for q in PERCENTILES:
+        out[f"p{q}"] = ratio_change(base.by_block(base.latency[q]), other.by_block(other.latency[q]), block, LEVEL)
+    return out
 
 
 def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str | None,
-                  manifests: list[dict[str, Any]], sessions: list[str] | None = None) -> Analysis:
+                  manifests: list[dict[str, Any]], sessions: list[str] | None = None,
+                  d: Design | None = None) -> Analysis:
+    d = d or Design()
     flags: list[str] = list(sessions or [])
     if failed:
         flags.append(f"{failed} points failed after their retries: see records.jsonl")
     if not table:
         return Analysis(baseline or "?", None, None, [], {}, ["no successful measurement in this run", *flags],
-                        table, failed)
+                        table, failed, design=d)
     base = baseline or sorted(table)[0]
     if base not in table:
         return Analysis(base, None, None, [], {}, [f"the baseline {base!r} has no successful measurement", *flags],
-                        table, failed)
+                        table, failed, design=d)
     curve = {c: cell.interval() for c, cell in table[base].items()}
-    peak = max(curve, key=lambda c: curve[c].mean)
-    plausible = sorted(c for c, iv in curve.items() if c != peak and iv.high >= curve[peak].low)
+    top = stats.peak({c: cell.rps for c, cell in table[base].items()}, LEVEL)
+    peak = top.at
+    plausible = [c for c in sorted(curve) if c != peak and (top.at_low <= c <= top.at_high or curve[c].n < 2)]
     cell = table[base][peak]
     _flags(manifests, peak, cell, curve, plausible, table, flags)
-    changes: dict[str, dict[str, Interval]] = {}
-    for name, by_count in table.items():
-        if name == base or peak not in by_count:
-            continue
-        other = by_count[peak]
-        changes[name] = {"throughput": change_interval(cell.rps, other.rps, LEVEL)}
-        for q in PERCENTILES:
-            changes[name][f"p{q}"] = change_interval(cell.latency[q], other.latency[q], LEVEL)
-    return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed)
+    changes = {name: changes_at(cell, by_count[peak], d.block) for name, by_count in table.items()
+               if name != base and peak in by_count}
+    split = {name: n for name, by_count in table.items() if (n := noise(by_count, d)) is not None}
+    return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d)
 
 
 def _flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[int, Interval],

@@ -1,8 +1,14 @@
 """`vmharness bench`: a sweep against a server that is already a machine (bare metal, or anything
-reachable over ssh) from a configuration, into a new run directory or continuing one (`--resume`)."""
+reachable over ssh) from a configuration, into a new run directory or continuing one (`--resume`).
+
+Each run directory has an id (in its manifest, kept when resumed): what the run takes on any machine
+is journaled with the owner `run:ID`, and its temporary folders and guests are named for it, so that
+two runs never share one and a later run can give back exactly what a dead one left."""
 
 from __future__ import annotations
 
+import re
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +17,10 @@ from vmharness import __version__, config, proc
 from vmharness.bench import sweep, tuning
 from vmharness.bench.store import RunDir
 from vmharness.config import BenchConfig
+from vmharness.errors import HarnessError
+from vmharness.host import journal
 from vmharness.host.root import HostRoot
+from vmharness.interrupts import terminate_as_interrupt
 
 Say = Callable[[str], None]
 REPO = Path(__file__).resolve().parents[2]
@@ -28,9 +37,30 @@ def default_run_dir() -> Path:
     return Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
 
 
+_ID = re.compile(r"[0-9a-f]{10}")
+
+
+def new_id() -> str:
+    """Ten hex digits: short enough for a guest's name (vmh-rID, a tap's 15 characters)."""
+    return secrets.token_hex(5)
+
+
+def owner(run: RunDir) -> str:
+    """The run's journal owner, `run:ID`; a run directory from before ids were kept gets one now."""
+    run_id = run.manifest.get("id")
+    if run_id is None:
+        run_id = new_id()
+        run.update_manifest(id=run_id)
+    if not isinstance(run_id, str) or not _ID.fullmatch(run_id):
+        raise HarnessError(f"{run.path}/manifest.json: id {run_id!r} is not ten hex digits",
+                           "the manifest was edited; start a new run")
+    return journal.RUN_PREFIX + run_id
+
+
 def new_run(cfg: BenchConfig, out: Path) -> RunDir:
-    return RunDir.create(out, {"kind": "bench", "config": cfg.to_json(), "harness": harness_version(),
-                               "machines": sweep.versions(cfg), "points_planned": len(sweep.points(cfg))})
+    return RunDir.create(out, {"kind": "bench", "id": new_id(), "config": cfg.to_json(),
+                               "harness": harness_version(), "machines": sweep.versions(cfg),
+                               "points_planned": len(sweep.points(cfg))})
 
 
 def reopen(path: Path) -> tuple[BenchConfig, RunDir]:
@@ -39,9 +69,12 @@ def reopen(path: Path) -> tuple[BenchConfig, RunDir]:
 
 
 def execute(cfg: BenchConfig, run: RunDir, root: HostRoot, say: Say) -> dict[str, int]:
-    """Run the sweep (the caller holds the host lock: servers are journaled); returns the tally."""
-    with tuning.tuned(cfg.tuning.profile, tuning.places(cfg, root), root, say) as tuned:
+    """Run the sweep (the caller holds the host lock: servers are journaled); returns the tally.
+    Ctrl-C, SIGTERM or SIGHUP stop it with everything it took given back."""
+    me = owner(run)
+    with terminate_as_interrupt(), tuning.tuned(cfg.tuning.profile, tuning.places(cfg, root), root, say,
+                                                me) as tuned:
         run.update_manifest(tuning=tuned)
-        tally = sweep.Sweep(cfg, run, root, say).execute()
+        tally = sweep.Sweep(cfg, run, root, say, me).execute()
     run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=tally)
     return tally

@@ -16,6 +16,8 @@ from vmharness import proc
 from vmharness.bench import wrk
 from vmharness.bench.server import write_file
 from vmharness.errors import HarnessError
+from vmharness.host import files, journal
+from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
 # $@: the wrk command. Open-file limit raised to the hard one (seed 004's `ulimit -n`); `ready PID`
@@ -30,10 +32,11 @@ class Client:
     binary: str = "wrk"
     cpus: int = 0
     script: str = ""
+    seq: int = 0  # its journal record
 
-    def prepare(self, rate: int = 0) -> None:
-        """Learn the CPU count and put report.lua on the machine (once); with a fixed rate, check
-        that the binary is wrk2 (wrk has no --rate)."""
+    def prepare(self, root: HostRoot, owner: str, rate: int = 0) -> None:
+        """Learn the CPU count and put report.lua on the machine (journaled for `owner`, removed by
+        `done`); with a fixed rate, check that the binary is wrk2 (wrk has no --rate)."""
         res = self.machine.run(["nproc"], timeout=30, check=False)
         if not res.ok:
             why = (res.stderr.strip().splitlines() or ["no output"])[-1]
@@ -45,8 +48,17 @@ class Client:
             if "--rate" not in usage.stdout + usage.stderr:
                 raise HarnessError(f"{self.binary} on {self.machine.label} has no --rate: sweep.rate needs wrk2",
                                    "set client.wrk to a wrk2 binary, or sweep.rate = 0")
-        self.script = f"/tmp/vmharness-report-{os.getuid()}.lua"
+        script = f"/tmp/vmharness-report-{owner.removeprefix(journal.RUN_PREFIX)}-{os.getpid()}.lua"
+        self.seq = files.made(root, self.machine, script, owner)
+        self.script = script
         write_file(self.machine, self.script, wrk.REPORT_LUA.read_text())
+
+    def done(self, root: HostRoot) -> None:
+        """Remove the script `prepare` put there."""
+        if self.seq:
+            files.remove(self.machine, self.script)
+            journal.release(root, [self.seq])
+            self.seq = 0
 
 
 @dataclass

@@ -1,22 +1,30 @@
 """The webserver under test: nginx from guest-setup/nginx.conf.template (or the researcher's own
 binary and config), started on any machine, checked with a real request, stopped by its PID.
 
-nginx daemonizes and writes its master's PID into the prefix; that PID, with its start time, is
-journaled, so a crashed harness leaves `host-restore` enough to stop exactly this process.
+Its prefix (a temporary folder in /tmp named for the run's id and the instance) is journaled before
+it is laid out, with the run as owner: nginx daemonizes and writes its master's PID into the prefix,
+and the undo (`server` op, registered here) stops that PID only if its command line names exactly
+this prefix, then removes the folder. A crashed harness so leaves the next run or `host-restore`
+enough to stop exactly this nginx and nothing else. A server in a guest ends with its guest.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 import string
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vmharness.errors import HarnessError
 from vmharness.host import journal
+from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
-from vmharness.machine import Machine, start_time, stop_process
+from vmharness.interrupts import shielded
+from vmharness.machine import Machine, read, stop_process
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "guest-setup" / "nginx.conf.template"
 FILE = "index.bin"
@@ -31,7 +39,7 @@ class ServerConfig:
     filesize: int = 64
     mode: str = "file"  # "file": serve `filesize` bytes; "return": `return 200` with no body
     listen: str = "127.0.0.1:8080"
-    prefix: str = "/tmp/vmharness-nginx"
+    prefix: str = "/tmp/vmharness-nginx"  # see prefix_for
 
     def expected_length(self) -> int | None:
         if self.config is not None:
@@ -51,6 +59,24 @@ def write_file(machine: Machine, path: str, content: str) -> None:
     machine.run(["sh", "-c", 'cat > "$1"', "sh", path], timeout=30, input=content)
 
 
+PARENT = "/tmp"
+_PREFIX = re.compile(r"vmharness-nginx-[A-Za-z0-9][A-Za-z0-9._-]{0,160}")
+
+
+def prefix_for(run_id: str, instance: str) -> str:
+    """The server's folder for one instance of one run: /tmp/vmharness-nginx-RUNID-INSTANCE."""
+    return check_prefix(f"{PARENT}/vmharness-nginx-{run_id}-{instance}")
+
+
+def check_prefix(prefix: str) -> str:
+    """A prefix is removed with `rm -rf`: it must be one folder right inside /tmp, named as ours are."""
+    if (posixpath.dirname(prefix) != PARENT or posixpath.normpath(prefix) != prefix
+            or not _PREFIX.fullmatch(posixpath.basename(prefix))):
+        raise HarnessError(f"server folder {prefix!r} is not a vmharness-nginx-* folder right inside {PARENT}",
+                           "instance names are letters, digits, '.', '_' and '-'")
+    return prefix
+
+
 # One round trip to lay out the prefix: $1 the prefix, $2 the file's size in bytes; the configuration
 # comes on stdin. (A round trip to a guest under TCG costs seconds.)
 _LAYOUT = """set -e
@@ -65,14 +91,26 @@ head -c "$2" /dev/zero | tr '\\0' x > "$1/www/index.bin"
 class Server:
     machine: Machine
     cfg: ServerConfig
+    owner: str  # the run it serves (journal owner), so that the next run can stop what a dead one left
     pid: int = 0
     seq: int = 0
-    owner: str = ""  # the run directory it serves, so a resumed run can stop what a crashed one left
 
     def start(self, root: HostRoot) -> None:
+        """Lay out the prefix and start nginx; on any failure or signal, give back what was taken."""
         m, cfg = self.machine, self.cfg
         if cfg.mode not in ("file", "return"):
             raise HarnessError(f"server mode {cfg.mode!r} is unknown", "use file or return")
+        check_prefix(cfg.prefix)
+        if not m.guest:  # one in a guest ends with the guest, whose domain is journaled
+            self.seq = journal.record(root, {"op": "server", "prefix": cfg.prefix, "ssh": m.ssh}, self.owner)["seq"]
+        try:
+            self._start()
+        except BaseException:
+            self.stop(root)
+            raise
+
+    def _start(self) -> None:
+        m, cfg = self.machine, self.cfg
         conf = f"{cfg.prefix}/nginx.conf"
         text = render(cfg) if cfg.config is None else Path(cfg.config).read_text()
         m.run(["sh", "-c", _LAYOUT, "sh", cfg.prefix, str(cfg.filesize)], timeout=30, input=text)
@@ -86,30 +124,67 @@ class Server:
         started = m.run(argv, timeout=30, check=False)
         if not started.ok:
             raise HarnessError(f"nginx did not start on {m.label}: {started.stderr.strip()[-200:]}",
-                               f"is {cfg.listen} free? see {cfg.prefix}/error.log there")
+                               f"is {cfg.listen} free? (nginx logs to {cfg.prefix}/error.log)")
         self.pid = self._read_pid()
-        if m.guest:  # it ends with the guest, whose domain is journaled
-            return
-        rec = journal.record(root, {"op": "process", "what": "nginx", "ssh": m.ssh, "pid": self.pid,
-                                    "start_time": start_time(m, self.pid), "run": self.owner})
-        self.seq = rec["seq"]
 
     def _read_pid(self, timeout: float = 10) -> int:
         deadline = time.monotonic() + timeout * self.machine.patience
         while time.monotonic() < deadline:
-            res = self.machine.run(["cat", f"{self.cfg.prefix}/nginx.pid"], timeout=15, check=False)
-            if res.ok and res.stdout.strip().isdigit():
-                return int(res.stdout.strip())
+            pid = _pid(self.machine, self.cfg.prefix)
+            if pid:
+                return pid
             time.sleep(0.1)
         raise HarnessError(f"nginx wrote no PID file on {self.machine.label}", f"see {self.cfg.prefix}/error.log")
 
     def stop(self, root: HostRoot, grace: float = 10) -> None:
-        if not self.pid:
-            return
-        stop_process(self.machine, self.pid, grace)
-        if self.seq:
-            journal.release(root, [self.seq])
-        self.pid = 0
+        """Stop it and remove its folder (a signal meanwhile waits until that is done)."""
+        with shielded():
+            _stop(self.machine, self.cfg.prefix, grace)
+            if self.seq:
+                journal.release(root, [self.seq])
+            self.pid = self.seq = 0
+
+
+def _pid(m: Machine, prefix: str) -> int:
+    text = read(m, f"{prefix}/nginx.pid", limit=64) or ""
+    return int(text) if text.isdigit() else 0
+
+
+def _stop(m: Machine, prefix: str, grace: float) -> None:
+    """Stop the nginx master of `prefix` — the PID in its file, if that process's command line names
+    exactly this prefix — then remove the folder."""
+    check_prefix(prefix)
+    pid = _pid(m, prefix)
+    if pid and f"{prefix}/" in (read(m, f"/proc/{pid}/cmdline") or "").split("\0"):
+        stop_process(m, pid, grace)
+    m.run(["rm", "-rf", "--", prefix], timeout=60)
+
+
+def _describe(rec: dict[str, Any]) -> str:
+    return f"stop the nginx of {rec['prefix']} and remove it" + (f" on {rec['ssh']}" if rec.get("ssh") else "")
+
+
+def _undo(root: HostRoot, rec: dict[str, Any]) -> list[str]:
+    _stop(Machine(rec.get("ssh")), rec["prefix"], 10)
+    return []
+
+
+journal.register("server", Op(_describe, _undo, ("prefix", "ssh")))
+
+
+# Journals written before servers were recorded by their folder hold `process` records (a PID and its
+# start time); /run is kept until a reboot, so a machine can still hold one: it is still given back.
+def _describe_process(rec: dict[str, Any]) -> str:
+    return f"stop {rec['what']} (pid {rec['pid']}" + (f" on {rec['ssh']})" if rec.get("ssh") else ")")
+
+
+def _undo_process(root: HostRoot, rec: dict[str, Any]) -> list[str]:
+    if rec.get("start_time"):  # without it, the PID could name another process by now
+        stop_process(Machine(rec.get("ssh")), rec["pid"], 10, rec["start_time"])
+    return []
+
+
+journal.register("process", Op(_describe_process, _undo_process, ("what", "pid", "ssh")))
 
 
 # Run on a client machine: one GET, its status, body length and Content-Length (argv: the URL).

@@ -1,15 +1,23 @@
 """The run directory, the one results format: `manifest.json` (what was asked and on what, start and
 end) and `records.jsonl`, one measurement per line, appended and fsynced as each is measured, so a
-crash loses at most the point in flight. Sampler streams are kept raw in `samples/`."""
+crash loses at most the point in flight. Sampler streams are kept raw in `samples/`.
+
+A run directory is read back long after it was written, perhaps copied, perhaps damaged: a manifest
+that is not a JSON object, or a record line in the middle that is not one, is an error naming the file
+(and line); a torn last line is what a crash mid-write leaves, so it is reported once and the rest is
+used. Only regular files are read (a FIFO would block the reader forever).
+"""
 
 from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +25,36 @@ from vmharness.errors import HarnessError
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
+MAX_MANIFEST = 64 << 20  # bytes: the configuration and the provenance of each boot
+
+log = logging.getLogger("vmharness.store")
+
+
+def _damaged(path: Path, fault: str) -> HarnessError:
+    return HarnessError(f"{path} {fault}", "the run directory is damaged: restore the file from a copy, "
+                                           "or fix the line by hand")
+
+
+def _read(path: Path, limit: int | None = None) -> str:
+    """A run file's text: a regular file, UTF-8, at most `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise _damaged(path, "is missing") from exc
+    except OSError as exc:
+        raise _damaged(path, f"cannot be read: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _damaged(path, "is not a regular file")
+        if limit is not None and os.fstat(fd).st_size > limit:
+            raise _damaged(path, f"is larger than {limit} bytes")
+        data = f.read()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise _damaged(path, f"line {line} is not UTF-8 text") from exc
 
 
 def _fsync_dir(path: Path) -> None:
@@ -49,14 +87,24 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
         raise _full(exc, path.parent) from exc
 
 
+def check_new(path: Path, flag: str = "the run directory") -> None:
+    """A place a new run directory can be made: absent, or an empty folder (said before any work)."""
+    if not str(path):
+        raise HarnessError(f"{flag} is empty", "name a new folder, e.g. --out runs/study")
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise HarnessError(f"{flag} {path} exists and is not a folder", "name a new run directory")
+    if path.is_dir() and any(path.iterdir()):
+        raise HarnessError(f"{flag} {path} exists and is not empty", "name a new run directory, or --resume it")
+
+
 @dataclass
 class RunDir:
     path: Path
+    _reported: set[int] = field(default_factory=set, repr=False, compare=False)  # torn lines warned of
 
     @classmethod
     def create(cls, path: Path, manifest: dict[str, Any]) -> RunDir:
-        if path.exists() and any(path.iterdir()):
-            raise HarnessError(f"{path} exists and is not empty", "name a new run directory, or --resume it")
+        check_new(path)
         try:
             (path / "samples").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -67,13 +115,32 @@ class RunDir:
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
-        if not (path / MANIFEST).is_file():
-            raise HarnessError(f"{path} is not a run directory (no {MANIFEST})", "pass the directory a run wrote")
-        return cls(path)
+        """A run directory to read (or resume); its manifest is checked here, once."""
+        hint = "pass the directory a run wrote (bench --out, run --out)"
+        if not path.exists():
+            raise HarnessError(f"no run directory {path}: it does not exist", hint)
+        if not path.is_dir():
+            raise HarnessError(f"{path} is a file, not a run directory", hint)
+        if not os.path.lexists(path / MANIFEST):
+            raise HarnessError(f"{path} is not a run directory (no {MANIFEST})", hint)
+        run = cls(path)
+        _ = run.manifest  # read for its checks
+        return run
 
     @property
     def manifest(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.path / MANIFEST).read_text())
+        path = self.path / MANIFEST
+        try:
+            data = json.loads(_read(path, MAX_MANIFEST))
+        except ValueError as exc:
+            raise _damaged(path, f"is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise _damaged(path, f"is not a JSON object (a {type(data).__name__})")
+        config = data.get("config", {})
+        instances = config.get("instance", []) if isinstance(config, dict) else None
+        if not isinstance(instances, list) or not all(
+                isinstance(i, dict) and isinstance(i.get("name"), str) for i in instances):
+            raise _damaged(path, "has a config that is not an object with a list of named instances")
         return data
 
     def update_manifest(self, **fields: Any) -> None:
@@ -82,8 +149,9 @@ class RunDir:
     def append(self, record: dict[str, Any]) -> None:
         line = json.dumps({"time": _now(), **record}, sort_keys=True) + "\n"
         try:
-            fd = os.open(self.path / RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path / RECORDS, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
+                _cut_torn_tail(fd, self.path / RECORDS)
                 os.write(fd, line.encode())
                 os.fsync(fd)
             finally:
@@ -92,19 +160,58 @@ class RunDir:
             raise _full(exc, self.path) from exc
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every complete record; a torn last line (a crash mid-write) is skipped."""
+        """Every complete record; a torn last line (a crash mid-write) is reported and skipped, any other
+        damage is an error naming the line, raised before the first record is handed out."""
         path = self.path / RECORDS
-        if not path.exists():
-            return
-        for line in path.read_text().splitlines():
-            try:
-                yield json.loads(line)
-            except ValueError:
+        if not os.path.lexists(path):
+            return iter(())
+        lines = _read(path).splitlines()
+        out = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
                 continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                if n == len(lines):
+                    if n not in self._reported:
+                        self._reported.add(n)
+                        log.warning("warning: %s line %d is cut short (a crash mid-write?): left out, "
+                                    "the %d lines before it are used", path, n, n - 1)
+                    break
+                raise _damaged(path, f"line {n} is not JSON: {exc}") from exc
+            if not isinstance(rec, dict):
+                raise _damaged(path, f"line {n} is not a record (a JSON {type(rec).__name__})")
+            if (fault := _fault(rec)) is not None:
+                raise _damaged(path, f"line {n} is a {rec.get('kind')} record {fault}")
+            out.append(rec)
+        return iter(out)
 
     def completed(self) -> set[str]:
         """Keys of the points measured successfully: what --resume does not measure again."""
         return {r["key"] for r in self.records() if r.get("kind") == "measurement" and r.get("ok")}
+
+
+def _fault(rec: dict[str, Any]) -> str | None:
+    """What a record lacks of what this module relies on (a measurement's key: see `completed`)."""
+    if rec.get("kind") == "measurement" and not isinstance(rec.get("key"), str):
+        return "without a key"
+    return None
+
+
+def _cut_torn_tail(fd: int, path: Path) -> None:
+    """Drop a torn last line (no newline: a crash cut its write) before appending after it, where it
+    would sit mid-file and make the whole file damaged."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - (1 << 20))
+    last = os.pread(fd, size - start, start).rfind(b"\n")
+    if last < 0 and start > 0:
+        raise _damaged(path, "ends in a line over 1 MiB long")
+    keep = start + last + 1
+    log.warning("warning: %s ends in a torn line (a crash mid-write?): dropping its %d bytes", path, size - keep)
+    os.ftruncate(fd, keep)
 
 
 def _now() -> str:

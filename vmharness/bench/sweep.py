@@ -20,7 +20,8 @@ from vmharness.config import BenchConfig, InstanceSection
 from vmharness.errors import HarnessError
 from vmharness.host import journal
 from vmharness.host.root import HostRoot
-from vmharness.machine import Machine, stop_process
+from vmharness.interrupts import shielded
+from vmharness.machine import Machine
 
 Say = Callable[[str], None]
 
@@ -105,10 +106,12 @@ class Sweep:
     run: RunDir
     root: HostRoot
     say: Say
+    owner: str  # the run's journal owner (run:ID): its servers and files carry it
     server_machine: Machine = field(init=False)
     clients: list[clients_mod.Client] = field(init=False)
     server_on: Machine | None = None  # the server's machine, if not cfg.server.host (a guest)
     current: server.Server | None = None
+    serving: str | None = None  # the instance `current` serves
     warmed: bool = False
 
     def __post_init__(self) -> None:
@@ -119,23 +122,25 @@ class Sweep:
         s = self.cfg.server
         return server.ServerConfig(binary=inst.nginx, config=inst.config or None, workers=s.workers or None,
                                    worker_connections=s.worker_connections, filesize=s.filesize, mode=s.mode,
-                                   listen=s.listen, prefix=f"/tmp/vmharness-nginx-{inst.name}")
+                                   listen=s.listen,
+                                   prefix=server.prefix_for(self.owner.removeprefix(journal.RUN_PREFIX), inst.name))
 
     def _serve(self, name: str, restart: bool) -> server.Server:
-        if self.current is not None and self.current.cfg.prefix.endswith(f"-{name}") and not restart:
+        """The server of instance `name` (exactly that one), started unless it already runs."""
+        if self.current is not None and self.serving == name and not restart:
             return self.current
         self.stop_server()
         inst = next(i for i in self.cfg.instance if i.name == name)
-        srv = server.Server(self.server_machine, self._server_config(inst), owner=str(self.run.path.resolve()))
+        srv = server.Server(self.server_machine, self._server_config(inst), self.owner)
         srv.start(self.root)
-        self.current = srv
+        self.current, self.serving = srv, name
         server.check(self.clients[0].machine, self.cfg.server.url, srv.cfg.expected_length())
         return srv
 
     def stop_server(self) -> None:
         if self.current is not None:
             self.current.stop(self.root)
-            self.current = None
+            self.current, self.serving = None, None
 
     def _measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]:
         s = self.cfg.sweep
@@ -165,18 +170,6 @@ class Sweep:
                                                     s.warmup, s.timeout, s.margin)
         self.run.append({"kind": "warmup", "start": start, "end": end, "client": clients_mod.merge(runs)})
         self.warmed = True
-
-    def _reclaim(self) -> None:
-        """Stop servers that an interrupted session of this same run left running (from the journal)."""
-        from vmharness.host import restore
-
-        mine = [r for r in restore.pending(self.root)
-                if r.get("op") == "process" and r.get("run") == str(self.run.path.resolve())]
-        for rec in mine:
-            stop_process(Machine(rec.get("ssh")), rec["pid"], 10, rec.get("start_time"))
-            self.say(f"stopped {rec['what']} (pid {rec['pid']}) left by the interrupted session")
-        if mine:
-            journal.release(self.root, [r["seq"] for r in mine])
 
     def _one(self, samplers: Samplers, point: Point, label: str) -> bool:
         srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
@@ -215,19 +208,18 @@ class Sweep:
 
     def execute(self, only: list[Point] | None = None) -> dict[str, int]:
         """Measure every point not yet in the run directory (or just `only`, as given); returns counts
-        of ok and failed points."""
-        self._reclaim()
+        of ok and failed points. What a dead run left is reclaimed before (experiment.reclaim)."""
         if only is None:
             done = self.run.completed()
             todo = [p for p in points(self.cfg) if p.key not in done] or self.unsettled()
             self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         else:
             todo = list(only)
-        for c in self.clients:
-            c.prepare(self.cfg.sweep.rate)
         samplers = Samplers(self.run, self.cfg.samplers.interval)
         tally = {"ok": 0, "failed": 0}
         try:
+            for c in self.clients:
+                c.prepare(self.root, self.owner, self.cfg.sweep.rate)
             samplers.start([self.server_machine, *(c.machine for c in self.clients)])
             while todo:
                 for n, point in enumerate(todo, 1):
@@ -236,8 +228,11 @@ class Sweep:
                 if todo:
                     self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
         finally:
-            self.stop_server()
-            samplers.stop()
+            with shielded():
+                self.stop_server()
+                samplers.stop()
+                for c in self.clients:
+                    c.done(self.root)
         return tally
 
 

@@ -41,9 +41,9 @@ def places(cfg: BenchConfig, root: HostRoot) -> list[Place]:
 
 @contextmanager
 def tuned(profile_name: str, where: list[Place], root: HostRoot, say: Say,
-          owner: str | None = None) -> Iterator[list[dict[str, Any]]]:
+          owner: str) -> Iterator[list[dict[str, Any]]]:
     """Yields what goes into the run's records; reverts on the way out, whatever happened. The
-    journal records name `owner` (a run directory), if given."""
+    journal records name `owner` (the run's)."""
     report: list[dict[str, Any]] = []
     made: list[dict[str, Any]] = []
     if profile_name == "none":

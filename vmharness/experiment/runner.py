@@ -3,7 +3,9 @@ with the clients; then, iteration by iteration, each instance's guest boots with
 cmdline, is tuned, serves nginx to wrk for the whole connection sweep, and is shut down. The instances
 take turns in a rotating order, so drift over the run is shared out between them. Every point goes
 into the run directory as it is measured; a guest that does not boot is recorded, and the other
-instances go on. At the end the host is given back (unless --keep-host)."""
+instances go on. At the end the host is given back (unless --keep-host: then what the run prepared
+is handed over to host-prepare, for host-restore). Everything the run takes carries its owner tag
+`run:ID`; what a dead run left is given back first."""
 
 from __future__ import annotations
 
@@ -19,9 +21,8 @@ from vmharness.bench import bench, sweep, tuning
 from vmharness.bench.store import RunDir
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
-from vmharness.experiment import hostprep
+from vmharness.experiment import hostprep, ops
 from vmharness.guest import image, session
-from vmharness.host import restore
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import terminate_as_interrupt
 from vmharness.machine import for_uri
@@ -48,8 +49,8 @@ def sessions(todo: list[sweep.Point]) -> list[Session]:
 
 
 def new_run(cfg: RunConfig, out: Path) -> RunDir:
-    return RunDir.create(out, {"kind": "run", "config": cfg.to_json(), "harness": bench.harness_version(),
-                               "points_planned": len(sweep.points(cfg))})
+    return RunDir.create(out, {"kind": "run", "id": bench.new_id(), "config": cfg.to_json(),
+                               "harness": bench.harness_version(), "points_planned": len(sweep.points(cfg))})
 
 
 def ensure_image(cfg: RunConfig, run: RunDir, say: Say) -> str | None:
@@ -73,17 +74,6 @@ def ensure_image(cfg: RunConfig, run: RunDir, say: Say) -> str | None:
     return str(built.folder)
 
 
-def _reclaim(root: HostRoot, owner: str, say: Say) -> None:
-    """Give back what an interrupted session of this same run left (its guest, its tuning)."""
-    left = [r for r in restore.pending(root) if r.get("owner") == owner]
-    if left:
-        say(f"giving back {len(left)} things an interrupted session of this run left")
-        problems = restore.undo(root, say, only=lambda rec: rec.get("owner") == owner)
-        if problems:
-            raise HarnessError(f"could not give back what the interrupted session left: {problems[0]}",
-                               "vmharness host-restore shows and retries it")
-
-
 @dataclass
 class Runner:
     cfg: RunConfig
@@ -95,7 +85,7 @@ class Runner:
 
     @property
     def owner(self) -> str:
-        return str(self.run.path.resolve())
+        return bench.owner(self.run)
 
     def _instance(self, name: str) -> InstanceSection:
         return next(i for i in self.cfg.instance if i.name == name)
@@ -131,8 +121,13 @@ class Runner:
         changes: dict[str, Any] = {}
         if inst not in guests:
             changes["instances"] = {**guests, inst: b.facts}
-            (self.run.path / "domains").mkdir(exist_ok=True)
-            (self.run.path / "domains" / f"{inst}.xml").write_text(b.xml)
+            folder = self.run.path / "domains"
+            folder.mkdir(exist_ok=True)
+            xml = folder / f"{inst}.xml"
+            if xml.resolve().parent != folder.resolve():
+                raise HarnessError(f"instance name {inst!r} does not make a file inside {folder}",
+                                   "instance names are letters, digits, '.', '_' and '-'")
+            xml.write_text(b.xml)
         if "guest" not in m:
             changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
                                 "shares_host_with_client": for_uri(b.guest.uri).local and any(
@@ -167,7 +162,8 @@ class Runner:
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
                                  "pinning": b.pinning, "tuning": tuned})
-                got = sweep.Sweep(cfg, self.run, self.root, self.say, server_on=b.machine).execute(list(s.points))
+                got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner,
+                                  server_on=b.machine).execute(list(s.points))
             self.tally["ok"] += got["ok"]
             self.tally["failed"] += got["failed"]
         except HarnessError as exc:
@@ -183,16 +179,16 @@ class Runner:
             groups = sessions(todo)
             for n, s in enumerate(groups, 1):
                 self._session(s, f"[{n}/{len(groups)}]")
-            todo = sweep.Sweep(self.cfg, self.run, self.root, self.say).unsettled()
+            todo = sweep.Sweep(self.cfg, self.run, self.root, self.say, self.owner).unsettled()
             if todo:
                 self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""
         with terminate_as_interrupt():
-            _reclaim(self.root, self.owner, self.say)
+            ops.reclaim(self.root, self.say)
             self.image = ensure_image(self.cfg, self.run, self.say)
-            since = hostprep.prepare_host(self.root, self.cfg, self.say)
+            since = hostprep.prepare_host(self.root, self.cfg, self.say, self.owner)
             try:
                 self.run.update_manifest(host={**provenance.facts(for_uri(self.cfg.guest.uri)),
                                                **provenance.libvirt_versions(self.cfg.guest.uri)})
@@ -202,6 +198,7 @@ class Runner:
                     self._measure()
             finally:
                 if keep_host and since is not None:
+                    hostprep.keep_host(self.root, since, self.owner)
                     self.say("the host stays prepared (--keep-host): undo with vmharness host-restore")
                 else:
                     for problem in hostprep.restore_host(self.root, since, self.say):

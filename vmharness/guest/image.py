@@ -22,6 +22,7 @@ from typing import Any
 from vmharness import proc, tomlfile
 from vmharness.errors import HarnessError
 from vmharness.guest import kernelfile
+from vmharness.machine import Machine, alive
 
 BUILDER_VERSION = "1"  # bump when the steps below change what an image contains
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "images"
@@ -252,7 +253,7 @@ def _stale_builds(images: Path) -> None:
     """Remove unfinished builds whose builder is gone (a crash or a kill -9)."""
     for old in images.glob(".build-*"):
         pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and not alive(Machine(), int(pid)):
             shutil.rmtree(old, ignore_errors=True)
 
 

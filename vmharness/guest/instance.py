@@ -12,7 +12,7 @@ from pathlib import Path
 from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
-from vmharness.guest.vm import domain_name, new_uuid
+from vmharness.guest.vm import check_name, domain_name, new_uuid
 from vmharness.host import hugepages, pci, probes
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine, for_uri
@@ -42,12 +42,7 @@ class VmRequest:
     cpu_features: tuple[str, ...] = ()
     qemu_args: tuple[str, ...] = ()
     state_dir: str | None = None  # where the overlay and console log go; default VM_DIR/<name>
-
-
-def check_name(name: str) -> None:
-    if not re.fullmatch(r"[a-z][a-z0-9-]{0,10}", name):
-        raise HarnessError(f"guest name {name!r} is not allowed",
-                           "use 1 to 11 lower-case letters, digits or dashes, starting with a letter")
+    owner: str = ""  # who defines the domain (a run's id, vm:NAME): kept in its libvirt metadata
 
 
 def resolve_image(req: VmRequest, must_exist: bool = True) -> image.Image:
@@ -162,6 +157,6 @@ def plan(root: HostRoot, req: VmRequest, for_print: bool = False) -> Planned:
         disk=str(state / "overlay.qcow2"), kernel=kernel, initrd=initrd, cmdline=cmdline,
         console_log=str(state / "console.log"), hostdevs=bdfs, managed=req.managed, hugepage_kib=page_kib,
         link=link, cpu_features=req.cpu_features, qemu_args=req.qemu_args,
-        metadata={"name": req.name, "image": img.folder.name},
+        metadata={"name": req.name, "image": img.folder.name, **({"owner": req.owner} if req.owner else {})},
     )
     return Planned(spec, str(img.disk), link_net, tuple(notes))

@@ -4,28 +4,23 @@ Read through HostRoot, so `--print-xml --host-root SNAPSHOT` places a guest on a
 
 from __future__ import annotations
 
+from vmharness.cpus import parse_cpulist
 from vmharness.errors import HarnessError
 from vmharness.guest.domain import Placement
 from vmharness.host import hugepages, pci
 from vmharness.host.root import HostRoot
 
 
-def parse_cpulist(text: str) -> tuple[int, ...]:
-    """`0-3,8,10-11` -> (0, 1, 2, 3, 8, 10, 11)."""
-    cpus: list[int] = []
-    for part in filter(None, text.strip().split(",")):
-        first, _, last = part.partition("-")
-        cpus += range(int(first), int(last or first) + 1)
-    return tuple(cpus)
-
-
 def node_cpus(root: HostRoot, node: int | None) -> tuple[int, ...]:
-    text = root.read_optional(f"{hugepages.NODES}/node{node}/cpulist") if node is not None else None
-    text = text or root.read_optional("/sys/devices/system/cpu/online")
+    path = f"{hugepages.NODES}/node{node}/cpulist"
+    text = root.read_optional(path) if node is not None else None
+    if not text:
+        path = "/sys/devices/system/cpu/online"
+        text = root.read_optional(path)
     if not text:
         raise HarnessError("cannot tell this host's CPUs (no /sys/devices/system/cpu/online)",
                            "is sysfs mounted? with --host-root, use a snapshot from host-snapshot")
-    return parse_cpulist(text)
+    return parse_cpulist(text, path)
 
 
 def nic_node(root: HostRoot, bdfs: tuple[str, ...]) -> tuple[int | None, str]:

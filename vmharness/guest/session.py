@@ -11,15 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness import provenance
+from vmharness import cpus, provenance
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
-from vmharness.guest import agent, domain, instance, placement, ssh, vm
+from vmharness.guest import agent, domain, instance, ssh, vm
+from vmharness.host import journal
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
 Say = Callable[[str], None]
-NAME = "run"  # domain vmh-run: one run guest at a time (the run holds the host lock)
+STATE_DIR = f"{instance.VM_DIR}/_run"  # the overlay and console log of a run's guest (one at a time: the
+# run holds the host lock; a name `vm up` cannot take)
 MINIMAL_INIT = "init=/usr/local/sbin/vmh-init"
 
 # The guest's NICs that are not virtio: the passed-through ones, in PCI order.
@@ -43,11 +45,19 @@ class Booted:
     pinning: dict[str, Any]  # planned and found CPUs of the vCPU and emulator threads
 
 
-def request(cfg: RunConfig, inst: InstanceSection, default_image: str | None = None) -> instance.VmRequest:
+def guest_name(owner: str) -> str:
+    """A run's guest is named for the run (domain vmh-rID): a domain a dead run left never blocks a
+    later run, which reclaims it by its owner tag."""
+    return "r" + owner.removeprefix(journal.RUN_PREFIX)
+
+
+def request(cfg: RunConfig, inst: InstanceSection, owner: str, default_image: str | None = None
+            ) -> instance.VmRequest:
     g = cfg.guest
     cmdline = " ".join(filter(None, [inst.cmdline, MINIMAL_INIT if g.init == "minimal" else ""]))
     return instance.VmRequest(
-        name=NAME, memory_mib=g.memory, vcpus=g.vcpus or None, cmdline=cmdline, kernel=inst.kernel or None,
+        name=guest_name(owner), owner=owner, state_dir=STATE_DIR, memory_mib=g.memory, vcpus=g.vcpus or None,
+        cmdline=cmdline, kernel=inst.kernel or None,
         initrd=inst.initrd or None, bdfs=g.bdf, managed=g.managed, hugepages=g.hugepages, hugepage_size=g.hugepage_size,
         uri=g.uri, accel=g.accel, link=True, image=inst.image or g.image or default_image,
         cpu_features=inst.cpu_features, qemu_args=inst.qemu_args)
@@ -92,8 +102,8 @@ def pinning(planned: domain.Placement, threads: dict[str, str]) -> dict[str, Any
     vcpus = [next((cpus for name, cpus in threads.items() if name.startswith(f"CPU {i}/")), "")
              for i in range(len(planned.vcpu_cpus))]
     emulator = threads.get("emulator", "")
-    ok = (all(placement.parse_cpulist(found) == (cpu,) for found, cpu in zip(vcpus, planned.vcpu_cpus, strict=True))
-          and bool(emulator) and set(placement.parse_cpulist(emulator)) <= set(planned.emulator_cpus)
+    ok = (all(cpus.parse_cpulist(found) == (cpu,) for found, cpu in zip(vcpus, planned.vcpu_cpus, strict=True))
+          and bool(emulator) and set(cpus.parse_cpulist(emulator)) <= set(planned.emulator_cpus)
           ) if threads else None
     return {"ok": ok, "vcpus": vcpus, "emulator": emulator, "planned_vcpus": list(planned.vcpu_cpus),
             "planned_emulator": list(planned.emulator_cpus)}
@@ -102,12 +112,12 @@ def pinning(planned: domain.Placement, threads: dict[str, str]) -> dict[str, Any
 def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: str | None, say: Say,
          owner: str) -> Booted:
     """Boot the guest for `inst`; the caller holds the host lock and calls `shutdown` afterwards."""
-    planned = instance.plan(root, request(cfg, inst, default_image))
+    planned = instance.plan(root, request(cfg, inst, owner, default_image))
     for note in planned.notes:
         say(f"note: {note}")
     xml = domain.to_xml(planned.spec)
-    guest = vm.up(root, planned.spec, cfg.guest.uri, planned.base_disk, xml, say,
-                  boot_timeout=cfg.guest.boot_timeout, link_net=planned.link_net, owner=owner)
+    guest = vm.up(root, planned.spec, cfg.guest.uri, planned.base_disk, xml, say, owner,
+                  boot_timeout=cfg.guest.boot_timeout, link_net=planned.link_net)
     try:
         assert guest.link is not None
         conn, dom = vm.domain(guest)

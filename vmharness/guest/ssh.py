@@ -60,7 +60,7 @@ def machine(address: str, uri: str, kvm: bool = True) -> Machine:
 def close(m: Machine) -> None:
     """End the shared connection (its master process exits; it would after ControlPersist anyway)."""
     assert m.ssh is not None
-    proc.run(["ssh", *m.options, "-O", "exit", m.ssh], timeout=30, check=False)
+    proc.run(["ssh", *m.options, "-O", "exit", "--", m.ssh], timeout=30, check=False)
 
 
 def wait(m: Machine, timeout: float) -> float:

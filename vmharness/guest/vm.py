@@ -1,14 +1,17 @@
 """A guest's life: define, start, wait for the agent, run commands, shut down, undefine.
 
 Every boot runs on a fresh copy-on-write overlay of the image (the image itself is never written).
-The overlay and the domain are journaled before they exist, and `up` undoes both on any failure,
-Ctrl-C or SIGTERM; a harness that dies outright leaves them to `host-restore`. The caller holds the
-host lock (journal.Lock) around `up` and `down`.
+The overlay and the domain are journaled before they exist, with their owner (`vm:NAME` for `vm up`,
+a run's id for its guests), and `up` undoes both on any failure, Ctrl-C, SIGTERM or SIGHUP; a
+harness that dies outright leaves them to the next run (a run's) or to `host-restore`. The journal's
+`domain` op is registered here: guests own their undo (the overlay is a host.files `file`). The
+caller holds the host lock (journal.Lock) around `up` and `down`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -21,9 +24,10 @@ import libvirt
 from vmharness.errors import HarnessError
 from vmharness.guest import agent
 from vmharness.guest.domain import DomainSpec
-from vmharness.host import journal, libvirt_conn
+from vmharness.host import files, journal, libvirt_conn
+from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
-from vmharness.interrupts import terminate_as_interrupt
+from vmharness.interrupts import shielded, terminate_as_interrupt
 from vmharness.machine import Machine, for_uri
 
 Say = Callable[[str], None]
@@ -53,6 +57,13 @@ class Guest:
         return asdict(self)
 
 
+def check_name(name: str) -> None:
+    """A guest's name makes its domain (vmh-NAME), its tap (15 characters at most) and file names."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,10}", name):
+        raise HarnessError(f"guest name {name!r} (--name) is not allowed",
+                           "use 1 to 11 lower-case letters, digits or dashes, starting with a letter")
+
+
 def domain_name(name: str) -> str:
     return DOMAIN_PREFIX + name
 
@@ -62,11 +73,15 @@ def _state_file(root: HostRoot, name: str) -> Path:
 
 
 def load(root: HostRoot, name: str) -> Guest:
+    check_name(name)
+    path = _state_file(root, name)
     try:
-        data = json.loads(_state_file(root, name).read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise HarnessError(f"no guest named {name} is up", "start one with: vmharness vm up --name "
                            f"{name}") from exc
+    except (ValueError, OSError) as exc:
+        raise HarnessError(f"{path} is damaged: {exc}", "remove it once the guest is gone (virsh list --all)") from exc
     data["seqs"] = tuple(data["seqs"])
     return Guest(**data)
 
@@ -153,10 +168,10 @@ def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, n
             raise HarnessError(f"in the guest, {' '.join(argv)} failed: {res.stderr.strip()}", "see the console log")
 
 
-def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say,
-       boot_timeout: float = 300, link_net: tuple[str, str] | None = None, owner: str | None = None) -> Guest:
+def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say, owner: str,
+       boot_timeout: float = 300, link_net: tuple[str, str] | None = None) -> Guest:
     """Boot the guest `spec` describes (its overlay over `base_disk`) and wait for its agent. `owner`
-    (a run directory) goes into its journal records, so that a resumed run can reclaim them."""
+    goes into its journal records, so that what a dead run left can be reclaimed by the next."""
     machine = for_uri(uri)
     conn = libvirt_conn.connect(uri)
     seqs: list[int] = []
@@ -168,13 +183,12 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
                                    f"remove it with: vmharness vm down {spec.name.removeprefix(DOMAIN_PREFIX)}")
             except libvirt.libvirtError:
                 pass
-            mine = {"owner": owner} if owner else {}
-            seqs.append(journal.record(root, {"op": "file", "path": spec.disk, "ssh": machine.ssh, **mine})["seq"])
+            seqs.append(files.made(root, machine, spec.disk, owner))
             machine.run(["mkdir", "-p", str(Path(spec.disk).parent), str(Path(spec.console_log).parent)], timeout=30)
             machine.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base_disk, spec.disk],
                         timeout=60)
             seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
-                                              "name": spec.name, **mine})["seq"])
+                                              "name": spec.name}, owner)["seq"])
             dom = _define(conn, xml)
             say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
             _start(dom, spec, machine)
@@ -214,37 +228,62 @@ def _start(dom: libvirt.virDomain, spec: DomainSpec, machine: Machine) -> None:
 
 
 def _save(root: HostRoot, guest: Guest) -> None:
-    path = _state_file(root, guest.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(guest.to_json(), indent=2, sort_keys=True) + "\n")
+    root.mkdir(STATE, mode=0o700)
+    root.writable(f"{STATE}/{guest.name}.json").write_text(json.dumps(guest.to_json(), indent=2, sort_keys=True)
+                                                           + "\n")
 
 
 def _give_back(root: HostRoot, uri: str, dom_uuid: str, overlay: str, machine: Machine, seqs: list[int]) -> None:
     """Remove the domain and the overlay (whatever of them exists) and release their records."""
     if not seqs:
         return
-    libvirt_conn.remove(uri, dom_uuid)
-    machine.run(["rm", "-f", "--", overlay], timeout=60)
-    records = journal.read(root)
-    done = journal.released(records)
-    tuned = [r["seq"] for r in records if r.get("op") == "tune" and r["seq"] not in done
-             and r["target"].get("uuid") == dom_uuid]  # its settings went with it
-    journal.release(root, seqs + tuned)
+    with shielded():
+        libvirt_conn.remove(uri, dom_uuid)
+        files.remove(machine, overlay)
+        tuned = [r["seq"] for r in journal.outstanding(journal.read(root)) if r["op"] == "tune"
+                 and r["target"].get("uuid") == dom_uuid]  # its settings went with it
+        journal.release(root, seqs + tuned)
 
 
 def down(root: HostRoot, guest: Guest, say: Say, grace: float = 60) -> None:
-    """Shut the guest down (destroyed after `grace` seconds), undefine it, remove its overlay."""
-    conn = libvirt_conn.connect(guest.uri)
-    try:
-        dom = libvirt_conn.lookup(conn, guest.uuid)
-        if dom is not None:
-            clean = libvirt_conn.stop(dom, grace)
-            say("shut down" if clean else f"did not shut down within {grace:g} s: destroyed")
-    finally:
-        conn.close()
-    _give_back(root, guest.uri, guest.uuid, guest.overlay, guest.machine, list(guest.seqs))
-    _state_file(root, guest.name).unlink(missing_ok=True)
-    say(f"undefined {domain_name(guest.name)}, removed {guest.overlay}")
+    """Shut the guest down (destroyed after `grace` seconds), undefine it, remove its overlay. A
+    signal meanwhile waits until the guest is gone."""
+    with shielded():
+        conn = libvirt_conn.connect(guest.uri)
+        try:
+            dom = libvirt_conn.lookup(conn, guest.uuid)
+            if dom is not None:
+                clean = libvirt_conn.stop(dom, grace)
+                say("shut down" if clean else f"did not shut down within {grace:g} s: destroyed")
+        finally:
+            conn.close()
+        _give_back(root, guest.uri, guest.uuid, guest.overlay, guest.machine, list(guest.seqs))
+        _forget(root, guest.name)
+        say(f"undefined {domain_name(guest.name)}, removed {guest.overlay}")
+
+
+def _forget(root: HostRoot, name: str, dom_uuid: str | None = None) -> None:
+    """Drop the note `up` keeps about a guest (only if it is about that domain, when given)."""
+    note = f"{STATE}/{name}.json"
+    text = root.read_optional(note)
+    if text is not None and (dom_uuid is None or f'"{dom_uuid}"' in text):
+        root.remove(note)
+
+
+# The journal's ops for guests ------------------------------------------------------------------
+def _describe_domain(rec: dict[str, Any]) -> str:
+    return f"guest {rec['name']} ({rec['uri']}): destroy and undefine"
+
+
+def _undo_domain(root: HostRoot, rec: dict[str, Any]) -> list[str]:
+    """Found by its UUID only (never by a name another domain could have)."""
+    libvirt_conn.remove(rec["uri"], rec["uuid"])
+    _forget(root, rec["name"].removeprefix(DOMAIN_PREFIX), rec["uuid"])
+    return []
+
+
+journal.register("domain", Op(_describe_domain, _undo_domain, ("uri", "uuid", "name")))
+
 
 
 def new_uuid() -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmharness.host import hugepages, modules, probes
-from vmharness.host.root import HostRoot
+from vmharness.host.root import LARGE_READ, HostRoot
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 ACPI_TABLES = "/sys/firmware/acpi/tables"
@@ -62,7 +62,7 @@ class Facts:
 def gather(root: HostRoot) -> Facts:
     flags: set[str] = set()
     vendor = None
-    for line in (root.read_optional("/proc/cpuinfo") or "").splitlines():
+    for line in (root.read_optional("/proc/cpuinfo", limit=LARGE_READ) or "").splitlines():
         if line.startswith("flags"):
             flags.update(line.split(":", 1)[1].split())
         elif line.startswith("vendor_id"):
@@ -165,7 +165,7 @@ def iommu_cmdline(f: Facts) -> Check:
 
 def interrupt_remapping(f: Facts) -> Check:
     name = "interrupt remapping"
-    interrupts = f.root.read_optional("/proc/interrupts") or ""
+    interrupts = f.root.read_optional("/proc/interrupts", limit=LARGE_READ) or ""
     if re.search(r"\bIR-", interrupts):
         return Check(name, PASS, "on (IR- interrupt chips in /proc/interrupts)")
     unsafe = f.root.read_optional("/sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts")

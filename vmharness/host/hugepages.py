@@ -1,10 +1,14 @@
-"""Hugepage sizes, reservations per NUMA node, and hugetlbfs mounts."""
+"""Hugepage sizes, reservations per NUMA node, and hugetlbfs mounts.
+
+Counts are read as the kernel writes them; a value that is not one (a damaged snapshot) is an error
+naming the file, never a traceback and never a guess."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
 NODES = "/sys/devices/system/node"
@@ -60,9 +64,10 @@ def per_node(root: HostRoot) -> list[NodePages]:
     for node in nodes(root):
         for kib in sizes(root):
             d = f"{NODES}/node{node}/hugepages/hugepages-{kib}kB"
-            total, free = root.read_optional(f"{d}/nr_hugepages"), root.read_optional(f"{d}/free_hugepages")
+            total = root.read_int(f"{d}/nr_hugepages", minimum=0)
+            free = root.read_int(f"{d}/free_hugepages", minimum=0)
             if total is not None and free is not None:
-                out.append(NodePages(node, kib, int(total), int(free)))
+                out.append(NodePages(node, kib, total, free))
     return out
 
 
@@ -89,14 +94,16 @@ def mounts(root: HostRoot) -> list[Mount]:
 
 def node_memory_kib(root: HostRoot, node: int) -> tuple[int | None, int | None]:
     """MemTotal and MemFree of a NUMA node, from its meminfo ("Node 1 MemTotal:  1015808 kB")."""
-    total = free = None
-    for line in (root.read_optional(f"{NODES}/node{node}/meminfo") or "").splitlines():
+    path = f"{NODES}/node{node}/meminfo"
+    found: dict[str, int] = {}
+    for line in (root.read_optional(path) or "").splitlines():
         parts = line.split()
-        if len(parts) >= 4 and parts[2] == "MemTotal:":
-            total = int(parts[3])
-        elif len(parts) >= 4 and parts[2] == "MemFree:":
-            free = int(parts[3])
-    return total, free
+        if len(parts) >= 4 and parts[2] in ("MemTotal:", "MemFree:"):
+            if not parts[3].isdigit():
+                raise HarnessError(f"{path} holds {line.strip()[:60]!r}: {parts[2][:-1]} is not a number of kB",
+                                   "the host root is damaged, or this kernel writes something vmharness does not know")
+            found[parts[2]] = int(parts[3])
+    return found.get("MemTotal:"), found.get("MemFree:")
 
 
 def counter(node: int, size_kib: int) -> str:
@@ -106,4 +113,8 @@ def counter(node: int, size_kib: int) -> str:
 def set_pages(root: HostRoot, node: int, size_kib: int, count: int) -> int:
     """Ask the kernel for `count` pages on the node; returns how many it really holds now."""
     root.write_text(counter(node, size_kib), str(count))
-    return int(root.read_text(counter(node, size_kib)).strip())
+    now = root.read_int(counter(node, size_kib), minimum=0)
+    if now is None:
+        raise HarnessError(f"{counter(node, size_kib)} cannot be read back after writing it",
+                           "check dmesg; the kernel may have removed the node or page size")
+    return now

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vmharness.host.root import HostRoot
+from vmharness.host.root import LARGE_READ, HostRoot
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,10 @@ def state(root: HostRoot, name: str) -> ModuleState:
     rel = kernel_release(root)
     moddir = f"/lib/modules/{rel}"
     files = _files_name(name)
-    if root.exists(f"/sys/module/{sysname}") or _listed(root.read_optional(f"{moddir}/modules.builtin"), files):
+    builtin = root.read_optional(f"{moddir}/modules.builtin", limit=LARGE_READ)
+    if root.exists(f"/sys/module/{sysname}") or _listed(builtin, files):
         return ModuleState(name, "built-in", "built into the kernel")
-    if _listed(root.read_optional(f"{moddir}/modules.dep"), files):
+    if _listed(root.read_optional(f"{moddir}/modules.dep", limit=LARGE_READ), files):
         return ModuleState(name, "loadable", f"loadable from {moddir}")
     if not root.exists("/proc/modules"):
         return ModuleState(name, "missing", "not built in, and this kernel cannot load modules")

@@ -11,23 +11,25 @@ from vmharness.host import pciids
 from vmharness.host.root import HostRoot
 
 PCI_DEVICES = "/sys/bus/pci/devices"
-_BDF = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])$")
+_BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])")
 
 CLASS_BRIDGE = 0x06
 
 
-def parse_bdf(text: str) -> str:
-    """Normalise `DDDD:BB:DD.F` or `BB:DD.F` to lower-case `DDDD:BB:DD.F`."""
-    m = _BDF.match(text.strip())
+def parse_bdf(text: str, where: str = "") -> str:
+    """Normalise `DDDD:BB:DD.F` or `BB:DD.F` to lower-case `DDDD:BB:DD.F`; `where` (a flag or a setting)
+    is named in the error."""
+    m = _BDF.fullmatch(text)
+    shown = f"{where} {text[:40]!r}" if where else repr(text[:40])
     if not m:
         raise HarnessError(
-            f"{text!r} is not a PCI address",
+            f"{shown} is not a PCI address",
             "write it as DDDD:BB:DD.F or BB:DD.F, e.g. 0000:b3:00.0 (see `lspci -D`)",
         )
     domain, bus, dev, fn = m.groups()
     if int(dev, 16) > 0x1F:
         raise HarnessError(
-            f"{text!r} is not a PCI address: device number {dev} is above 1f",
+            f"{shown} is not a PCI address: device number {dev} is above 1f",
             "the device part of DDDD:BB:DD.F runs from 00 to 1f",
         )
     return f"{(domain or '0000').lower()}:{bus.lower()}:{dev.lower()}.{fn}"
@@ -147,7 +149,7 @@ def read_device(root: HostRoot, bdf: str) -> PciDevice:
         )
     vendor, device, klass = _hex(root, f"{dev}/vendor"), _hex(root, f"{dev}/device"), _hex(root, f"{dev}/class")
     group = root.readlink_name(f"{dev}/iommu_group")
-    numa = _int_or_none(root.read_optional(f"{dev}/numa_node"))
+    numa = root.read_int(f"{dev}/numa_node", minimum=-1)  # garbage names the file; -1: no node
     reset = root.read_optional(f"{dev}/reset_method")
     override = root.read_optional(f"{dev}/driver_override")
     names = pciids.load()

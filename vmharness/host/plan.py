@@ -3,26 +3,61 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
 from vmharness.host import checks, hugepages, iommu, journal, modules, netstate, vfio_users
-from vmharness.host.pci import PciDevice, find, read_device
+from vmharness.host.pci import PciDevice, find, parse_bdf, read_device
 from vmharness.host.root import HostRoot
 
 VFIO_DRIVER = "vfio-pci"
 VFIO_MODULES = ("vfio-pci", "vfio_iommu_type1")
 MOUNT_BASE = "/run/vmharness"
+MAX_AMOUNT_KIB = 16 << 30  # 16 TiB: more memory than any one NUMA node holds
+MAX_NODE = 1023  # the kernel's MAX_NUMNODES is at most 1024
+_AMOUNT = re.compile(r"([0-9]{1,12})([KMGT])(?:i?B)?", re.IGNORECASE)
+_UNIT_KIB = {"k": 1, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
+
+
+def parse_amount(text: str, where: str = "--hugepages") -> int:
+    """An amount of memory with its unit, `512M`, `8G`, `1T` (or `8GiB`), in KiB. A bare number is
+    refused: `1500` could mean pages, MiB or bytes."""
+    m = _AMOUNT.fullmatch(text)
+    kib = int(m.group(1)) * _UNIT_KIB[m.group(2).lower()] if m else 0
+    if not m or not 0 < kib <= MAX_AMOUNT_KIB:
+        raise HarnessError(f"{where} {text[:40]!r} is not an amount of memory (with a unit, at most 16T)",
+                           "write it as 512M or 8G")
+    return kib
+
+
+def parse_node(text: str, where: str = "--node") -> int | None:
+    """`auto` (None: the NIC's node) or a NUMA node number."""
+    if text == "auto":
+        return None
+    if not re.fullmatch(r"[0-9]{1,4}", text) or int(text) > MAX_NODE:
+        raise HarnessError(f"{where} {text[:40]!r} is not a NUMA node", "write auto (the NIC's node) or a node "
+                           "number such as 0 or 1 (`lscpu` lists them)")
+    return int(text)
 
 
 @dataclass(frozen=True)
 class Request:
+    """What host-prepare (or run) is asked for, each value checked as it is given."""
+
     bdfs: tuple[str, ...]
     hugepages: str | None = None  # an amount of memory: "512M", "8G"
     pagesize: str = "2M"
     node: str = "auto"
     force: bool = False
+
+    def __post_init__(self) -> None:
+        for bdf in self.bdfs:
+            parse_bdf(bdf, "--bdf")
+        if self.hugepages is not None:
+            parse_amount(self.hugepages)
+        parse_node(self.node)
 
 
 @dataclass(frozen=True)
@@ -143,19 +178,18 @@ def page_request(root: HostRoot, req: Request, devices: list[PciDevice]) -> Page
         have = ", ".join(hugepages.size_label(k) for k in hugepages.sizes(root)) or "none"
         raise HarnessError(f"hugepage size {req.pagesize!r} is not supported here (this host has: {have})",
                            "pass --hugepage-size 2M or 1G")
-    amount = hugepages.parse_size_kib(req.hugepages)
-    if amount is None or amount <= 0:
-        raise HarnessError(f"--hugepages {req.hugepages!r} is not an amount of memory", "write it as 512M or 8G")
+    amount = parse_amount(req.hugepages)
     nodes = hugepages.nodes(root)
-    if req.node == "auto":
+    asked = parse_node(req.node)
+    if asked is None:
         node_of = [d.numa_node for d in devices if d.numa_node is not None]
         node = node_of[0] if node_of else (nodes[0] if nodes else 0)
         why = "the NIC's node" if node_of else "no NUMA information: node 0"
     else:
-        if not req.node.isdigit() or int(req.node) not in nodes:
-            raise HarnessError(f"--node {req.node!r} is not a NUMA node of this host",
+        if asked not in nodes:
+            raise HarnessError(f"--node {asked} is not a NUMA node of this host",
                                f"nodes here: {', '.join(map(str, nodes))} (or auto: the NIC's node)")
-        node, why = int(req.node), "--node"
+        node, why = asked, "--node"
     pr = PageRequest(node, size_kib, math.ceil(amount / size_kib), why)
     total_kib, _ = hugepages.node_memory_kib(root, node)
     if total_kib is not None and pr.needed * size_kib > total_kib:

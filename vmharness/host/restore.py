@@ -1,61 +1,36 @@
-"""host-restore: undo the journal, newest record first (a run of device bindings oldest first, see
-`pending`), then remove it. Each undo sets the recorded
-state (it does not reverse an action), so a record whose change was never made is harmless."""
+"""Giving back what the journal holds: the host's own ops (driver bindings, hugepages, mounts, loaded
+modules) registered here, and the one undo loop every command uses — host-restore for everything, a
+failed host-prepare for its own records, a run for what a dead run left (`reclaim`).
+
+Undo goes newest record first (a run of device bindings oldest first, see `pending`). Each undo sets
+the recorded state (it does not reverse an action), so a record whose change was never made is
+harmless. A record that could not be given back stays in the journal, and so does one of an op this
+process does not know: the journal goes only when nothing is outstanding."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import Any
 
 from vmharness import proc
 from vmharness.errors import HarnessError
 from vmharness.host import bind, hugepages, journal, kmod
+from vmharness.host.journal import Op, Record
 from vmharness.host.root import HostRoot
-from vmharness.machine import Machine, stop_process
+from vmharness.interrupts import shielded
 
 Say = Callable[[str], None]
 
 
-def describe(rec: dict[str, Any]) -> str:
-    op = rec.get("op")
-    if op == "bind":
-        return f"{rec['bdf']}: back to {rec['driver'] or 'no driver'} (driver_override {rec['override'] or 'cleared'})"
-    if op == "pages":
-        return (f"node {rec['node']}: {hugepages.size_label(rec['size_kib'])} hugepages back to {rec['before']}")
-    if op == "mount":
-        return f"unmount {rec['path']}" + (" and remove it" if rec.get("created") else "")
-    if op == "modules":
-        return "unload the modules loaded since: " + ", ".join(rec["names"]) + " and their dependencies"
-    if op == "domain":
-        return f"guest {rec['name']} ({rec['uri']}): destroy and undefine"
-    if op == "tune":
-        where = rec["target"].get("name") or rec["target"].get("ssh") or "host"
-        return f"{where}: {rec['path']} back to {rec['before']}"
-    if op == "process":
-        return f"stop {rec['what']} (pid {rec['pid']}" + (f" on {rec['ssh']})" if rec.get("ssh") else ")")
-    if op == "file":
-        return f"remove {rec['path']}" + (f" on {rec['ssh']}" if rec.get("ssh") else "")
-    return str(op)
+def describe(rec: Record) -> str:
+    op = journal.OPS.get(rec["op"])
+    if op is None:
+        return f"{rec['op']} (a record this vmharness does not know)"
+    return op.describe(rec)
 
 
-def _mounted(root: HostRoot, path: str) -> bool:
-    return any(line.split()[1:2] == [path] for line in (root.read_optional("/proc/mounts") or "").splitlines())
-
-
-def _undo_mount(root: HostRoot, rec: dict[str, Any]) -> None:
-    path = rec["path"]
-    if _mounted(root, path):
-        proc.run(["umount", str(root.path(path))], timeout=30)
-    if rec.get("created") and root.is_dir(path):
-        os.rmdir(root.path(path))
-
-
-def _undo_pages(root: HostRoot, rec: dict[str, Any]) -> str | None:
-    now = hugepages.set_pages(root, rec["node"], rec["size_kib"], rec["before"])
-    if now != rec["before"]:
-        return f"node {rec['node']} keeps {now} pages, not {rec['before']}: some are in use (a running guest?)"
-    return None
+# bind -------------------------------------------------------------------------------------------
+def _describe_bind(rec: Record) -> str:
+    return f"{rec['bdf']}: back to {rec['driver'] or 'no driver'} (driver_override {rec['override'] or 'cleared'})"
 
 
 def _netdev_back(root: HostRoot, bdf: str, name: str) -> bool:
@@ -71,7 +46,7 @@ def _netdev_back(root: HostRoot, bdf: str, name: str) -> bool:
     return bind.wait_for(root, f"/sys/class/net/{name}", timeout=5)
 
 
-def _undo_bind(root: HostRoot, rec: dict[str, Any]) -> list[str]:
+def _undo_bind(root: HostRoot, rec: Record) -> list[str]:
     bind.to_driver(root, rec["bdf"], rec["driver"], rec["override"])
     problems = []
     for n in rec.get("netdevs", []):
@@ -85,92 +60,115 @@ def _undo_bind(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _undo_modules(root: HostRoot, rec: dict[str, Any]) -> str | None:
-    """Unload every module that was not loaded before, users before what they use: each round removes
-    those nothing depends on any more, until none are left or a round removes nothing."""
-    before = set(rec.get("loaded_before", []))
-    why: dict[str, str] = {}
-    while True:
-        extra = sorted(set(kmod.loaded(root)) - before)
-        if not extra:
-            return None
-        for name in extra:
-            reason = kmod.unload(name)
-            if reason:
-                why[name] = reason
-        if set(kmod.loaded(root)) - before == set(extra):
-            return "still loaded: " + "; ".join(f"{n} ({why.get(n, '?')})" for n in extra)
+# pages ------------------------------------------------------------------------------------------
+def _describe_pages(rec: Record) -> str:
+    return f"node {rec['node']}: {hugepages.size_label(rec['size_kib'])} hugepages back to {rec['before']}"
 
 
-def _forget_guest(root: HostRoot, rec: dict[str, Any]) -> None:
-    """Drop `vm up`'s note about a guest that is gone now (see vmharness.guest.vm.STATE)."""
-    note = f"/run/vmharness/vms/{rec['name'].removeprefix('vmh-')}.json"
-    text = root.read_optional(note)
-    if text is not None and f'"{rec["uuid"]}"' in text:
-        os.unlink(root.path(note))
+def _undo_pages(root: HostRoot, rec: Record) -> list[str]:
+    now = hugepages.set_pages(root, rec["node"], rec["size_kib"], rec["before"])
+    if now != rec["before"]:
+        return [f"node {rec['node']} keeps {now} pages, not {rec['before']}: some are in use (a running guest?)"]
+    return []
 
 
-def pending(root: HostRoot) -> list[dict[str, Any]]:
+# mount ------------------------------------------------------------------------------------------
+def _describe_mount(rec: Record) -> str:
+    return f"unmount {rec['path']}" + (" and remove it" if rec.get("created") else "")
+
+
+def _mounted(root: HostRoot, path: str) -> bool:
+    return any(line.split()[1:2] == [path] for line in (root.read_optional("/proc/mounts") or "").splitlines())
+
+
+def _undo_mount(root: HostRoot, rec: Record) -> list[str]:
+    path = rec["path"]
+    if _mounted(root, path):
+        proc.run(["umount", str(root.writable(path, "unmount"))], timeout=30)
+    if rec.get("created") and root.is_dir(path):
+        root.rmdir(path)
+    return []
+
+
+# modules ----------------------------------------------------------------------------------------
+def _describe_modules(rec: Record) -> str:
+    return "unload the modules it loaded: " + ", ".join(rec["names"]) + " and what they brought along"
+
+
+def _undo_modules(root: HostRoot, rec: Record) -> list[str]:
+    """Unload the modules the harness loaded — those it named and the dependencies they brought, none
+    that was loaded before it — users before what they use. A module someone else loaded meanwhile
+    for its own use is left alone (and so is one of ours that another module now needs)."""
+    ours = kmod.brought_along(root, rec["names"], set(rec.get("loaded_before", [])))
+    why = kmod.unload_all(root, ours)
+    return ["still loaded: " + "; ".join(f"{n} ({r})" for n, r in sorted(why.items()))] if why else []
+
+
+journal.register("bind", Op(_describe_bind, _undo_bind, ("bdf", "driver", "override")))
+journal.register("pages", Op(_describe_pages, _undo_pages, ("node", "size_kib", "before")))
+journal.register("mount", Op(_describe_mount, _undo_mount, ("path", "created")))
+journal.register("modules", Op(_describe_modules, _undo_modules, ("names", "loaded_before")))
+
+
+# the undo loop ----------------------------------------------------------------------------------
+def pending(root: HostRoot) -> list[Record]:
     """What host-restore would undo: newest first, except that a run of device bindings is undone
     oldest first, so drivers probe the devices in their original order and the kernel hands out the
-    same interface names (eth1 before eth2)."""
-    out: list[dict[str, Any]] = []
-    binds: list[dict[str, Any]] = []
-    records = journal.read(root)
-    done = journal.released(records)
-    for rec in reversed(records):
-        if rec["seq"] in done:
-            continue
-        if rec.get("op") == "bind":
+    same interface names (eth1 before eth2). Records of unknown ops are not here (see `unknown`)."""
+    out: list[Record] = []
+    binds: list[Record] = []
+    for rec in reversed(journal.outstanding(journal.read(root))):
+        if rec["op"] == "bind":
             binds.insert(0, rec)
             continue
         out += binds
         binds = []
-        if rec.get("op") in ("pages", "mount", "modules", "domain", "file", "process", "tune"):
+        if rec["op"] in journal.OPS:
             out.append(rec)
     return out + binds
 
 
-def undo(root: HostRoot, say: Say, only: Callable[[dict[str, Any]], bool] | None = None) -> list[str]:
+def unknown_text(strange: list[Record]) -> list[str]:
+    """One line per record of an op this vmharness does not know (journal.unknown): it is kept."""
+    return [f"{journal.JOURNAL}: record {r['seq']} has op {r['op']!r}, which this vmharness does not know: "
+            "it is kept (a newer vmharness wrote it? undo it by hand, then remove the journal)"
+            for r in strange]
+
+
+def undo(root: HostRoot, say: Say, only: Callable[[Record], bool] | None = None) -> list[str]:
     """Undo every journaled change (or those `only` selects); returns the problems that remain (empty:
-    host as it was). Undone records are released; the journal goes when nothing is outstanding."""
+    given back). A signal that arrives meanwhile waits until the loop is done. Undone records are
+    released; the journal goes when nothing is outstanding."""
     problems: list[str] = []
     done: list[int] = []
-    for rec in pending(root):
-        if only is not None and not only(rec):
-            continue
-        op = rec["op"]
-        try:
-            if op == "mount":
-                _undo_mount(root, rec)
-            elif op == "pages":
-                problems += filter(None, [_undo_pages(root, rec)])
-            elif op == "bind":
-                problems += _undo_bind(root, rec)
-            elif op == "modules":
-                problems += filter(None, [_undo_modules(root, rec)])
-            elif op == "domain":
-                from vmharness.host import libvirt_conn  # libvirt only when a guest is recorded
-
-                libvirt_conn.remove(rec["uri"], rec["uuid"])
-                _forget_guest(root, rec)
-            elif op == "tune":
-                from vmharness.tune import access, apply  # the tuning layer only when it left something
-
-                target = access.from_spec(rec["target"], root)
-                if target is not None:
-                    apply.undo_one(target, rec)
-            elif op == "process":
-                stop_process(Machine(rec.get("ssh")), rec["pid"], 10, rec.get("start_time"))
-            elif op == "file":
-                Machine(rec.get("ssh")).run(["rm", "-f", "--", rec["path"]], timeout=60)
-        except (HarnessError, OSError) as exc:
-            problems.append(f"{describe(rec)}: {exc}")
-            continue
-        done.append(rec["seq"])
-        say(f"undone: {describe(rec)}")
-    if only is None and not problems:
-        journal.clear(root)
-    elif done:
+    with shielded():
+        for rec in pending(root):
+            if only is not None and not only(rec):
+                continue
+            undo_one = journal.OPS[rec["op"]].undo
+            assert undo_one is not None  # pending holds changes only
+            try:
+                left = undo_one(root, rec)
+            except (HarnessError, OSError) as exc:
+                left = [str(exc)]
+            if left:
+                problems += [f"{describe(rec)}: {p}" for p in left]
+                continue
+            done.append(rec["seq"])
+            say(f"undone: {describe(rec)}")
         journal.release(root, done)
     return problems
+
+
+def reclaim(root: HostRoot, say: Say) -> list[str]:
+    """Give back what runs and benches that are gone left (their `run:` records); the caller holds the
+    lock, which proves them gone. What host-prepare, `vm up` or `tune apply` keep is not touched."""
+    records = journal.read(root)
+    left = [r for r in journal.outstanding(records) if journal.transient(r.get("owner"))]
+    if not left:
+        return []
+    say(f"giving back {len(left)} things that an interrupted run left (owners "
+        + ", ".join(sorted({r['owner'] for r in left})) + ")")
+    strange = [r for r in left if r["op"] not in journal.OPS]
+    problems = undo(root, say, only=lambda rec: journal.transient(rec.get("owner")))
+    return problems + unknown_text(strange)

@@ -3,17 +3,78 @@
 The root is `/` on a live host, or a directory laid out like `/` (a `host-snapshot`, a tree built by a
 test). Paths given to its methods are absolute host paths ("/sys/bus/pci/devices"); symlinks inside the
 root are relative, as in real sysfs, so they resolve inside it.
+
+Reads take regular files only, and at most `MAX_READ` bytes: a FIFO or a device node in a snapshot
+would block a read forever (or act on a device), and a huge file would fill memory. Real sysfs and
+procfs attributes are regular files, so nothing the harness needs is refused. Nothing is written
+under a root that is not the live host, unless a test asks for it: a `--host-root` tree is read-only.
+Every change is logged at debug level (`-v`), as every command run is.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from vmharness.errors import HarnessError
 
 ENV_VAR = "VMHARNESS_HOST_ROOT"
+MAX_READ = 1 << 20  # bytes; larger host files are refused (pass `limit` for the few known to be big)
+LARGE_READ = 64 << 20  # /proc/interrupts, /proc/cpuinfo, modules.dep: megabytes on a host of many CPUs
+
+log = logging.getLogger("vmharness.host")
+
+_ABSENT = (errno.ENOENT, errno.ENOTDIR)
+_REFUSED_BY_KERNEL = (errno.EINVAL, errno.EIO, errno.ENODEV, errno.ENXIO, errno.EACCES, errno.EPERM,
+                     errno.ESRCH)  # ESRCH: /proc/PID of a process that just ended
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def not_regular(shown: str, mode: int) -> HarnessError:
+    return HarnessError(
+        f"{shown} is {_kind(mode)}, not a regular file: refusing to read it",
+        "only regular files are read (host-snapshot stores the kernel's files as such)",
+    )
+
+
+def read_file(path: Path, shown: str, limit: int = MAX_READ) -> bytes:
+    """The bytes of a regular file, at most `limit` of them; `shown` names it in errors. Never blocks:
+    the type is checked before opening (opening a device can act on it), opened non-blocking and
+    checked again on the open file. OSError for a file that is missing or cannot be read."""
+    if not stat.S_ISREG(mode := os.stat(path).st_mode):
+        raise not_regular(shown, mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
+            raise not_regular(shown, mode)
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(65536, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise HarnessError(
+                    f"{shown} is larger than {limit} bytes: refusing to read it",
+                    "kernel attributes and configuration files are small; this is something else",
+                )
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class HostRoot:
@@ -25,7 +86,11 @@ class HostRoot:
     @classmethod
     def open(cls, base: str | Path | None = None) -> HostRoot:
         """The root named on the command line or in VMHARNESS_HOST_ROOT, checked to be one."""
-        chosen = base if base is not None else os.environ.get(ENV_VAR) or "/"
+        chosen = base if base is not None else os.environ.get(ENV_VAR, "/")
+        if str(chosen).strip() == "":
+            where = "--host-root" if base is not None else ENV_VAR
+            raise HarnessError(f"{where} is empty", "name a directory laid out like / (an unpacked "
+                               f"host-snapshot), or leave {where} out for this host")
         path = Path(chosen)
         if not path.is_dir():
             raise HarnessError(
@@ -56,43 +121,62 @@ class HostRoot:
         return os.path.lexists(self.path(p))
 
     def is_dir(self, p: str | Path) -> bool:
-        return self.path(p).is_dir()
+        return self._inside(p).is_dir()
 
-    def read_text(self, p: str | Path) -> str:
+    def _inside(self, p: str | Path) -> Path:
+        """The path of p under the root; off the live host, refused unless it resolves inside it."""
+        real = self.path(p)
+        if not self.live:
+            self.realpath(p)
+        return real
+
+    def read_bytes(self, p: str | Path, *, limit: int = MAX_READ) -> bytes:
         try:
-            return self.path(p).read_text(errors="replace")
+            return read_file(self._inside(p), str(p), limit)
         except PermissionError as exc:
             raise HarnessError(f"no permission to read {p}", "run as root (sudo)") from exc
         except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            if exc.errno in _ABSENT:
                 raise HarnessError(
                     f"{p} is missing under host root {self.base}",
                     "this kernel may be too old for vmharness, or the host root is incomplete",
                 ) from exc
             raise HarnessError(f"cannot read {p}: {exc.strerror}") from exc
 
-    def read_optional(self, p: str | Path) -> str | None:
+    def read_text(self, p: str | Path, *, limit: int = MAX_READ) -> str:
+        return self.read_bytes(p, limit=limit).decode(errors="replace")
+
+    def read_optional(self, p: str | Path, *, limit: int = MAX_READ) -> str | None:
         """The file's text stripped, or None if it does not exist (an attribute an old kernel lacks)
-        or cannot be read (some sysfs attributes refuse reads on some devices)."""
+        or cannot be read (some sysfs attributes refuse reads on some devices). A file that is not a
+        regular one, or too big, is an error all the same."""
         try:
-            return self.path(p).read_text(errors="replace").strip()
-        except PermissionError:
-            return None
+            return read_file(self._inside(p), str(p), limit).decode(errors="replace").strip()
         except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EINVAL, errno.EIO, errno.ENODEV):
+            if exc.errno in _ABSENT or exc.errno in _REFUSED_BY_KERNEL:
                 return None
             raise HarnessError(f"cannot read {p}: {exc.strerror}") from exc
 
-    def read_bytes(self, p: str | Path) -> bytes:
+    def read_int(self, p: str | Path, *, minimum: int | None = None) -> int | None:
+        """A file that holds one integer (a sysfs count, a NUMA node): None as read_optional gives
+        None; a value that is no integer, or below `minimum`, is an error naming the file and value."""
+        text = self.read_optional(p)
+        if text is None:
+            return None
         try:
-            return self.path(p).read_bytes()
-        except PermissionError as exc:
-            raise HarnessError(f"no permission to read {p}", "run as root (sudo)") from exc
+            value = int(text, 10)
+        except ValueError:
+            value = None
+        if value is None or (minimum is not None and value < minimum):
+            raise HarnessError(f"{p} holds {text[:40]!r}, not " + (
+                "an integer" if minimum is None else "a count" if minimum == 0 else f"an integer >= {minimum}"),
+                "the host root is damaged, or this kernel writes something vmharness does not know")
+        return value
 
     def listdir(self, p: str | Path) -> list[str]:
         """Sorted entries of a directory; an absent directory is empty."""
         try:
-            return sorted(os.listdir(self.path(p)))
+            return sorted(os.listdir(self._inside(p)))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except PermissionError as exc:
@@ -116,17 +200,51 @@ class HostRoot:
                 "snapshot symlinks must be relative, as in real sysfs",
             ) from exc
 
-    # writes ----------------------------------------------------------------------------------
-    def write_text(self, p: str | Path, text: str) -> None:
+    # writes: refused off the live host, each one logged ---------------------------------------
+    def writable(self, p: str | Path, what: str = "write") -> Path:
+        """The real path to change, once changes are allowed here (the live host, or a test's tree)."""
         if not self.allow_writes:
             raise HarnessError(
-                f"refusing to write {p} under host root {self.base}: it is not the live host",
+                f"refusing to {what} {p} under host root {self.base}: it is not the live host",
                 "inspection and --dry-run work on a snapshot; changes need the real host (no --host-root)",
             )
+        return self._inside(p)
+
+    def write_text(self, p: str | Path, text: str) -> None:
+        real = self.writable(p)
+        log.debug("write %s: %r", p, text)
         try:
-            with open(self.path(p), "w") as f:
+            with open(real, "w") as f:
                 f.write(text)
         except PermissionError as exc:
             raise HarnessError(f"no permission to write {p}", "run as root (sudo)") from exc
         except OSError as exc:
             raise HarnessError(f"the kernel refused {text.strip()!r} -> {p}: {exc.strerror}") from exc
+
+    def _change(self, p: str | Path, verb: str, action: Callable[[Path], object]) -> None:
+        """Run `action` on the real path of `p` (a change: refused off the live host, logged), with
+        its failure as one line."""
+        real = self.writable(p, verb)
+        log.debug("%s %s", verb, p)
+        try:
+            action(real)
+        except PermissionError as exc:
+            raise HarnessError(f"no permission to {verb} {p}", "run as root (sudo)") from exc
+        except OSError as exc:
+            raise HarnessError(f"cannot {verb} {p}: {exc.strerror}") from exc
+
+    def mkdir(self, p: str | Path, mode: int = 0o755) -> None:
+        """Create a directory and its parents (nothing if it exists)."""
+        if not self.writable(p, "create").is_dir():
+            self._change(p, "create", lambda real: real.mkdir(parents=True, exist_ok=True, mode=mode))
+
+    def remove(self, p: str | Path) -> None:
+        """Unlink a file; one already gone is fine."""
+        self._change(p, "remove", lambda real: real.unlink(missing_ok=True))
+
+    def rmdir(self, p: str | Path) -> None:
+        """Remove an empty directory; one already gone is fine."""
+        def rmdir(real: Path) -> None:
+            if real.is_dir():
+                real.rmdir()
+        self._change(p, "remove", rmdir)

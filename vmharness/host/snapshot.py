@@ -3,7 +3,9 @@
 Symlinks are stored as the kernel wrote them (relative), so `--host-root` on the unpacked tree
 resolves them inside it. Device nodes become empty files (only their existence is read). MAC
 addresses, serial numbers and file contents outside this list are not taken. Works on any host root,
-so a snapshot can be taken of a snapshot.
+so a snapshot can be taken of a snapshot; what is not a regular file there (a FIFO, a device node
+where an attribute should be) is left out, never opened: opening one can block or act on a device.
+The tarball is never written inside the host root it describes (a host root is read-only).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import io
 import json
 import os
 import re
+import stat
 import tarfile
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from vmharness.host import hugepages, modules, probes
 from vmharness.host.checks import ACPI_TABLES, FIRMWARE_IOMMU
 from vmharness.host.iommu import GROUPS
 from vmharness.host.pci import PCI_DEVICES
-from vmharness.host.root import HostRoot
+from vmharness.host.root import LARGE_READ, HostRoot, read_file
 
 PROC_FILES = (
     "/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/interrupts", "/proc/mounts",
@@ -70,16 +73,25 @@ class _Writer:
             self.tar.addfile(info, io.BytesIO(content))
 
     def file(self, path: str) -> None:
-        """Copy a file if it exists and can be read; sysfs attributes some devices refuse are skipped."""
+        """Copy a regular file if it exists and can be read; sysfs attributes some devices refuse, and
+        anything that is not a regular file, are skipped."""
         real = self.root.path(path)
-        if real.is_file() and real.stat().st_mode & 0o444:  # write-only attributes have no content
-            try:
-                content = real.read_bytes()
-            except PermissionError as exc:
-                raise HarnessError(f"no permission to read {path}", "run host-snapshot as root") from exc
-            except OSError:
-                return
-            self.data(path, content)
+        try:
+            mode = os.stat(real).st_mode
+        except OSError:
+            return
+        if not stat.S_ISREG(mode) or not mode & 0o444:  # write-only attributes have no content
+            return
+        self.root.realpath(path)  # refused if it leads out of the root
+        try:
+            content = read_file(real, path, LARGE_READ)
+        except PermissionError as exc:
+            raise HarnessError(f"no permission to read {path}", "run host-snapshot as root") from exc
+        except HarnessError:  # it changed into something else since the stat: leave it out
+            return
+        except OSError:
+            return
+        self.data(path, content)
 
     def link(self, path: str) -> None:
         real = self.root.path(path)
@@ -168,9 +180,7 @@ def _memory(w: _Writer) -> None:
 def _kernel(w: _Writer) -> None:
     root = w.root
     for path in PROC_FILES:
-        content = root.read_optional(path)
-        if content is not None:
-            w.data(path, (content + "\n").encode())
+        w.file(path)
     for mod in MODULES:
         if root.exists(f"/sys/module/{mod}"):
             w.dir(f"/sys/module/{mod}")
@@ -202,8 +212,21 @@ def write(root: HostRoot, out: Path) -> int:
             part(w)
         if live is not None:
             w.data(probes.PROBES_FILE, json.dumps(live, indent=2, sort_keys=True).encode())
+    _write_out(root, out, buf.getvalue())
+    return len(buf.getvalue())
+
+
+def _write_out(root: HostRoot, out: Path, data: bytes) -> None:
+    """Write the tarball to a new or regular file, outside the host root (O_NONBLOCK: a FIFO with no
+    reader fails at once instead of blocking)."""
+    if not root.live and (out.parent.resolve() / out.name).is_relative_to(root.base):
+        raise HarnessError(f"refusing to write {out} inside host root {root.base}: a host root is read-only",
+                           "write the snapshot somewhere else")
+    if os.path.lexists(out) and not out.is_file():
+        raise HarnessError(f"{out} exists and is not a regular file", "name a new file for the snapshot")
     try:
-        out.write_bytes(buf.getvalue())
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
     except OSError as exc:
         raise HarnessError(f"cannot write {out}: {exc.strerror}", "choose a writable path") from exc
-    return len(buf.getvalue())

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vmharness import proc
+from vmharness import machine, proc
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
@@ -56,8 +56,7 @@ class HostTarget:
         return {"kind": "host"}
 
 
-# Run on the target: read each path given (a missing one prints nothing); or write $1 into $2.
-_READ = 'for p in "$@"; do printf "@%s\\n" "$p"; cat "$p" 2>/dev/null; done'
+# Run on the target: write $1 into $2.
 _WRITE = 'printf "%s\\n" "$1" > "$2"'
 
 
@@ -74,9 +73,7 @@ class ShellTarget:
         return res
 
     def read(self, path: str) -> str | None:
-        out = self.run(["sh", "-c", _READ, "sh", path], check=False).stdout
-        head, _, body = out.partition("\n")
-        return body.rstrip("\n") if head == f"@{path}" and body else None
+        return machine.read_with(lambda argv: self.run(argv, check=False), path, self.label)
 
     def write(self, path: str, value: str) -> None:
         res = self.run(["sh", "-c", _WRITE, "sh", value, path], check=False)
@@ -92,10 +89,10 @@ class ShellTarget:
 
 
 def ssh_target(name: str) -> ShellTarget:
-    machine = Machine(name)
+    m = Machine(machine.check_destination(name, "a client tuning target"))
 
     def runner(argv: list[str], check: bool) -> proc.Result:
-        return machine.run(argv, timeout=60, check=check)
+        return m.run(argv, timeout=60, check=check)
 
     return ShellTarget(f"client:{name}", runner, {"kind": "ssh", "ssh": name})
 

@@ -1,14 +1,18 @@
 """Apply a tuning plan, each value journaled before it is written and read back after; revert it.
-A write the kernel rejects (or does not keep) stops the apply, and what was applied is put back."""
+A write the kernel rejects (or does not keep) stops the apply, and what was applied is put back.
+The journal's `tune` op is registered here: tuning owns its undo."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from vmharness.errors import HarnessError
 from vmharness.host import journal
+from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
+from vmharness.interrupts import shielded
 from vmharness.tune.access import Target, from_spec
 from vmharness.tune.knobs import Change, Plan, same
 
@@ -69,19 +73,25 @@ def _selected(knob: str, text: str) -> str:
     return text
 
 
-def apply(root: HostRoot, t: Target, plan: Plan, say: Say, owner: str | None = None) -> list[dict[str, Any]]:
-    """Make every change of the plan; returns the records made (tagged with `owner`, a run directory,
-    if given). On any failure, the changes made so far are reverted before the error is raised (the
-    caller holds the host lock)."""
+def apply(root: HostRoot, t: Target, plan: Plan, say: Say, owner: str) -> list[dict[str, Any]]:
+    """Make every change of the plan; returns the records made (tagged with `owner`: a run's id, or
+    `tune` for `tune apply`). On any failure or signal, the changes made so far are reverted before
+    the error is raised (the caller holds the host lock)."""
     made: list[dict[str, Any]] = []
-    mine = {"owner": owner} if owner else {}
     try:
         for c in plan.changes:
             extra = _irqbalance_how(t) if c.path == "service:irqbalance" else {}
             rec = journal.record(root, {"op": "tune", "target": t.spec(), "knob": c.knob, "path": c.path,
-                                        "before": c.before, "after": c.after, **extra, **mine})
+                                        "before": c.before, "after": c.after, **extra}, owner)
             made.append(rec)
-            _set(t, c, extra)
+            try:
+                _set(t, c, extra)
+            except HarnessError:  # refused: put back whatever part of it was made, and forget it
+                made.pop()
+                with contextlib.suppress(HarnessError):
+                    undo_one(t, rec)
+                journal.release(root, [rec["seq"]])
+                raise
             say(f"{c.knob}: {c.path} {c.before} -> {c.after}")
     except BaseException:
         undo(root, made, say)
@@ -99,25 +109,42 @@ def undo_one(t: Target, rec: dict[str, Any]) -> None:
 
 
 def undo(root: HostRoot, records: list[dict[str, Any]], say: Say) -> list[str]:
-    """Put back what `records` changed, newest first, and release them; returns the problems."""
+    """Put back what `records` changed, newest first, and release those put back; returns the
+    problems (their records stay for host-restore). A signal meanwhile waits until it is done."""
     problems = []
-    for rec in reversed(records):
-        try:
-            t = from_spec(rec["target"], root)
-            if t is not None:
-                undo_one(t, rec)
-            say(f"reverted {rec['knob']}: {rec['path']} -> {rec['before']}"
-                + ("" if t is not None else " (the guest is gone, and its settings with it)"))
-        except HarnessError as exc:
-            problems.append(f"{rec['path']}: {exc.message}")
-    if records:
-        journal.release(root, [r["seq"] for r in records])
+    done = []
+    with shielded():
+        for rec in reversed(records):
+            try:
+                t = from_spec(rec["target"], root)
+                if t is not None:
+                    undo_one(t, rec)
+                say(f"reverted {rec['knob']}: {rec['path']} -> {rec['before']}"
+                    + ("" if t is not None else " (the guest is gone, and its settings with it)"))
+                done.append(rec["seq"])
+            except HarnessError as exc:
+                problems.append(f"{rec['path']}: {exc.message}")
+        if records:
+            journal.release(root, done)
     return problems
+
+
+def _describe(rec: dict[str, Any]) -> str:
+    where = rec["target"].get("name") or rec["target"].get("ssh") or "host"
+    return f"{where}: {rec['path']} back to {rec['before']}"
+
+
+def _undo_record(root: HostRoot, rec: dict[str, Any]) -> list[str]:
+    target = from_spec(rec["target"], root)
+    if target is not None:  # None: a guest that is gone took its settings with it
+        undo_one(target, rec)
+    return []
+
+
+journal.register("tune", Op(_describe, _undo_record, ("target", "knob", "path", "before", "after")))
 
 
 def pending(root: HostRoot, spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Tuning records not yet reverted, oldest first (for one target, or all)."""
-    records = journal.read(root)
-    done = journal.released(records)
-    return [r for r in records if r.get("op") == "tune" and r["seq"] not in done
+    return [r for r in journal.outstanding(journal.read(root)) if r["op"] == "tune"
             and (spec is None or r["target"] == spec)]

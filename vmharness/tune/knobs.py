@@ -7,9 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from vmharness.guest.placement import parse_cpulist
+from vmharness.cpus import format_mask, parse_cpulist, parse_mask
 from vmharness.tune.access import Target
-from vmharness.tune.cpumask import format_mask, parse_mask
 from vmharness.tune.profile import SEED_SYSCTLS, Profile
 
 NET = "/sys/class/net"
@@ -113,12 +112,12 @@ def _irqs(t: Target, iface: str) -> tuple[int, ...]:
 
 
 def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
-    possible = parse_cpulist(t.read(f"{CPU}/possible") or "0")
-    online = parse_cpulist(t.read(f"{CPU}/online") or "0")
+    possible = parse_cpulist(t.read(f"{CPU}/possible") or "0", f"{CPU}/possible")
+    online = parse_cpulist(t.read(f"{CPU}/online") or "0", f"{CPU}/online")
     nodes = {}
     for d in t.listdir(NODES):
         if re.fullmatch(r"node\d+", d):
-            nodes[int(d[4:])] = parse_cpulist(t.read(f"{NODES}/{d}/cpulist") or "")
+            nodes[int(d[4:])] = parse_cpulist(t.read(f"{NODES}/{d}/cpulist") or "", f"{NODES}/{d}/cpulist")
     nics = []
     for iface in ifaces:
         node_text = t.read(f"{NET}/{iface}/device/numa_node") or t.read(f"{NET}/{iface}/device/../numa_node")

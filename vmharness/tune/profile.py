@@ -4,23 +4,16 @@ for `run`), or a TOML file that starts from one of them (`base = "seeds"`) and o
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from vmharness import tomlfile
+from vmharness import schema, tomlfile
 from vmharness.errors import HarnessError
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "irqbalance": ("stop", "keep"),
-    "irq_affinity": ("spread", "keep"),
-    "rps": ("node-except-irq", "node", "all", "off", "keep"),
-    "coalescing": ("adaptive", "keep"),
-    "clocksource": ("tsc", "hpet", "acpi_pm", "kvm-clock", "keep"),
-    "governor": ("performance", "powersave", "schedutil", "ondemand", "keep"),
-    "thp": ("never", "madvise", "always", "keep"),
-    "ksm": ("off", "keep"),
-}
+Keep = Literal["keep"]
+Base = Literal["none", "seeds"]
 SEED_SYSCTLS: dict[str, int | str] = {
     "net.core.somaxconn": 65535,
     "net.ipv4.tcp_max_syn_backlog": 262144,
@@ -29,22 +22,30 @@ SEED_SYSCTLS: dict[str, int | str] = {
     "net.ipv4.tcp_tw_reuse": 1,
     "fs.file-max": 1048576,
 }
+_SYSCTL = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+
+
+def check_sysctl(name: str, where: str) -> str:
+    """A sysctl's dotted name as `sysctl -a` prints it: it becomes a path under /proc/sys."""
+    if not _SYSCTL.fullmatch(name) or len(name) > 200:
+        raise HarnessError(f"{where}: {name[:80]!r} is not a sysctl name", "write it as in sysctl -a")
+    return name
 
 
 @dataclass(frozen=True)
 class Profile:
     name: str
-    irqbalance: str = "keep"
-    irq_affinity: str = "keep"
-    rps: str = "keep"
-    rfs: int | None = None  # rps_sock_flow_entries (shared out per queue); None: keep
-    coalescing: str = "keep"
-    channels: int = 0  # ethtool -L combined; 0: keep
-    sysctl: dict[str, int | str] = field(default_factory=dict)
-    clocksource: str = "keep"
-    governor: str = "keep"
-    thp: str = "keep"
-    ksm: str = "keep"
+    irqbalance: Literal["stop", "keep"] = "keep"
+    irq_affinity: Literal["spread", "keep"] = "keep"
+    rps: Literal["node-except-irq", "node", "all", "off", "keep"] = "keep"
+    rfs: int | None = schema.bounded(None, 0, 1 << 30)  # rps_sock_flow_entries (shared out per queue); None: keep
+    coalescing: Literal["adaptive", "keep"] = "keep"
+    channels: int = schema.bounded(0, 0, 4096)  # ethtool -L combined; 0: keep
+    sysctl: dict[str, int | str] = schema.checked(check_sysctl, default_factory=dict)  # noqa: RUF009 - a field()
+    clocksource: Literal["tsc", "hpet", "acpi_pm", "kvm-clock", "keep"] = "keep"
+    governor: Literal["performance", "powersave", "schedutil", "ondemand", "keep"] = "keep"
+    thp: Literal["never", "madvise", "always", "keep"] = "keep"
+    ksm: Literal["off", "keep"] = "keep"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -58,41 +59,28 @@ BUILTIN = {
 }
 
 
-def _check(where: str, key: str, value: Any) -> Any:
-    if key in CHOICES:
-        if value not in CHOICES[key]:
-            raise HarnessError(f"{where}: {key} = {value!r} is not one of {', '.join(CHOICES[key])}",
-                               "see docs/tuning.md for every knob")
-        return value
-    if key in ("rfs", "channels"):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (key == "rfs" and value > 1 << 30):
-            raise HarnessError(f"{where}: {key} must be a whole number of at least 0, not {value!r}",
-                               "see docs/tuning.md")
-        return value
-    if key == "sysctl":
-        if not isinstance(value, dict):
-            raise HarnessError(f"{where}: sysctl must be a table of name = value", 'e.g. "net.core.somaxconn" = 4096')
-        for name, v in value.items():
-            if not all(part.replace("_", "").replace("-", "").isalnum() for part in name.split(".")):
-                raise HarnessError(f"{where}: {name!r} is not a sysctl name", "write it as in sysctl -a")
-            if isinstance(v, bool) or not isinstance(v, int | str):
-                raise HarnessError(f"{where}: sysctl {name} must be a number or a string",
-                                   'e.g. 65535 or "1024 65000"')
-        return value
-    known = ", ".join(["base", *CHOICES, "rfs", "channels", "sysctl"])
-    raise HarnessError(f"{where}: unknown knob {key!r}", f"known knobs: {known}")
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the system, say
+        return False
 
 
 def load(name_or_path: str) -> Profile:
+    """A built-in profile by name, or a profile file: its knobs on top of its `base`."""
     if name_or_path in BUILTIN:
         return BUILTIN[name_or_path]
     path = Path(name_or_path)
-    data = tomlfile.read(path, HarnessError(f"no profile {name_or_path!r}",
-                                            "use none, seeds, or the path of a TOML file"))
-    base = BUILTIN.get(data.pop("base", "none"))
-    if base is None:
-        raise HarnessError(f"{path}: base must be none or seeds", 'e.g. base = "seeds"')
-    changes = {key: _check(str(path), key, value) for key, value in data.items()}
+    missing = HarnessError(f"no profile {name_or_path[:200]!r}", "use none, seeds, or the path of a TOML file")
+    if not _is_file(path):
+        raise missing
+    data = tomlfile.read(path, missing)
+    where = f"{path}:"
+    base = BUILTIN[schema.value(f"{where} base", Base, data.pop("base", "none"))]
+    if "name" in data:  # the file's own name is the profile's
+        raise HarnessError(f"unknown setting {where} name", "a profile is named by its file")
+    mine = schema.table(where, Profile, {"name": path.stem, **data})
+    changes = {k: getattr(mine, k) for k in data}
     if "sysctl" in changes:
         changes["sysctl"] = {**base.sysctl, **changes["sysctl"]}
     if changes.get("rfs") == 0:

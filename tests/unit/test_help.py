@@ -1,0 +1,77 @@
+"""Every command's help prints and exits 0: the parser tree is walked, so a command added later is
+covered without touching this file (a stray `%` in any help string once broke `vmharness --help`)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vmharness.cli import build_parser, main, subcommands
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    yield path
+    for name, sub in subcommands(parser).items():
+        yield from _commands(sub, (*path, name))
+
+
+def _groups(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The commands that only hold other commands (`vmharness` itself, `vm`, `image`)."""
+    subs = subcommands(parser)
+    if subs:
+        yield path
+    for name, sub in subs.items():
+        yield from _groups(sub, (*path, name))
+
+
+COMMANDS = list(_commands(build_parser()))
+GROUPS = list(_groups(build_parser()))
+
+
+def test_the_walk_finds_the_nested_commands() -> None:
+    assert {(), ("host-check",), ("vm",), ("vm", "up"), ("image", "build"), ("tune",)} <= set(COMMANDS)
+    assert {(), ("vm",), ("image",)} <= set(GROUPS)
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "vmharness")
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_prints_its_help_and_exits_0(cli, path: tuple[str, ...], flag: str) -> None:
+    code, out, err = cli(*path, flag)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"usage: vmharness {' '.join(path)}".rstrip())
+
+
+@pytest.mark.parametrize("path", GROUPS, ids=lambda p: " ".join(p) or "vmharness")
+def test_a_command_group_alone_prints_its_help_and_exits_0(cli, path: tuple[str, ...]) -> None:
+    code, out, err = cli(*path)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"usage: vmharness {' '.join(path)}".rstrip())
+    assert "COMMAND" in out
+
+
+def test_the_version_prints_and_exits_0(cli) -> None:
+    code, out, _ = cli("--version")
+    assert code == 0 and out.startswith("vmharness ")
+
+
+def test_the_installed_command_prints_its_help() -> None:
+    exe = Path(sys.executable).with_name("vmharness")
+    done = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "usage: vmharness" in done.stdout and "host-prepare" in done.stdout
+
+
+def test_main_returns_rather_than_exits_on_help() -> None:
+    assert main(["host-check", "--help"]) == 0
+
+
+@pytest.mark.parametrize("argv", [("tune", "plan", "--help"), ("vm", "exec", "demo", "--help"),
+                                  ("host-prepare", "--bdf", "zz", "--help")])
+def test_help_after_other_words_still_prints_and_exits_0(cli, argv: tuple[str, ...]) -> None:
+    code, out, err = cli(*argv)
+    assert (code, err) == (0, "") and out.startswith("usage: vmharness")

@@ -1,0 +1,450 @@
+"""Hostile and damaged input, tried as a careless or malicious user would, across every subcommand.
+
+Each case runs the real `vmharness` command in a fresh working folder and must end in exit 2 (1 where a
+command's own contract says so) with one `error:` line naming what is wrong and one `hint:` line, no
+traceback, within a time limit (a FIFO must not hang a reader), and nothing changed outside what the
+command may write: its working folder stays as it was, a `--host-root` tree stays byte for byte, and no
+`/run/vmharness` state or `/tmp/vmh*` file appears. The cases run two at a time (the machine has two
+cores); the global state is compared once around all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.fakehost import FakeHost
+
+MLX, CX5 = 0x15B3, 0x1017
+Build = Callable[[Path], None]  # lays out the case's working folder (cwd) before the command runs
+PWNED = "/tmp/vmh-hostile-pwned"  # what an injected command would create
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: tuple[str, ...]
+    needles: tuple[str, ...]  # each must appear in the error line
+    build: Build | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    code: int = 2
+    may_write: tuple[str, ...] = ()  # paths under the working folder the command may create
+
+
+# working folders ------------------------------------------------------------------------------
+def snapshot_host(cwd: Path) -> None:
+    host = FakeHost(cwd / "snap", nodes=2, node_mib=1024)
+    host.pci("0000:b3:00.0", MLX, CX5, driver="mlx5_core", group=40, numa=1, netdevs=("ens1f0",))
+    host.pci("0000:00:02.0", 0x8086, 0x10D3, driver="e1000e", group=1, numa=0, netdevs=("eth0",))
+    host.route("eth0", "0.0.0.0", "0.0.0.0", "192.0.2.1")
+    host.finish()
+
+
+def with_fifo(cwd: Path) -> None:
+    snapshot_host(cwd)
+    attr = cwd / "snap/sys/bus/pci/devices/0000:b3:00.0/class"
+    real = (cwd / "snap/sys/bus/pci/devices/0000:b3:00.0").resolve() / "class"
+    real.unlink()
+    os.mkfifo(real)
+    assert attr.exists()
+
+
+def with_file(rel: str, content: str | bytes) -> Build:
+    def build(cwd: Path) -> None:
+        path = cwd / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    return build
+
+
+def both(*builds: Build) -> Build:
+    def build(cwd: Path) -> None:
+        for b in builds:
+            b(cwd)
+    return build
+
+
+def snapshot_with(rel: str, content: str | bytes) -> Build:
+    """The snapshot host with one of its files replaced (the path is followed through sysfs links)."""
+    def build(cwd: Path) -> None:
+        snapshot_host(cwd)
+        path = cwd / "snap" / rel
+        target = path.resolve() if path.exists() else path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+    return build
+
+
+def snapshot_without(rel: str) -> Build:
+    def build(cwd: Path) -> None:
+        snapshot_host(cwd)
+        (cwd / "snap" / rel).unlink()
+    return build
+
+
+def bench_toml(body: str | bytes) -> Build:
+    return with_file("c.toml", body)
+
+
+def run_toml(body: str) -> Build:
+    return with_file("r.toml", body)
+
+
+def a_run_dir(manifest: str | bytes, records: str | bytes | None = None) -> Build:
+    def build(cwd: Path) -> None:
+        with_file("rd/manifest.json", manifest)(cwd)
+        if records is not None:
+            with_file("rd/records.jsonl", records)(cwd)
+    return build
+
+
+GOOD_MANIFEST = ('{"kind": "bench", "config": {"instance": [{"name": "a"}, {"name": "b"}]}, '
+                 '"started": "2026-01-01T00:00:00Z", "ended": null}')
+
+
+def measurement(inst: str, conns: int, it: int, rps: float) -> str:
+    latency = {"percentiles": {"50": 100, "90": 200, "99": 300, "99.9": 400}}
+    record = {"kind": "measurement", "key": f"{inst}/{conns}/{it}", "instance": inst, "connections": conns,
+              "iteration": it, "ok": True, "samples": {},
+              "client": {"requests_per_s": rps, "requests": 1000, "errors": {"total": 0}, "latency_us": latency}}
+    return json.dumps(record) + "\n"
+
+
+GOOD_RECORDS = "".join(measurement(i, c, it, 1000 + c) for it in range(2) for c in (1, 2) for i in ("a", "b"))
+NON_UTF8 = b"[sweep]\nconnections = \"\xff\xfe\"\n"
+HOSTILE_HOST = "-oProxyCommand=touch " + PWNED
+
+S = ("--host-root", "snap")
+
+
+def cases() -> list[Case]:
+    c = [
+        # the command line itself
+        Case("unknown-option", ("host-check", "--frobnicate"), ("unrecognized arguments",)),
+        Case("misspelt-command", ("host-chekc",), ("invalid choice",)),
+        # --host-root and VMHARNESS_HOST_ROOT
+        Case("host-root-empty", ("host-check", "--host-root", ""), ("--host-root",)),
+        Case("host-root-missing", ("host-check", "--host-root", "nope"), ("nope",)),
+        Case("host-root-a-file", ("host-groups", "--host-root", "f"), ("f",), with_file("f", "x")),
+        Case("host-root-not-like-root", ("host-check", "--host-root", "d"), ("sys/",), with_file("d/x", "")),
+        Case("host-root-env-missing", ("host-groups",), ("nope",), env={"VMHARNESS_HOST_ROOT": "nope"}),
+        Case("fifo-in-snapshot", ("host-groups", *S), ("class",), with_fifo),
+        Case("fifo-in-snapshot-prepare", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0"), ("class",), with_fifo),
+        Case("huge-sysfs-file", ("host-groups", *S), ("class",),
+             snapshot_with("sys/bus/pci/devices/0000:b3:00.0/class", "0x020000\n" + "x" * (2 << 20))),
+        Case("escaping-symlink", ("host-groups", *S), ("outside",),
+             both(snapshot_host, lambda d: (d / "snap/sys/bus/pci/devices/0000:00:09.0").symlink_to("/sys/devices"))),
+        Case("missing-class", ("host-groups", *S), ("class",),
+             snapshot_without("sys/bus/pci/devices/0000:b3:00.0/class")),
+        # host-groups
+        Case("groups-bdf-empty", ("host-groups", *S, "--bdf", ""), ("--bdf",), snapshot_host),
+        Case("groups-bdf-garbage", ("host-groups", *S, "--bdf", "zz:zz.z"), ("zz:zz.z",), snapshot_host),
+        Case("groups-bdf-injection", ("host-groups", *S, "--bdf", "0000:b3:00.0;id"), ("0000:b3:00.0;id",),
+             snapshot_host),
+        Case("groups-class-unknown", ("host-groups", *S, "--class", "toasters"), ("toasters",), snapshot_host),
+        Case("groups-numa-garbage", ("host-groups", *S, "--json"), ("numa_node",),
+             snapshot_with("sys/bus/pci/devices/0000:b3:00.0/numa_node", "one\n")),
+        # host-snapshot
+        Case("snapshot-onto-a-folder", ("host-snapshot", *S, "out"), ("out",),
+             both(snapshot_host, with_file("out/x", ""))),
+        Case("snapshot-into-nowhere", ("host-snapshot", *S, "no/such/dir/s.tgz"), ("no/such/dir",), snapshot_host),
+        Case("snapshot-empty-name", ("host-snapshot", *S, ""), ("OUT",), snapshot_host),
+        # host-prepare (a plan on a snapshot; a change refused there)
+        Case("prepare-hugepages-no-unit", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages", "1500"),
+             ("--hugepages",), snapshot_host),
+        Case("prepare-hugepages-negative", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages=-8G"),
+             ("--hugepages",), snapshot_host),
+        Case("prepare-hugepages-unit", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages", "8X"),
+             ("--hugepages",), snapshot_host),
+        Case("prepare-hugepages-huge", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages",
+                                        "99999999999T"), ("--hugepages",), snapshot_host),
+        Case("prepare-hugepages-nan", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages", "nanG"),
+             ("--hugepages",), snapshot_host),
+        Case("prepare-node-negative", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages", "1G",
+                                       "--node=-1"), ("--node",), snapshot_host),
+        Case("prepare-node-word", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages", "1G",
+                                   "--node", "x"), ("--node",), snapshot_host),
+        Case("prepare-node-float", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages", "1G",
+                                    "--node", "1e9"), ("--node",), snapshot_host),
+        Case("prepare-node-absent", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages", "1G",
+                                     "--node", "7"), ("node 7",), snapshot_host),
+        Case("prepare-bdf-empty", ("host-prepare", *S, "--dry-run", "--bdf", ""), ("--bdf",), snapshot_host),
+        Case("prepare-bdf-path", ("host-prepare", *S, "--dry-run", "--bdf", "../../etc"), ("../../etc",),
+             snapshot_host),
+        Case("prepare-size-choice", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepage-size", "4K"),
+             ("--hugepage-size",), snapshot_host),
+        Case("prepare-on-a-snapshot", ("host-prepare", *S, "--bdf", "b3:00.0"), ("--host-root",), snapshot_host),
+        Case("prepare-nr-hugepages-garbage", ("host-prepare", *S, "--dry-run", "--bdf", "b3:00.0", "--hugepages",
+                                              "1G"), ("nr_hugepages",),
+             snapshot_with("sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages", "lots\n")),
+        Case("prepare-route-table-unreadable", ("host-prepare", *S, "--dry-run", "--bdf", "00:02.0"),
+             ("/proc/net/route",), snapshot_without("proc/net/route")),
+        # host-restore
+        Case("restore-on-a-snapshot", ("host-restore", *S), ("--host-root",), snapshot_host),
+        Case("restore-corrupt-journal", ("host-restore", *S, "--dry-run"), ("journal.jsonl",),
+             snapshot_with("run/vmharness/journal.jsonl", '{"seq": 1, "op": "pages"}\nnot json\n{"seq": 3}\n')),
+        Case("restore-journal-not-records", ("host-restore", *S, "--dry-run"), ("journal.jsonl",),
+             snapshot_with("run/vmharness/journal.jsonl", "[1, 2]\n[3]\n")),
+        Case("restore-journal-unknown-op", ("host-restore", *S, "--dry-run"), ("netns",),
+             snapshot_with("run/vmharness/journal.jsonl", '{"seq": 1, "op": "netns", "time": 1}\n'), code=1),
+        # host-setup
+        Case("setup-without-print", ("host-setup", *S, "--bdf", "b3:00.0"), ("--print",), snapshot_host),
+        Case("setup-hugepages-no-unit", ("host-setup", *S, "--print", "--bdf", "b3:00.0", "--hugepages", "1500"),
+             ("--hugepages",), snapshot_host),
+        Case("setup-node-word", ("host-setup", *S, "--print", "--bdf", "b3:00.0", "--hugepages", "1G", "--node", "x"),
+             ("--node",), snapshot_host),
+        # image build
+        Case("image-recipe-missing", ("image", "build", "--recipe", "nope", "--image-dir", "imgs"), ("nope",)),
+        Case("image-recipe-a-file", ("image", "build", "--recipe", "f", "--image-dir", "imgs"), ("f",),
+             with_file("f", "")),
+        Case("image-recipe-not-utf8", ("image", "build", "--recipe", "rec", "--image-dir", "imgs"), ("recipe.toml",),
+             with_file("rec/recipe.toml", NON_UTF8)),
+        Case("image-kernel-missing", ("image", "build", "--kernel", "nope", "--image-dir", "imgs"), ("nope",)),
+        # vm
+        Case("vm-up-name-path", ("vm", "up", "--name", "../x", "--print-xml"), ("--name",)),
+        Case("vm-up-name-empty", ("vm", "up", "--name", "", "--print-xml"), ("--name",)),
+        Case("vm-up-name-shell", ("vm", "up", "--name", "a b;$(touch " + PWNED + ")", "--print-xml"), ("--name",)),
+        Case("vm-up-name-dash", ("vm", "up", "--name=-x", "--print-xml"), ("--name",)),
+        Case("vm-up-name-long", ("vm", "up", "--name", "x" * 64, "--print-xml"), ("--name",)),
+        Case("vm-up-memory-negative", ("vm", "up", "--memory=-5", "--print-xml"), ("--memory",)),
+        Case("vm-up-vcpus-negative", ("vm", "up", "--vcpus=-1", "--print-xml"), ("--vcpus",)),
+        Case("vm-up-timeout-inf", ("vm", "up", "--boot-timeout", "inf", "--print-xml"), ("--boot-timeout",)),
+        Case("vm-up-timeout-nan", ("vm", "up", "--boot-timeout", "nan", "--print-xml"), ("--boot-timeout",)),
+        Case("vm-up-uri-ssh-option", ("vm", "up", "--uri", "qemu+ssh://-oProxyCommand=x/system", "--print-xml"),
+             ("-oProxyCommand",)),
+        Case("vm-up-kernel-missing", ("vm", "up", "--kernel", "nope", "--print-xml"), ("nope",)),
+        Case("vm-up-on-a-snapshot", ("vm", "up", *S), ("--host-root",), snapshot_host),
+        Case("vm-exec-name-path", ("vm", "exec", "../../etc/passwd", "--", "true"), ("../../etc/passwd",)),
+        Case("vm-exec-timeout-nan", ("vm", "exec", "x", "--timeout", "nan", "--", "true"), ("--timeout",)),
+        Case("vm-console-name-empty", ("vm", "console", ""), ("name",)),
+        Case("vm-console-lines-negative", ("vm", "console", "x", "--lines=-5"), ("--lines",)),
+        Case("vm-down-name-path", ("vm", "down", "../x"), ("../x",)),
+        Case("vm-down-grace-inf", ("vm", "down", "x", "--grace", "inf"), ("--grace",)),
+        # bench: the configuration file
+        Case("bench-config-missing", ("bench", "nope.toml"), ("nope.toml",)),
+        Case("bench-config-a-folder", ("bench", "d"), ("d",), with_file("d/x", "")),
+        Case("bench-config-not-utf8", ("bench", "c.toml"), ("c.toml",), bench_toml(NON_UTF8)),
+        Case("bench-config-bad-toml", ("bench", "c.toml"), ("c.toml",), bench_toml("[sweep\n")),
+        Case("bench-unknown-key", ("bench", "c.toml"), ("sweep.speed",), bench_toml("[sweep]\nspeed = 1\n")),
+        Case("bench-wrong-type", ("bench", "c.toml"), ("sweep.iterations",),
+             bench_toml("[sweep]\niterations = \"3\"\n")),
+        Case("bench-name-path", ("bench", "c.toml"), ("name",), bench_toml('[[instance]]\nname = "../../x"\n')),
+        Case("bench-name-empty", ("bench", "c.toml"), ("name",), bench_toml('[[instance]]\nname = ""\n')),
+        Case("bench-name-shell", ("bench", "c.toml"), ("name",),
+             bench_toml(f'[[instance]]\nname = "a b;$(touch {PWNED})"\n')),
+        Case("bench-name-dot", ("bench", "c.toml"), ("name",), bench_toml('[[instance]]\nname = ".hidden"\n')),
+        Case("bench-name-twice", ("bench", "c.toml"), ("name",),
+             bench_toml('[[instance]]\nname = "a"\n[[instance]]\nname = "a"\n')),
+        Case("bench-threads-negative", ("bench", "c.toml"), ("threads",), bench_toml("[[client]]\nthreads = -4\n")),
+        Case("bench-duration-zero", ("bench", "c.toml"), ("sweep.duration",), bench_toml("[sweep]\nduration = 0\n")),
+        Case("bench-duration-huge", ("bench", "c.toml"), ("sweep.duration",),
+             bench_toml("[sweep]\nduration = 100000000000\n")),
+        Case("bench-wait-inf", ("bench", "c.toml"), ("sweep.wait",), bench_toml("[sweep]\nwait = inf\n")),
+        Case("bench-wait-nan", ("bench", "c.toml"), ("sweep.wait",), bench_toml("[sweep]\nwait = nan\n")),
+        Case("bench-margin-negative-inf", ("bench", "c.toml"), ("sweep.margin",),
+             bench_toml("[sweep]\nmargin = -inf\n")),
+        Case("bench-interval-nan", ("bench", "c.toml"), ("samplers.interval",),
+             bench_toml("[samplers]\ninterval = nan\n")),
+        Case("bench-until-ci-nan", ("bench", "c.toml"), ("sweep.until_ci",), bench_toml("[sweep]\nuntil_ci = nan\n")),
+        Case("bench-connections-too-many", ("bench", "c.toml"), ("sweep.connections",),
+             bench_toml('[sweep]\nconnections = "1:1000000000000:1"\n')),
+        Case("bench-connections-reversed", ("bench", "c.toml"), ("sweep.connections",),
+             bench_toml('[sweep]\nconnections = "256:16:16"\n')),
+        Case("bench-connections-zero", ("bench", "c.toml"), ("sweep.connections",),
+             bench_toml('[sweep]\nconnections = "0"\n')),
+        Case("bench-connections-step-zero", ("bench", "c.toml"), ("sweep.connections",),
+             bench_toml('[sweep]\nconnections = "1:10:0"\n')),
+        Case("bench-connections-garbage", ("bench", "c.toml"), ("sweep.connections",),
+             bench_toml('[sweep]\nconnections = "1;id"\n')),
+        Case("bench-iterations-zero", ("bench", "c.toml"), ("sweep.iterations",),
+             bench_toml("[sweep]\niterations = 0\n")),
+        Case("bench-retries-negative", ("bench", "c.toml"), ("sweep.retries",), bench_toml("[sweep]\nretries = -1\n")),
+        Case("bench-filesize-huge", ("bench", "c.toml"), ("server.filesize",),
+             bench_toml("[server]\nfilesize = 100000000000\n")),
+        Case("bench-workers-negative", ("bench", "c.toml"), ("server.workers",),
+             bench_toml("[server]\nworkers = -1\n")),
+        Case("bench-client-host-option", ("bench", "c.toml"), ("client",),
+             bench_toml(f'[[client]]\nhost = "{HOSTILE_HOST}"\n')),
+        Case("bench-server-host-option", ("bench", "c.toml"), ("server.host",),
+             bench_toml(f'[server]\nhost = "{HOSTILE_HOST}"\n')),
+        Case("bench-profile-missing", ("bench", "c.toml"), ("nope.toml",),
+             bench_toml('[tuning]\nprofile = "nope.toml"\n')),
+        Case("bench-on-a-snapshot", ("bench", *S), ("--host-root",), snapshot_host),
+        Case("bench-snapshot-from-env", ("bench",), ("VMHARNESS_HOST_ROOT",), snapshot_host,
+             env={"VMHARNESS_HOST_ROOT": "snap"}),
+        Case("bench-resume-missing", ("bench", "--resume", "nope"), ("nope",)),
+        Case("bench-resume-corrupt-manifest", ("bench", "--resume", "rd"), ("manifest.json",), a_run_dir("{not json")),
+        Case("bench-out-onto-a-file", ("bench", "--out", "f"), ("f",), with_file("f", "x")),
+        # run: the experiment
+        Case("run-address-without-prefix", ("run", "r.toml", "--print-xml"), ("guest.address",),
+             run_toml('[guest]\nbdf = ["0000:b3:00.0"]\naddress = "198.19.0.2"\n')),
+        Case("run-memory-tiny", ("run", "r.toml", "--print-xml"), ("guest.memory",),
+             run_toml("[guest]\nmemory = 10\n")),
+        Case("run-accel-unknown", ("run", "r.toml", "--print-xml"), ("guest.accel",),
+             run_toml('[guest]\naccel = "xen"\n')),
+        Case("run-boot-timeout-inf", ("run", "r.toml", "--print-xml"), ("guest.boot_timeout",),
+             run_toml("[guest]\nboot_timeout = inf\n")),
+        Case("run-uri-ssh-option", ("run", "r.toml", "--print-xml"), ("guest.uri",),
+             run_toml('[guest]\nuri = "qemu+ssh://-oProxyCommand=x/system"\n')),
+        Case("run-kernel-missing", ("run", "r.toml", "--print-xml"), ("kernel",),
+             run_toml('[[instance]]\nname = "a"\nkernel = "nope"\n')),
+        Case("run-cpu-feature-bad", ("run", "r.toml", "--print-xml"), ("cpu_features",),
+             run_toml('[[instance]]\nname = "a"\ncpu_features = ["md-clear"]\n')),
+        Case("run-bdf-empty", ("run", "--bdf", "", "--print-xml"), ("--bdf",)),
+        Case("run-bdf-garbage", ("run", "--bdf", "zz", "--print-xml"), ("zz",)),
+        Case("run-on-a-snapshot", ("run", *S), ("--host-root",), snapshot_host),
+        Case("run-resume-a-bench-run", ("run", "--resume", "rd"), ("bench",), a_run_dir(GOOD_MANIFEST, GOOD_RECORDS)),
+        # tune
+        Case("tune-profile-missing", ("tune", "plan", *S, "--profile", "nope.toml"), ("nope.toml",), snapshot_host),
+        Case("tune-profile-not-utf8", ("tune", "plan", *S, "--profile", "p.toml"), ("p.toml",),
+             both(snapshot_host, with_file("p.toml", NON_UTF8))),
+        Case("tune-profile-unknown-knob", ("tune", "plan", *S, "--profile", "p.toml"), ("p.toml",),
+             both(snapshot_host, with_file("p.toml", "frobnicate = 1\n"))),
+        Case("tune-apply-on-a-snapshot", ("tune", "apply", *S), ("--host-root",), snapshot_host),
+        Case("tune-revert-on-a-snapshot", ("tune", "revert", *S), ("--host-root",), snapshot_host),
+        Case("tune-target-unknown", ("tune", "plan", "--target", "toaster"), ("toaster",)),
+        Case("tune-target-ssh-option", ("tune", "plan", "--target", "client:" + HOSTILE_HOST), ("client",)),
+        Case("tune-target-guest-path", ("tune", "plan", "--target", "guest:../x"), ("guest",)),
+        # report and compare: damaged run directories
+        Case("report-missing", ("report", "nope"), ("nope",)),
+        Case("report-not-a-run", ("report", "d"), ("manifest.json",), with_file("d/x", "")),
+        Case("report-manifest-corrupt", ("report", "rd"), ("manifest.json",), a_run_dir("{not json")),
+        Case("report-manifest-not-object", ("report", "rd"), ("manifest.json",), a_run_dir("[1, 2]")),
+        Case("report-manifest-not-utf8", ("report", "rd"), ("manifest.json",), a_run_dir(b"{\"kind\": \"\xff\"}")),
+        Case("report-records-corrupt-middle", ("report", "rd"), ("records.jsonl", "line 2"),
+             a_run_dir(GOOD_MANIFEST, measurement("a", 1, 0, 10) + "garbage\n" + GOOD_RECORDS)),
+        Case("report-record-wrong-shape", ("report", "rd"), ("records.jsonl", "a/1/0"),
+             a_run_dir(GOOD_MANIFEST, measurement("a", 1, 0, 10).replace('"requests_per_s": 10',
+                                                                   '"requests_per_s": "x"')
+                       + GOOD_RECORDS)),
+        Case("report-records-not-utf8", ("report", "rd"), ("records.jsonl",), a_run_dir(GOOD_MANIFEST, b"\xff\xfe\n")),
+        Case("report-baseline-unknown", ("report", "rd", "--baseline", "zz"), ("--baseline", "zz"),
+             a_run_dir(GOOD_MANIFEST, GOOD_RECORDS)),
+        Case("report-out-onto-a-file", ("report", "rd", "--out", "f"), ("--out",),
+             both(a_run_dir(GOOD_MANIFEST, GOOD_RECORDS), with_file("f", "x"))),
+        Case("compare-one-damaged", ("compare", "rd", "bad"), ("manifest.json",),
+             both(a_run_dir(GOOD_MANIFEST, GOOD_RECORDS), with_file("bad/manifest.json", "{"))),
+    ]
+    return c
+
+
+CASES = cases()
+TIMEOUT = 60.0
+
+
+def _tree(path: Path) -> dict[str, str]:
+    """Every entry below path: a file's digest, a link's target, a FIFO or folder by its kind."""
+    out: dict[str, str] = {}
+    if not path.exists():
+        return out
+    for p in sorted(path.rglob("*")):
+        rel = str(p.relative_to(path))
+        if p.is_symlink():
+            out[rel] = "-> " + os.readlink(p)
+        elif p.is_dir():
+            out[rel] = "dir"
+        elif p.is_fifo():
+            out[rel] = "fifo"
+        else:
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _global_state() -> dict[str, object]:
+    run = Path("/run/vmharness")
+    held = {k: v for k, v in _tree(run).items() if k != "lock"}  # the lock's content is the holder's PID
+    return {"run": held,
+            "tmp": sorted(p.name for p in Path("/tmp").iterdir() if p.name.startswith(("vmh", "vmharness")))}
+
+
+@dataclass
+class Outcome:
+    code: int
+    stdout: str
+    stderr: str
+    before: dict[str, str]
+    after: dict[str, str]
+
+
+def _run(case: Case, base: Path) -> Outcome:
+    cwd = base / case.id
+    cwd.mkdir()
+    if case.build:
+        case.build(cwd)
+    before = _tree(cwd)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_")}
+    env.update(case.env)
+    try:
+        cp = subprocess.run([sys.executable, "-m", "vmharness.cli", *case.argv], cwd=cwd, env=env, timeout=TIMEOUT,
+                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        code, out, err = cp.returncode, cp.stdout, cp.stderr
+    except subprocess.TimeoutExpired:
+        code, out, err = -1, "", f"hung for {TIMEOUT:g} s"
+    return Outcome(code, out, err, before, _tree(cwd))
+
+
+@dataclass
+class Outcomes:
+    by_case: dict[str, Outcome]
+    before: dict[str, object]
+    after: dict[str, object]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+    base = tmp_path_factory.mktemp("hostile")
+    before = _global_state()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(zip([c.id for c in CASES], pool.map(lambda c: _run(c, base), CASES), strict=True))
+    return Outcomes(results, before, _global_state())
+
+
+def test_no_case_changed_state_outside_its_folder(outcomes: Outcomes) -> None:
+    assert outcomes.before == outcomes.after
+    assert not Path(PWNED).exists(), f"an injected command ran: {PWNED} exists"
+
+
+def test_there_are_at_least_sixty_cases_and_each_subcommand_has_one() -> None:
+    assert len(CASES) >= 60
+    from vmharness.cli import build_parser
+
+    tried = {" ".join(w for w in c.argv[:2] if not w.startswith("-") and w not in ("snap",)) for c in CASES}
+    words = {c.argv[0] for c in CASES}
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = sorted(set(subs.choices) - words)
+    assert not missing, f"no hostile case for: {missing} (tried {sorted(tried)})"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input_is_refused_in_one_line(case: Case, outcomes: Outcomes) -> None:
+    o = outcomes.by_case[case.id]
+    assert "Traceback" not in o.stderr + o.stdout, o.stderr
+    assert o.code == case.code, (o.code, o.stdout[-500:], o.stderr)
+    lines = [ln for ln in o.stderr.strip().splitlines() if not ln.startswith("warning: ")]
+    if case.code == 2:
+        assert len(lines) == 2 and lines[0].startswith("error: ") and lines[1].startswith("hint: "), o.stderr
+        for n in case.needles:
+            assert n in lines[0], (n, o.stderr)
+    else:
+        assert any(all(n in ln for n in case.needles) for ln in (o.stdout + o.stderr).splitlines()), o.stdout
+    created = {k: v for k, v in o.after.items() if k not in o.before or o.before[k] != v}
+    created = {k: v for k, v in created.items() if not any(k == w or k.startswith(w + "/") for w in case.may_write)}
+    removed = set(o.before) - set(o.after)
+    assert not created and not removed, f"the working folder changed: +{sorted(created)} -{sorted(removed)}"

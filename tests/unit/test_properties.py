@@ -1,0 +1,174 @@
+"""Property tests: whatever a user or a damaged file gives the readers of names, PCI addresses, CPU
+lists and masks, memory sizes, NUMA nodes, connection lists and whole configurations, the answer is a
+value or a HarnessError (one line), never another exception; and what is accepted keeps its promise."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vmharness import config, cpus, schema
+from vmharness.bench import connections
+from vmharness.errors import HarnessError
+from vmharness.host import plan
+from vmharness.host.pci import parse_bdf
+from vmharness.tune import profile
+
+FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+WHOLE = settings(FAST, max_examples=80)  # a whole configuration per example: fewer, to keep the suite fast
+
+
+def _value_or_error(func: Any, *args: Any) -> Any:
+    try:
+        return func(*args)
+    except HarnessError as exc:
+        assert "\n" not in exc.message and "\n" not in exc.hint, exc.render()
+        assert exc.message and exc.hint
+        return None
+
+
+# text built from the characters these parsers care about, plus anything at all
+def _texts(alphabet: str) -> st.SearchStrategy[str]:
+    return st.text(alphabet, max_size=30) | st.text(max_size=30)
+
+
+@FAST
+@given(_texts("abAB09._-/ $;\n\x00ä"))
+def test_a_name_is_accepted_only_when_it_is_safe_in_a_path(text: str) -> None:
+    name = _value_or_error(config.check_name, text, "--name")
+    if name is not None:
+        assert name == text and 1 <= len(name) <= 63 and name[0] not in "-."
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", name) and name not in (".", "..")
+
+
+@FAST
+@given(_texts("0123456789abcdefABCDEF:.x \n"))
+def test_a_pci_address_is_parsed_or_refused(text: str) -> None:
+    bdf = _value_or_error(parse_bdf, text, "--bdf")
+    if bdf is not None:
+        assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]", bdf)
+        assert parse_bdf(bdf) == bdf
+
+
+@FAST
+@given(_texts("0123456789-,\n ") | st.integers(0, 10**12).map(lambda n: f"0-{n}"))
+def test_a_cpu_list_is_parsed_or_refused(text: str) -> None:
+    found = _value_or_error(cpus.parse_cpulist, text, "cpulist")
+    if found is not None:
+        assert all(0 <= c < cpus.MAX_CPUS for c in found)
+
+
+@FAST
+@given(st.sets(st.integers(0, cpus.MAX_CPUS - 1), max_size=40))
+def test_a_cpu_list_and_a_mask_round_trip(wanted: set[int]) -> None:
+    text = ",".join(map(str, sorted(wanted)))
+    assert set(cpus.parse_cpulist(text)) == wanted
+    assert cpus.parse_mask(cpus.format_mask(wanted, cpus.MAX_CPUS)) == wanted
+
+
+@FAST
+@given(_texts("0123456789abcdefABCDEF,x \n") | st.integers(2040, 2100).map(lambda n: "f" * n))
+def test_a_cpu_mask_is_parsed_or_refused(text: str) -> None:
+    found = _value_or_error(cpus.parse_mask, text)
+    if found is not None:
+        assert all(0 <= c < cpus.MAX_CPUS for c in found)
+
+
+@FAST
+@given(_texts("0123456789KMGTkmgtiBb.-+ e"))
+def test_a_memory_size_is_parsed_or_refused(text: str) -> None:
+    kib = _value_or_error(plan.parse_amount, text)
+    if kib is not None:
+        assert 0 < kib <= plan.MAX_AMOUNT_KIB and text[-1].isalpha()
+
+
+@FAST
+@given(_texts("0123456789autoe-+. "))
+def test_a_numa_node_is_parsed_or_refused(text: str) -> None:
+    node = _value_or_error(plan.parse_node, text)
+    if node is not None:
+        assert 0 <= node <= plan.MAX_NODE
+
+
+@FAST
+@given(_texts("0123456789:,-_ ") | st.lists(st.tuples(st.integers(-5, 10**9), st.integers(-5, 10**9),
+                                                      st.integers(-5, 10**9)), max_size=4)
+       .map(lambda rs: ",".join(f"{a}:{b}:{c}" for a, b, c in rs)))
+def test_a_connection_list_is_parsed_or_refused_before_it_is_expanded(text: str) -> None:
+    counts = _value_or_error(connections.parse, text)
+    if counts is not None:
+        assert 0 < len(counts) <= connections.MAX_POINTS and list(counts) == sorted(set(counts))
+        assert all(1 <= c <= connections.MAX_CONNECTIONS for c in counts)
+
+
+# --- whole configurations ------------------------------------------------------------------------
+
+def _field_names(cls: type) -> set[str]:
+    names = set()
+    for f in dataclasses.fields(cls):
+        names.add(f.name)
+        kind = f.type if isinstance(f.type, type) else None
+        if kind is not None and dataclasses.is_dataclass(kind):
+            names |= _field_names(kind)
+    return names
+
+
+KEYS = sorted(_field_names(config.RunConfig) | {n for c in (config.ServerSection, config.InstanceSection,
+               config.ClientSection, config.SweepSection, config.SamplerSection, config.TuningSection,
+               config.GuestSection, profile.Profile) for n in _field_names(c)} | {"base"})
+SCALARS = (st.booleans() | st.integers(-(2**70), 2**70) | st.integers(-3, 70000)
+           | st.floats(allow_nan=True, allow_infinity=True)
+           | st.sampled_from(["", "auto", "2M", "seeds", "none", "a", "-x", "../x", "8:4:1", "16:256:16",
+                              "198.19.0.2/24", "0000:b3:00.0", "qemu:///system", "http://127.0.0.1:8080/"])
+           | st.text(max_size=12))
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=5), inner, max_size=4),
+                      max_leaves=12)
+TABLES = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=5), VALUES, max_size=5)
+
+
+@WHOLE
+@given(TABLES)
+def test_any_table_gives_a_bench_configuration_or_one_error(data: dict[str, Any]) -> None:
+    cfg = _value_or_error(lambda: config.validate(schema.table("config", config.BenchConfig, data)))
+    if cfg is not None:
+        assert config.from_json(cfg.to_json()) == cfg
+
+
+@WHOLE
+@given(TABLES)
+def test_any_table_gives_a_run_configuration_or_one_error(data: dict[str, Any]) -> None:
+    cfg = _value_or_error(lambda: config.validate(schema.table("config", config.RunConfig, data)))
+    if cfg is not None:
+        assert config.run_from_json(cfg.to_json()) == cfg
+
+
+@WHOLE
+@given(st.dictionaries(st.sampled_from(["sweep", "guest", "server", "client", "instance", "samplers", "tuning"]),
+                       st.dictionaries(st.sampled_from(KEYS), SCALARS, max_size=4), max_size=4))
+def test_any_section_of_known_keys_gives_a_configuration_or_one_error(data: dict[str, Any]) -> None:
+    for cls in (config.BenchConfig, config.RunConfig):
+        _value_or_error(lambda c=cls: config.validate(schema.table("config", c, data)))
+
+
+@WHOLE
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode)
+       | st.sampled_from([b"[sweep]\nwait = inf\n", b"[[instance]]\nname = '../x'\n", b"\xff\xfe[", b"a = 1\n"]))
+def test_any_file_gives_a_configuration_or_one_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "c.toml"
+    path.write_bytes(content)
+    _value_or_error(config.load, path)
+    _value_or_error(config.load_run, path)
+    _value_or_error(profile.load, str(path))
+
+
+@pytest.mark.parametrize("name", ["", ".", "/", "x" * 5000, "a\x00b", "/proc/self/mem"])
+def test_a_profile_that_is_not_a_readable_file_is_one_error(name: str) -> None:
+    with pytest.raises(HarnessError):
+        profile.load(name)

@@ -1,0 +1,52 @@
+"""CPU sets in the kernel's two spellings, kept together in a leaf module so that any layer may use
+them without importing up (guest placement, provenance and tuning all read them):
+
+- lists, as in `/sys/devices/system/cpu/online` and `nodeN/cpulist`: `0-3,8,10-11`;
+- bitmaps, as in `rps_cpus` and `smp_affinity`: hex in comma-separated 32-bit groups, most significant
+  first, as many groups as the machine has possible CPUs. A 128-CPU mask is
+  `ffffffff,ffffffff,ffffffff,ffffffff`; one 32-digit string is what the kernel rejects (seed 003).
+
+Both are read from host files that may be damaged, so a bad one is a one-line error naming where it
+came from, and CPU numbers are capped: the kernel allows at most 8192 CPUs (CONFIG_NR_CPUS), and a
+range such as `0-4000000000` must not be expanded."""
+
+from __future__ import annotations
+
+import re
+
+from vmharness.errors import HarnessError
+
+MAX_CPUS = 8192
+_RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?")
+
+
+def parse_cpulist(text: str, where: str = "cpu list") -> tuple[int, ...]:
+    """`0-3,8,10-11` -> (0, 1, 2, 3, 8, 10, 11); an empty list is (). `where` names the source."""
+    cpus: list[int] = []
+    for part in filter(None, text.strip().split(",")):
+        m = _RANGE.fullmatch(part)
+        first, last = (int(m.group(1)), int(m.group(2) or m.group(1))) if m else (0, -1)
+        if not m or last < first or last >= MAX_CPUS:
+            raise HarnessError(f"{where}: {text.strip()[:80]!r} is not a CPU list",
+                               f"the kernel writes them as 0-3,8,10-11 (CPUs 0 to {MAX_CPUS - 1})")
+        cpus += range(first, last + 1)
+    return tuple(cpus)
+
+
+def format_mask(cpus: set[int] | frozenset[int], nr_cpus: int) -> str:
+    bad = sorted(c for c in cpus if c < 0 or c >= nr_cpus)
+    if bad:
+        raise HarnessError(f"CPU {bad[0]} does not exist here (CPUs 0-{nr_cpus - 1})", "name CPUs this machine has")
+    value = sum(1 << c for c in cpus)
+    groups = max(1, (nr_cpus + 31) // 32)
+    return ",".join(f"{(value >> (32 * g)) & 0xFFFFFFFF:08x}" for g in reversed(range(groups)))
+
+
+def parse_mask(text: str) -> frozenset[int]:
+    """The CPUs in a mask as the kernel prints it (or as a user writes it, commas or not)."""
+    digits = text.strip().replace(",", "")
+    if not re.fullmatch(r"[0-9a-fA-F]*", digits) or len(digits.lstrip("0")) * 4 > MAX_CPUS:
+        raise HarnessError(f"{text.strip()[:80]!r} is not a CPU mask",
+                           "write hex, e.g. fffe0000 or ffffffff,ffffffff")
+    value = int(digits or "0", 16)
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)

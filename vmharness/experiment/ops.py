@@ -1,0 +1,33 @@
+"""The whole journal table. Each subsystem registers its journal ops when it is imported (the host's
+in host/restore.py and host/files.py, tuning's in tune/apply.py, guests' in guest/vm.py, servers' in
+bench/server.py); the commands that read the journal as a whole — host-restore, and run and bench
+when they reclaim what a dead run left — import them all from here, above every layer, so that no
+record is ever mistaken for an unknown one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from vmharness.bench import server
+from vmharness.errors import HarnessError
+from vmharness.guest import vm
+from vmharness.host import files, restore
+from vmharness.host.root import HostRoot
+from vmharness.tune import apply
+
+REGISTRARS = (restore, files, apply, vm, server)  # imported for their journal.register calls
+
+
+def reclaim(root: HostRoot, say: Callable[[str], None]) -> None:
+    """Give back what runs and benches that died left (the caller holds the lock, so they are dead);
+    an error if any of it cannot be given back, since the new run would trip over it."""
+    problems = restore.reclaim(root, say)
+    if problems:
+        raise HarnessError(f"could not give back what an interrupted run left: {problems[0]}",
+                           "vmharness host-restore shows and retries it")
+
+
+
+def undo_all(root: HostRoot, say: Callable[[str], None]) -> list[str]:
+    """host-restore: give back every outstanding record, whoever owns it; returns the problems."""
+    return restore.undo(root, say)

@@ -1,12 +1,16 @@
-"""Does the harness measure what wrk measures, and what does its sampling cost?
+"""Is the harness's server as fast as a stock one, does the harness measure what wrk measures, and
+what does its sampling cost? Three ratios, each from interleaved rounds on loopback:
 
-    .venv/bin/python benchmarks/bench_fidelity.py [--connections 16] [--duration 5] [--rounds 3]
+    .venv/bin/python benchmarks/bench_fidelity.py [--connections 16] [--duration 5] [--rounds 5]
 
-Starts nginx (one worker) on loopback, then alternates, `--rounds` times, a plain `wrk` run (no
-script, its "Requests/sec:" line read) with the harness's own measurement of the same point (wrk
-behind the start gate, with report.lua, samplers running). Prints both figures, their ratio per round
-and overall, then the sampler's CPU cost (% of one CPU) while idle and under that load.
-Needs root (the server is journaled like any other).
+1. server: plain `wrk` against the harness's nginx (guest-setup/nginx.conf.template, one worker)
+   over plain `wrk` against a stock nginx whose configuration is written below, independently of the
+   template (nginx's compiled-in defaults; only the port, the root and the one file are given).
+   Packets per request on `lo` are printed for both: a small response should leave in one segment.
+2. measurement: the harness's own measurement (wrk behind the start gate, report.lua) over plain
+   `wrk`, against the same (harness) server.
+3. sampling: plain `wrk` with the samplers running over plain `wrk` with none.
+Prints every round and the mean, min and max of each ratio. Needs root (servers are journaled).
 """
 
 from __future__ import annotations
@@ -17,72 +21,134 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from vmharness import proc
-from vmharness.bench import bench, clients, sampler, server, sweep
+from vmharness.bench import bench, clients, server, sweep
 from vmharness.bench.store import RunDir
 from vmharness.host import journal
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
-PORT = 18199
-URL = f"http://127.0.0.1:{PORT}/"
+HARNESS_PORT, STOCK_PORT = 18199, 18198
+HARNESS_URL = f"http://127.0.0.1:{HARNESS_PORT}/"
+STOCK_CONF = """worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log;
+events {{}}
+http {{
+    access_log off;
+    server {{
+        listen 127.0.0.1:{port};
+        root {prefix}/www;
+        location = / {{ try_files /index.bin =404; }}
+    }}
+}}
+"""
 
 
-def plain_wrk(connections: int, duration: int) -> float:
-    out = proc.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", URL], timeout=duration + 60).stdout
-    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if m is None:
+def lo_packets() -> int:
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == "lo":
+            fields = rest.split()
+            return int(fields[1]) + int(fields[9])
+    raise SystemExit("no lo in /proc/net/dev")
+
+
+def plain_wrk(port: int, connections: int, duration: int) -> tuple[float, float]:
+    """Requests/s, and packets on lo per request (both directions)."""
+    before = lo_packets()
+    out = proc.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", f"http://127.0.0.1:{port}/"],
+                   timeout=duration + 60).stdout
+    packets = lo_packets() - before
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    if rps is None or total is None:
         raise SystemExit(f"wrk printed no Requests/sec line:\n{out}")
-    return float(m.group(1))
+    return float(rps.group(1)), packets / max(1, int(total.group(1)))
 
 
-def sampler_cost(samplers: sweep.Samplers, seconds: float) -> float:
-    since = samplers.offsets()
-    start = time.time()
-    time.sleep(seconds)
-    summary = samplers.summaries(since, start, time.time(), {})
-    return float(summary["local"].get("sampler_cpu_percent_of_one", float("nan")))
+def stock_server(tmp: Path, size: int) -> proc.Result:
+    prefix = tmp / "stock"
+    (prefix / "www").mkdir(parents=True)
+    (prefix / "www" / "index.bin").write_bytes(b"x" * size)
+    (prefix / "nginx.conf").write_text(STOCK_CONF.format(prefix=prefix, port=STOCK_PORT))
+    return proc.run(["nginx", "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf")], timeout=30)
+
+
+def summary(name: str, values: list[float]) -> str:
+    return f"{name}: mean {statistics.fmean(values):.3f}, min {min(values):.3f}, max {max(values):.3f}"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--duration", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    c, d = args.connections, args.duration
     root = HostRoot.open(None)
     with tempfile.TemporaryDirectory() as tmp, journal.Lock(root):
         run = RunDir.create(Path(tmp) / "run", {"kind": "fidelity"})
         owner = "run:" + bench.new_id()
-        srv = server.Server(Machine(), server.ServerConfig(workers=1, listen=f"127.0.0.1:{PORT}",
-                                                           prefix=server.prefix_for(owner[4:], "fidelity")), owner)
+        cfg = server.ServerConfig(workers=1, listen=f"127.0.0.1:{HARNESS_PORT}",
+                                  prefix=server.prefix_for(owner[4:], "fidelity"))
+        srv = server.Server(Machine(), cfg, owner)
         client = clients.Client(Machine(), threads=1)
-        samplers = sweep.Samplers(run, 1.0)
+        stock_pid = 0
         srv.start(root)
         try:
             client.prepare(root, owner)
-            samplers.start([Machine()])
-            idle = sampler_cost(samplers, 10)
-            ratios, loaded = [], []
+            stock_server(Path(tmp), cfg.filesize)
+            stock_pid = int((Path(tmp) / "stock" / "nginx.pid").read_text())
+            ratios: dict[str, list[float]] = {"server": [], "measurement": [], "sampling": []}
+            packets: dict[str, list[float]] = {"harness": [], "stock": []}
             for n in range(1, args.rounds + 1):
-                direct = plain_wrk(args.connections, args.duration)
-                since = samplers.offsets()
-                runs, start, end = clients.run_together([client], URL, args.connections, args.duration, 10)
-                merged = clients.merge(runs)
-                harness = float(merged["requests_per_s"])
-                summary = samplers.summaries(since, start, end, {"local": {srv.pid}})["local"]
-                loaded.append(float(summary.get("sampler_cpu_percent_of_one", float("nan"))))
-                ratios.append(harness / direct)
-                print(f"round {n}: plain wrk {direct:10,.0f} req/s   harness {harness:10,.0f} req/s   "
-                      f"ratio {harness / direct:.3f}   server CPU {sampler.busiest(summary)}%", flush=True)
-            print(f"ratio harness/plain: mean {statistics.fmean(ratios):.3f}, min {min(ratios):.3f}, "
-                  f"max {max(ratios):.3f} ({args.rounds} rounds, c={args.connections}, {args.duration} s each)")
-            print(f"sampler cost at 1 s: idle {idle:.2f}% of one CPU, under load "
-                  f"{statistics.fmean(loaded):.2f}% (mean of {len(loaded)})")
+                def harness_plain() -> float:
+                    rps, per = plain_wrk(HARNESS_PORT, c, d)
+                    packets["harness"].append(per)
+                    return rps
+
+                def stock_plain() -> float:
+                    rps, per = plain_wrk(STOCK_PORT, c, d)
+                    packets["stock"].append(per)
+                    return rps
+
+                def measured() -> float:
+                    runs, _, _ = clients.run_together([client], HARNESS_URL, c, d, 10)
+                    return float(clients.merge(runs)["requests_per_s"])
+
+                def sampled() -> float:
+                    samplers = sweep.Samplers(run, 1.0)
+                    samplers.start([Machine()])
+                    try:
+                        time.sleep(1.5)
+                        return plain_wrk(HARNESS_PORT, c, d)[0]
+                    finally:
+                        samplers.stop()
+
+                # The order within a round alternates, so drift does not always favour one side.
+                steps: list[tuple[str, Callable[[], float]]] = [
+                    ("harness", harness_plain), ("stock", stock_plain), ("measured", measured), ("sampled", sampled)]
+                if n % 2 == 0:
+                    steps.reverse()
+                got = {name: f() for name, f in steps}
+                ratios["server"].append(got["harness"] / got["stock"])
+                ratios["measurement"].append(got["measured"] / got["harness"])
+                ratios["sampling"].append(got["sampled"] / got["harness"])
+                print(f"round {n}: harness nginx {got['harness']:9,.0f}  stock nginx {got['stock']:9,.0f}  "
+                      f"measured {got['measured']:9,.0f}  sampled {got['sampled']:9,.0f} req/s", flush=True)
+            print(f"{args.rounds} rounds, c={c}, {d} s each, one nginx worker and one wrk thread on loopback")
+            print(summary("server     harness nginx / stock nginx", ratios["server"]))
+            print(summary("measurement harness / plain wrk        ", ratios["measurement"]))
+            print(summary("sampling   samplers on / off           ", ratios["sampling"]))
+            print(f"packets per request on lo: harness nginx {statistics.fmean(packets['harness']):.2f}, "
+                  f"stock nginx {statistics.fmean(packets['stock']):.2f}")
         finally:
-            samplers.stop()
+            if stock_pid:
+                proc.run(["kill", "-TERM", str(stock_pid)], timeout=10, check=False)
             srv.stop(root)
             client.done(root)
     return 0

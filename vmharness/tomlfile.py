@@ -32,3 +32,5 @@ def read(path: Path, missing: HarnessError) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise HarnessError(f"{path}: {exc}", "fix the TOML syntax") from exc
+    except RecursionError as exc:
+        raise HarnessError(f"{path}: arrays or tables nested too deeply to read", "fix the TOML syntax") from exc

@@ -59,7 +59,7 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
     """Two instances interleaved (the template's file, and the researcher's own config with
     `return 200`), each point recorded with wrk's numbers, raw output and the samplers' summary."""
     own = tmp_path / "own.conf"
-    own.write_text("worker_processes 1;\nerror_log stderr;\nevents {}\n"
+    own.write_text("worker_processes 1;\nevents {}\n"
                    "http { access_log off; server { listen 127.0.0.1:18181; location / { return 200; } } }\n")
     text = config(18181, 'connections = "2,8"\niterations = 2\nduration = 1\nwait = 0.2\nwarmup = 1',
                   extra=f'[[instance]]\nname = "tmpl"\n[[instance]]\nname = "own"\nconfig = "{own}"\n')

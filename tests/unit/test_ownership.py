@@ -124,3 +124,15 @@ def test_commands_that_change_the_live_host_refuse_a_host_root_and_write_nothing
     assert "changes the live host" in first and ("--host-root" in first if not env else "VMHARNESS_HOST_ROOT" in first)
     assert hint.startswith("hint: drop --host-root")
     assert sorted(p.relative_to(host.base) for p in host.base.rglob("*")) == before
+
+
+def test_an_nginx_master_is_recognised_by_its_rewritten_command_line_and_by_its_prefix_only() -> None:
+    from vmharness.bench.server import _serves
+
+    prefix = "/tmp/vmharness-nginx-0123456789-b"
+    master = f"nginx: master process nginx -p {prefix}/ -c {prefix}/nginx.conf\0"
+    assert _serves(master, prefix)
+    assert _serves(f"nginx\0-p\0{prefix}/\0-c\0{prefix}/nginx.conf\0", prefix)
+    assert not _serves(master.replace("-b/", "-a-b/"), prefix)
+    assert not _serves(master, prefix.replace("-b", "-a-b"))
+    assert not _serves("", prefix)

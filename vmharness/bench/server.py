@@ -24,7 +24,7 @@ from vmharness.host import journal
 from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
-from vmharness.machine import Machine, read, stop_process
+from vmharness.machine import Machine, alive, read, stop_process
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "guest-setup" / "nginx.conf.template"
 FILE = "index.bin"
@@ -114,7 +114,9 @@ class Server:
         conf = f"{cfg.prefix}/nginx.conf"
         text = render(cfg) if cfg.config is None else Path(cfg.config).read_text()
         m.run(["sh", "-c", _LAYOUT, "sh", cfg.prefix, str(cfg.filesize)], timeout=30, input=text)
-        extra = [] if cfg.config is None else ["-g", f"pid {cfg.prefix}/nginx.pid;"]
+        # The researcher's own configuration: its PID file and its start-up log go into the prefix,
+        # whatever it says (nginx's default, logs/error.log, is a folder the prefix does not have).
+        extra = [] if cfg.config is None else ["-e", f"{cfg.prefix}/error.log", "-g", f"pid {cfg.prefix}/nginx.pid;"]
         argv = [cfg.binary, "-p", f"{cfg.prefix}/", "-c", conf, *extra]
         test = m.run([*argv, "-t"], timeout=30, check=False)
         if not test.ok:
@@ -155,9 +157,17 @@ def _stop(m: Machine, prefix: str, grace: float) -> None:
     exactly this prefix — then remove the folder."""
     check_prefix(prefix)
     pid = _pid(m, prefix)
-    if pid and f"{prefix}/" in (read(m, f"/proc/{pid}/cmdline") or "").split("\0"):
+    if pid and _serves(read(m, f"/proc/{pid}/cmdline") or "", prefix):
         stop_process(m, pid, grace)
+        if alive(m, pid):  # the folder holds the PID file: keep it while the process lives
+            raise HarnessError(f"nginx (pid {pid}) of {prefix} did not stop", "stop it by hand, then host-restore")
     m.run(["rm", "-rf", "--", prefix], timeout=60)
+
+
+def _serves(cmdline: str, prefix: str) -> bool:
+    """Whether a command line is an nginx of exactly this prefix. A master rewrites its argv into one
+    string ("nginx: master process nginx -p PREFIX/ -c ..."), so words are split on NUL and blanks."""
+    return f"{prefix}/" in re.split(r"[\0 ]+", cmdline)
 
 
 def _describe(rec: dict[str, Any]) -> str:

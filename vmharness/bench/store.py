@@ -132,7 +132,7 @@ class RunDir:
         path = self.path / MANIFEST
         try:
             data = json.loads(_read(path, MAX_MANIFEST))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise _damaged(path, f"is not JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise _damaged(path, f"is not a JSON object (a {type(data).__name__})")
@@ -172,7 +172,7 @@ class RunDir:
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 if n == len(lines):
                     if n not in self._reported:
                         self._reported.add(n)

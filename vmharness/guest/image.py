@@ -193,7 +193,7 @@ class Image:
 def load_image(folder: Path) -> Image:
     try:
         meta = json.loads((folder / "image.json").read_text())
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, RecursionError) as exc:
         raise HarnessError(f"no image in {folder}", "build one with: vmharness image build") from exc
     image = Image(folder, meta)
     if not image.disk.exists() or not image.kernel.exists():

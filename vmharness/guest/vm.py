@@ -80,7 +80,7 @@ def load(root: HostRoot, name: str) -> Guest:
     except FileNotFoundError as exc:
         raise HarnessError(f"no guest named {name} is up", "start one with: vmharness vm up --name "
                            f"{name}") from exc
-    except (ValueError, OSError) as exc:
+    except (ValueError, RecursionError, OSError) as exc:
         raise HarnessError(f"{path} is damaged: {exc}", "remove it once the guest is gone (virsh list --all)") from exc
     data["seqs"] = tuple(data["seqs"])
     return Guest(**data)

@@ -138,7 +138,7 @@ def load(root: HostRoot) -> Contents:
     for n, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             if n == len(lines):
                 return Contents(records, line)
             raise _damaged(n, "is not JSON") from None

@@ -98,9 +98,10 @@ class HostRoot:
                 "pass the directory an unpacked host-snapshot tarball made",
             )
         root = cls(path)
-        if not root.live and not (path / "sys").is_dir():
+        missing = [d for d in ("sys", "proc") if not (path / d).is_dir()]
+        if not root.live and missing:
             raise HarnessError(
-                f"host root {chosen} has no sys/ directory: it is not laid out like /",
+                f"host root {chosen} has no {missing[0]}/ directory: it is not laid out like /",
                 "unpack a host-snapshot tarball (tar xzf snap.tar.gz -C DIR) and pass DIR",
             )
         return root

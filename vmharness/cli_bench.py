@@ -20,7 +20,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from vmharness import config
     from vmharness.analysis import report, saturation
     from vmharness.bench import bench
-    from vmharness.bench.store import check_new
+    from vmharness.bench.store import RunDir, check_new
     from vmharness.experiment import ops
     from vmharness.host import journal
 
@@ -33,6 +33,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else bench.default_run_dir()
     if cfg is not None:
         check_new(out, "--out")
+    else:
+        RunDir.open(Path(args.resume)).manifest  # noqa: B018 - a damaged run directory is said before the lock
     with journal.Lock(root):
         if cfg is None:
             cfg, run = bench.reopen(Path(args.resume))

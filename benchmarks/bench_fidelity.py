@@ -3,7 +3,7 @@ what does its sampling cost? Three ratios, each from interleaved rounds on loopb
 
     .venv/bin/python benchmarks/bench_fidelity.py [--connections 16] [--duration 5] [--rounds 5]
 
-1. server: plain `wrk` against the harness's nginx (guest-setup/nginx.conf.template, one worker)
+1. server: plain `wrk` against the harness's nginx (vmharness/data/guest-setup/, one worker)
    over plain `wrk` against a stock nginx whose configuration is written below, independently of the
    template (nginx's compiled-in defaults; only the port, the root and the one file are given).
    Packets per request on `lo` are printed for both: a small response should leave in one segment.

@@ -35,6 +35,8 @@ class FakeHost:
         self.routes: list[str] = []
         self.local4: list[str] = []
         self.inet6: list[str] = []
+        self.routes6: list[str] = []
+        self.vlans: list[str] = []
         self.release = release
         self.write("proc/cpuinfo", "".join(
             f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}\n\n" for i in range(2)))
@@ -158,6 +160,62 @@ class FakeHost:
         master_dir = os.path.realpath(self.p(f"sys/class/net/{master}"))
         (iface_dir / "master").symlink_to(os.path.relpath(master_dir, iface_dir))
 
+    # stacked devices, linked as the kernel links them (netdev_adjacent: upper_X in the lower device,
+    # lower_Y in the upper one, plus master for bridges, bonds and OVS ports) --------------------
+    def _dir(self, iface: str) -> Path:
+        return Path(os.path.realpath(self.p(f"sys/class/net/{iface}")))
+
+    def _symlink(self, at: Path, target: Path) -> None:
+        at.parent.mkdir(parents=True, exist_ok=True)
+        at.symlink_to(os.path.relpath(target, at.parent))
+
+    def stack(self, lower: str, upper: str, *, master: bool = False) -> None:
+        """`upper` sits on `lower`: upper_<upper> in lower's directory, lower_<lower> in upper's."""
+        low, up = self._dir(lower), self._dir(upper)
+        self._symlink(low / f"upper_{upper}", up)
+        self._symlink(up / f"lower_{lower}", low)
+        if master:
+            self._symlink(low / "master", up)
+
+    def bridge(self, name: str, ports: tuple[str, ...]) -> None:
+        """A Linux bridge: bridge/ and brif/PORT -> ../../PORT/brport, as in real sysfs."""
+        self.virtual_netdev(name)
+        self.mkdir(f"sys/devices/virtual/net/{name}/bridge")
+        for port in ports:
+            self.stack(port, name, master=True)
+            (self._dir(port) / "brport").mkdir()
+            self._symlink(self._dir(name) / "brif" / port, self._dir(port) / "brport")
+
+    def bond(self, name: str, slaves: tuple[str, ...]) -> None:
+        self.virtual_netdev(name)
+        self.write(f"sys/devices/virtual/net/{name}/bonding/slaves", " ".join(slaves) + "\n")
+        for slave in slaves:
+            self.stack(slave, name, master=True)
+
+    def vlan(self, lower: str, vid: int, name: str | None = None) -> str:
+        """An 802.1Q device on `lower`, also listed in /proc/net/vlan/config; returns its name."""
+        name = name or f"{lower}.{vid}"
+        self.virtual_netdev(name)
+        self.stack(lower, name)
+        self.vlans.append(f"{name:<15}| {vid}  | {lower}")
+        self.finish()
+        return name
+
+    def macvlan(self, lower: str, name: str) -> None:
+        """A macvlan, macvtap or ipvlan device: upper and lower links only, no master."""
+        self.virtual_netdev(name)
+        self.stack(lower, name)
+
+    def ovs(self, ports: tuple[str, ...], bridges: tuple[str, ...] = ("br-ex",)) -> None:
+        """Open vSwitch: each port's master is the datapath device ovs-system; the bridges' own
+        (internal) interfaces are virtual devices linked to nothing."""
+        if not self.p("sys/class/net/ovs-system").exists():
+            self.virtual_netdev("ovs-system")
+        for port in ports:
+            self.stack(port, "ovs-system", master=True)
+        for b in bridges:
+            self.virtual_netdev(b)
+
     # addresses and routes --------------------------------------------------------------------
     def route(self, iface: str, dest: str, mask: str, gateway: str = "0.0.0.0") -> None:
         flags = "0003" if gateway != "0.0.0.0" else "0001"
@@ -176,6 +234,14 @@ class FakeHost:
         self.inet6.append(f"{hexaddr} 02 40 {scope} 80 {iface:>8}")
         self.finish()
 
+    def route6(self, iface: str, dest: str, prefix: int, metric: int = 256) -> None:
+        """An IPv6 route, as a line of /proc/net/ipv6_route."""
+        hexdest = ipaddress.IPv6Address(dest).exploded.replace(":", "")
+        zero = "0" * 32
+        self.routes6.append(f"{hexdest} {prefix:02x} {zero} 00 {zero} {metric:08x} 00000001 00000000 00000001 "
+                            f"{iface:>8}")
+        self.finish()
+
     def mount(self, line: str) -> None:
         with open(self.p("proc/mounts"), "a") as f:
             f.write(line + "\n")
@@ -188,4 +254,7 @@ class FakeHost:
             trie += [f"     |-- {a}", "        /32 host LOCAL"]
         self.write("proc/net/fib_trie", "\n".join(trie) + "\n")
         self.write("proc/net/if_inet6", "".join(line + "\n" for line in self.inet6))
-        self.write("proc/net/ipv6_route", "")
+        self.write("proc/net/ipv6_route", "".join(line + "\n" for line in self.routes6))
+        if self.vlans:
+            self.write("proc/net/vlan/config", "VLAN Dev name\t | VLAN ID\n"
+                       "Name-Type: VLAN_NAME_TYPE_RAW_PLUS_VID_NO_PAD\n" + "".join(v + "\n" for v in self.vlans))

@@ -18,6 +18,7 @@ from vmharness.config import HugepageSize
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import terminate_as_interrupt
+from vmharness.progress import say
 from vmharness.schema import choices
 
 # Each command imports what it uses when it runs: under TCG (the test rig) every module costs a
@@ -147,10 +148,6 @@ def _live_only(root: HostRoot, command: str) -> None:
                            "drop --host-root, or add --dry-run")
 
 
-def _say(line: str) -> None:
-    print(f"  {line}", flush=True)
-
-
 def cmd_host_prepare(args: argparse.Namespace) -> int:
     from vmharness.host import journal, plan, prepare, show_plan
 
@@ -164,13 +161,15 @@ def cmd_host_prepare(args: argparse.Namespace) -> int:
             print(show_plan.plan_text(the_plan, dry_run=True))
         return 0
     _live_only(root, "host-prepare")
+    text = sys.stderr if args.json else sys.stdout  # with --json, stdout carries the plan's JSON only
     with journal.Lock(root):
         the_plan = plan.make(root, request)
-        print(show_plan.plan_text(the_plan, dry_run=False), flush=True)
-        if the_plan.changes_nothing:
-            return 0
-        prepare.execute(root, the_plan, _say)
-    print("prepared; undo with: vmharness host-restore")
+        print(show_plan.plan_text(the_plan, dry_run=False), file=text, flush=True)
+        if not the_plan.changes_nothing:
+            prepare.execute(root, the_plan, say)
+            print("prepared; undo with: vmharness host-restore", file=text)
+    if args.json:
+        _emit(the_plan.to_json())
     return 0
 
 
@@ -189,7 +188,7 @@ def cmd_host_restore(args: argparse.Namespace) -> int:
         pending = restore.pending(root)
         strange = restore.unknown_text(journal.unknown(found.records))
         print(show_plan.restore_text(pending), flush=True)
-        problems = [] if args.dry_run or not pending else ops.undo_all(root, _say)
+        problems = [] if args.dry_run or not pending else ops.undo_all(root, say)
     for p in problems:
         print(f"  NOT RESTORED: {p}")
     for line in strange:

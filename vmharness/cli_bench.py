@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
-
-
-def _say(line: str) -> None:
-    print(f"  {line}", file=sys.stderr, flush=True)
+from vmharness.progress import say
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -40,9 +36,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             cfg, run = bench.reopen(Path(args.resume))
         else:
             run = bench.new_run(cfg, out)
-        _say(f"run directory: {run.path}")
-        ops.reclaim(root, _say)
-        tally = bench.execute(cfg, run, root, _say)
+        say(f"run directory: {run.path}")
+        ops.reclaim(root, say)
+        tally = bench.execute(cfg, run, root, say)
     analysis = saturation.analyse(run)
     if args.json:
         print(json.dumps({"run_dir": str(run.path), **report.to_json(analysis)}, indent=2, sort_keys=True))

@@ -11,11 +11,7 @@ from vmharness import cli_types, config, schema
 from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
-
-
-def _say(line: str) -> None:
-    """Progress goes to stderr: stdout carries the result (and the JSON with --json)."""
-    print(f"  {line}", file=sys.stderr, flush=True)
+from vmharness.progress import say
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
@@ -26,7 +22,7 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     kernel = image.kernel_input(args.kernel, args.modules, args.kernel_config)
     recipe = image.load_recipe(Path(args.recipe) if args.recipe else image.RECIPE_DIR, kernel)
     images = image.image_dir(args.image_dir)
-    built, fresh = image.build(recipe, images, _say)
+    built, fresh = image.build(recipe, images, say)
     m = built.meta
     if args.json:
         print(json.dumps({"folder": str(built.folder), "built_now": fresh, **m}, indent=2, sort_keys=True))
@@ -70,7 +66,7 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
     from vmharness.host import journal
 
     with journal.Lock(root):
-        guest = vm.up(root, planned.spec, req.uri, planned.base_disk, domain.to_xml(planned.spec), _say,
+        guest = vm.up(root, planned.spec, req.uri, planned.base_disk, domain.to_xml(planned.spec), say,
                       req.owner, boot_timeout=args.boot_timeout, link_net=planned.link_net)
     if args.json:
         print(json.dumps(guest.to_json(), indent=2, sort_keys=True))
@@ -123,7 +119,7 @@ def cmd_vm_down(args: argparse.Namespace) -> int:
     root = live_root(args.host_root, "vm down", "drop --host-root (and VMHARNESS_HOST_ROOT)")
     guest = vm.load(root, args.name)
     with journal.Lock(root):
-        vm.down(root, guest, _say, grace=args.grace)
+        vm.down(root, guest, say, grace=args.grace)
     return 0
 
 
@@ -132,13 +128,14 @@ def register(subs: Any, add: Any) -> None:
     image = subs.add_parser("image", help="build the guest image", description="build the guest image")
     image_subs = image.add_subparsers(dest="image_command", metavar="COMMAND", parser_class=type(image))
     p = add(image_subs, "build", cmd_image_build,
-            "build the guest image from images/ (cached: nothing changed, nothing rebuilt)",
+            "build the guest image from the shipped recipe (cached: nothing changed, nothing rebuilt)",
             "vmharness image build --kernel ~/linux/arch/x86/boot/bzImage --modules /tmp/mods/lib/modules/6.12.0")
     p.add_argument("--kernel", metavar="PATH", help="your kernel: a bzImage (with --modules) or a linux-image .deb")
     p.add_argument("--modules", metavar="DIR", help="the lib/modules/RELEASE tree built with --kernel")
     p.add_argument("--kernel-config", metavar="FILE", help="its .config (default: config-RELEASE beside it, "
                                                             "or .config at the top of its build tree)")
-    p.add_argument("--recipe", metavar="DIR", help="a recipe folder other than images/")
+    p.add_argument("--recipe", metavar="DIR",
+                   help="a recipe folder other than the shipped one (vmharness/data/images/)")
     p.add_argument("--image-dir", metavar="DIR", help="where images are kept (default /var/lib/vmharness/images; "
                                                        "also VMHARNESS_IMAGE_DIR)")
 

@@ -8,20 +8,30 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
+from vmharness.progress import say
+
+if TYPE_CHECKING:
+    from vmharness.experiment.hostprep import Choice
 
 
-def _say(line: str) -> None:
-    print(f"  {line}", file=sys.stderr, flush=True)
-
-
-def _config(args: argparse.Namespace) -> Any:
-    """The configuration file (or the embedded experiment), with --bdf and --hugepages on top."""
+def _flag_address(value: str | None, flag: str) -> str | None:
     from vmharness import config
+
+    if value is not None and not value:
+        raise HarnessError(f"{flag} is empty", f"write an address with its prefix, e.g. {config.DEFAULT_ADDRESS}")
+    return None if value is None else config.check_address(value, flag)
+
+
+def _choice(args: argparse.Namespace, root: HostRoot) -> Choice:
+    """The configuration file (or the embedded experiment) with the flags on top, and where its NIC and
+    hugepages come from (the flags, the file, or what host-prepare set up); each flag checked by name."""
+    from vmharness import config
+    from vmharness.experiment import hostprep
     from vmharness.host.pci import parse_bdf
 
     cfg = config.load_run(Path(args.config) if args.config else None)
@@ -30,18 +40,34 @@ def _config(args: argparse.Namespace) -> Any:
         guest = dataclasses.replace(guest, bdf=tuple(parse_bdf(b, "--bdf") for b in args.bdf))
     if args.hugepages:
         guest = dataclasses.replace(guest, hugepages=True)
-    return config.validate(dataclasses.replace(cfg, guest=guest))
+    address = _flag_address(args.address, "--address")
+    client = _flag_address(args.client_address, "--client-address")
+    guest = dataclasses.replace(guest, address=guest.address if address is None else address,
+                                client_address=guest.client_address if client is None else client)
+    given = hostprep.Given(bdf=bool(args.bdf), address=address is not None, client_address=client is not None)
+    choice = hostprep.choose(root, dataclasses.replace(cfg, guest=guest), given)
+    config.validate(choice.cfg)
+    return choice
 
 
-def _print_xml(cfg: Any, root: HostRoot) -> int:
-    """What the run would define, read from `root` (the live host or a host root); nothing changes."""
+def _print_xml(choice: Choice, root: HostRoot) -> int:
+    """Preflight, read from `root` (the live host or a host root), changing nothing: the host plan the
+    run would carry out (as `host-prepare --dry-run` prints it) and each instance's domain as it would
+    be defined once that plan is done."""
     from vmharness.bench import bench
+    from vmharness.experiment import hostprep
     from vmharness.guest import domain, instance, session
-    from vmharness.host import journal
+    from vmharness.host import journal, plan, show_plan
 
+    cfg = choice.cfg
+    say(choice.line)
+    req = hostprep.request(cfg)
+    after = plan.make(root, req) if req is not None else None
+    print(show_plan.plan_text(after, dry_run=True) if after is not None else
+          "host-prepare plan: nothing to prepare (no NIC to pass through, no hugepages)")
     owner = journal.RUN_PREFIX + bench.new_id()
     for inst in cfg.instance:
-        planned = instance.plan(root, session.request(cfg, inst, owner), for_print=True)
+        planned = instance.plan(root, session.request(cfg, inst, owner), for_print=True, after=after)
         for note in planned.notes:
             print(f"note: {inst.name}: {note}", file=sys.stderr)
         print(f"<!-- instance {inst.name} -->")
@@ -53,31 +79,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vmharness import config
     from vmharness.analysis import report, saturation
     from vmharness.bench.store import RunDir, check_new
-    from vmharness.experiment import runner
+    from vmharness.experiment import hostprep, runner
     from vmharness.host import journal
 
-    if args.resume and (args.config or args.out is not None or args.bdf or args.hugepages or args.print_xml):
+    if args.resume and (args.config or args.out is not None or args.bdf or args.hugepages or args.print_xml
+                        or args.address is not None or args.client_address is not None):
         raise HarnessError("--resume takes the configuration from the run directory",
-                           "drop CONFIG, --out, --bdf, --hugepages and --print-xml when resuming")
+                           "drop CONFIG, --out, --bdf, --hugepages, --address, --client-address and --print-xml "
+                           "when resuming")
     if args.print_xml:
-        return _print_xml(_config(args), HostRoot.open(args.host_root))
+        root = HostRoot.open(args.host_root)
+        return _print_xml(_choice(args, root), root)
     root = live_root(args.host_root, "run", "drop --host-root (and VMHARNESS_HOST_ROOT), or add --print-xml to "
                      "see what the run would define")
     if args.resume:
         run = RunDir.open(Path(args.resume))
         if run.manifest.get("kind") != "run":
             raise HarnessError(f"{run.path} was written by `vmharness bench`", f"vmharness bench --resume {run.path}")
-        cfg = config.validate(config.run_from_json(run.manifest["config"]))
+        choice = hostprep.choose(root, config.validate(config.run_from_json(run.manifest["config"])),
+                                 hostprep.Given(resumed=True))
+        client_name = "guest.client_address"
     else:
-        cfg = _config(args)
+        choice = _choice(args, root)
+        client_name = "--client-address" if args.client_address is not None else "guest.client_address"
+    say(choice.line)
+    cfg = choice.cfg
+    held = runner.check_wire(cfg, client_name)
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:
         check_new(out, "--out")
     with journal.Lock(root):
         if not args.resume:
-            run = runner.new_run(cfg, out)
-        _say(f"run directory: {run.path}")
-        tally = runner.Runner(cfg, run, root, _say).execute(keep_host=args.keep_host)
+            run = runner.new_run(cfg, out, {**choice.to_json(), "client_address_on": list(held) if held else None})
+        say(f"run directory: {run.path}")
+        tally = runner.Runner(cfg, run, root, say).execute(keep_host=args.keep_host)
     analysis = saturation.analyse(run)
     written = report.publish(analysis, run.path / "report", title=f"vmharness run: {run.path.name}")
     if args.json:
@@ -93,13 +128,22 @@ def register(subs: Any, add: Any) -> None:
     p = add(subs, "run", cmd_run,
             "the whole experiment: prepare the host, boot each instance's guest, tune, sweep wrk load over "
             "nginx in it, restore the host, report (no CONFIG: a small built-in experiment on this machine)",
-            "vmharness run experiment.toml --bdf 0000:b3:00.0 --hugepages")
+            "vmharness host-prepare --bdf 0000:b3:00.0 --hugepages 8G; then: vmharness run --hugepages")
     p.add_argument("config", nargs="?", metavar="CONFIG",
                    help="TOML experiment (docs/run.md); default: mitigations=off vs auto in a small TCG-friendly sweep")
-    p.add_argument("--bdf", action="append", default=[], help="pass this NIC through (repeatable; guest.bdf)")
+    p.add_argument("--bdf", action="append", default=[],
+                   help="pass this NIC through (repeatable; guest.bdf); none: the NICs host-prepare set up, if any")
     p.add_argument("--hugepages", action="store_true", help="guest memory on hugepages (guest.hugepages)")
+    p.add_argument("--address", metavar="CIDR",
+                   help="the guest's address on the passed-through NIC, where wrk connects (guest.address; "
+                        "default 198.19.0.2/24)")
+    p.add_argument("--client-address", metavar="CIDR",
+                   help="the clients' address on that wire, held by a client machine (guest.client_address; "
+                        "default 198.19.0.1/24)")
     p.add_argument("--out", metavar="DIR", help="the new run directory (default runs/run-DATE-TIME)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run: measure only what is missing")
     p.add_argument("--keep-host", action="store_true",
                    help="leave what the run prepared (vfio-pci, hugepages) for the next run; host-restore undoes it")
-    p.add_argument("--print-xml", action="store_true", help="print each instance's domain XML and stop")
+    p.add_argument("--print-xml", action="store_true",
+                   help="preflight, changing nothing: print the host plan and each instance's domain XML, and "
+                        "stop (works with --host-root on a snapshot)")

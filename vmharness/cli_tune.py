@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import terminate_as_interrupt
-
-
-def _say(line: str) -> None:
-    print(f"  {line}", file=sys.stderr, flush=True)
+from vmharness.progress import say
 
 
 def _target(args: argparse.Namespace, root: HostRoot) -> Any:
@@ -74,12 +70,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             return 0
         with terminate_as_interrupt(), journal.Lock(root):
             print(_plan_text(plan), flush=True)
-            apply.apply(root, t, plan, _say, "tune")
+            apply.apply(root, t, plan, say, "tune")
         print(f"applied; put back with: vmharness tune revert --target {args.target}")
         return 0
     if args.action == "revert":
         with journal.Lock(root):
-            problems = apply.undo(root, apply.pending(root, t.spec()), _say)
+            problems = apply.undo(root, apply.pending(root, t.spec()), say)
         for p in problems:
             print(f"  NOT REVERTED: {p}")
         return 1 if problems else 0

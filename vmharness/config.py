@@ -135,6 +135,33 @@ def check_address(value: str, where: str) -> str:
     return value
 
 
+# The benchmark wire's addresses when none are given: a /24 of 198.19.0.0/16, the half of the
+# benchmarking range 198.18.0.0/15 that the guests' management links (198.18.0.0/16) never use.
+DEFAULT_ADDRESS = "198.19.0.2/24"
+DEFAULT_CLIENT_ADDRESS = "198.19.0.1/24"
+
+
+def wire(address: str, client_address: str, names: tuple[str, str]) -> tuple[str, str]:
+    """The guest's and the clients' addresses on the benchmark wire, each checked already (`names`:
+    the flag or key each came from): a missing one is the first host of the other's network that the
+    other is not; both missing, the defaults. They must share one network and differ."""
+    if not address and not client_address:
+        return DEFAULT_ADDRESS, DEFAULT_CLIENT_ADDRESS
+    given = ipaddress.IPv4Interface(address or client_address)
+    other = next(str(h) for h in given.network.hosts() if h != given.ip)
+    guest = ipaddress.IPv4Interface(address or f"{other}/{given.network.prefixlen}")
+    client = ipaddress.IPv4Interface(client_address or f"{other}/{given.network.prefixlen}")
+    if guest.network != client.network:
+        raise HarnessError(f"{names[0]} {address} and {names[1]} {client_address} are not on one network "
+                           f"({guest.network} and {client.network})",
+                           "the clients and the guest share the wire: give both the same network and prefix, "
+                           f"e.g. {DEFAULT_ADDRESS} and {DEFAULT_CLIENT_ADDRESS}")
+    if guest.ip == client.ip:
+        raise HarnessError(f"{names[0]} and {names[1]} are both {guest.ip}",
+                           f"give the clients another host of {guest.network}")
+    return str(guest), str(client)
+
+
 def check_cpu_feature(value: str, where: str) -> str:
     if not CPU_FEATURE.fullmatch(value):
         raise HarnessError(f"{where} {value[:80]!r} is not +name or -name",
@@ -231,8 +258,12 @@ class GuestSection:
     # NICs passed through (also --bdf); none: wrk reaches the guest over its link
     bdf: tuple[str, ...] = checked(check_bdf, default=())
     managed: bool = False  # let libvirt bind them to vfio-pci (default: run or host-prepare does)
-    # with bdf: the guest's address on the passed-through NIC (CIDR), where wrk connects
+    # with a NIC passed through: the guest's address on it (CIDR), where wrk connects (also --address);
+    # "": DEFAULT_ADDRESS, or the first free host of client_address's network
     address: str = checked(check_address, default="")
+    # the clients' address on the same wire (CIDR; also --client-address): a client machine must hold it;
+    # "": DEFAULT_CLIENT_ADDRESS, or the first free host of address's network
+    client_address: str = checked(check_address, default="")
     port: int = bounded(8080, 1, 65535)
     hugepages: bool = False  # guest memory on hugepages of the NIC's node (also --hugepages)
     hugepage_size: HugepageSize = "2M"
@@ -316,9 +347,8 @@ def _validate_run(cfg: RunConfig) -> None:
         if getattr(cfg.server, key) != getattr(server, key):
             raise HarnessError(f"server.{key} is chosen by run: nginx runs in the guest, at the guest's address",
                                "drop it; set guest.port, and guest.address with a passed-through NIC")
+    wire(g.address, g.client_address, ("guest.address", "guest.client_address"))
     checks = [
-        (not g.bdf or bool(g.address), "guest.address is needed with guest.bdf: the address wrk connects to "
-                                       "on the passed-through NIC, e.g. \"198.19.0.2/24\""),
         (not (len(cfg.instance) > 1 and cfg.sweep.interleave == "point"),
          "sweep.interleave = point cannot be: a guest boots one instance at a time (use iteration)"),
     ]

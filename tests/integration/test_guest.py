@@ -167,8 +167,8 @@ def test_harness_killed_mid_boot_is_cleaned_by_host_restore(built: image.Image) 
     assert JOURNAL.exists()
     res = vmh("host-restore")
     assert res.ok, res.stderr + res.stdout
-    assert "undone: guest vmh-icrash (qemu:///system): destroy and undefine" in res.stdout
-    assert "undone: remove /var/lib/vmharness/vms/icrash/overlay.qcow2" in res.stdout
+    assert "undone: guest vmh-icrash (qemu:///system): destroy and undefine" in res.stderr  # progress: on stderr
+    assert "undone: remove /var/lib/vmharness/vms/icrash/overlay.qcow2" in res.stderr
     assert_nothing_left("icrash")
 
 

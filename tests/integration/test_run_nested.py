@@ -1,8 +1,10 @@
-"""The whole path with a NIC passed through, for real and without hardware: inside the rig's L1
-(emulated VT-d, two NUMA nodes, e1000e functions), `vmharness host-prepare` moves nic1's group to
-vfio-pci and reserves hugepages on its node; `vmharness run --bdf ... --hugepages` boots L2 through
-libvirt from the guest image with nic1 passed through and its memory on those pages; wrk in L1
-loads nginx in L2 over the wire between nic0 and nic1; `host-restore` gives L1 back.
+"""The researcher's two commands with a NIC passed through, for real and without hardware: inside the
+rig's L1 (emulated VT-d, two NUMA nodes, e1000e functions), `vmharness host-prepare --bdf nic1
+--hugepages ...` moves nic1's group to vfio-pci and reserves hugepages on its node; then `vmharness
+run --hugepages` with NO --bdf takes what host-prepare set up (its first line says so), boots L2
+through libvirt from the guest image with nic1 passed through and its memory on those pages, pinned
+to node 1's CPUs; wrk in L1 loads nginx in L2 over the wire between nic0 and nic1; `host-restore`
+then leaves L1 exactly as it was.
 
 L2 runs under TCG inside TCG, so it boots the rig's kernel (an uncompressed vmlinux, through PVH)
 with a small initramfs of its drivers (tests/rig/l2root.py) and the image's minimal init: a
@@ -13,19 +15,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
 
+from tests.integration.test_prepare_in_vm import state
 from tests.rig import Rig, l2root
 from tests.rig.topology import NIC0_ADDR
-from vmharness import proc
+from vmharness import cpus, proc
 from vmharness.guest import ssh
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm, pytest.mark.slow]
 
 L2_MIB = 384
-L2_ADDR = "198.18.0.2/24"  # on nic0's /24: nic0 (wrk's side) and nic1 (L2's) share a QEMU hub
+L2_ADDR = "198.18.0.2/24"  # on nic0's /24: nic0 (wrk's side, NIC0_ADDR) and nic1 (L2's) share a QEMU hub
 
 
 def in_l1(rig: Rig, *argv: str, timeout: float = 600, env: dict[str, str] | None = None) -> proc.Result:
@@ -35,13 +39,19 @@ def in_l1(rig: Rig, *argv: str, timeout: float = 600, env: dict[str, str] | None
 
 
 def config(rig: Rig) -> str:
-    return (f'[guest]\nmemory = {L2_MIB}\ninit = "minimal"\naddress = "{L2_ADDR}"\nboot_timeout = 900\n'
+    return (f'[guest]\nmemory = {L2_MIB}\ninit = "minimal"\nboot_timeout = 900\n'
             f'[[instance]]\nname = "l2"\ncmdline = "cryptomgr.notests rodata=off"\n'
             f'kernel = "{rig.kernel.boot_image}"\ninitrd = "{l2root.build(rig.kernel)}"\n'
             '[[client]]\nhost = "local"\nthreads = 1\n'
             '[sweep]\nconnections = "4"\niterations = 1\nduration = 3\nwarmup = 0\nwait = 0\n'
             '[samplers]\ninterval = 5.0\n'  # each snapshot costs L2 seconds of its only vCPU
             '[tuning]\nprofile = "none"\n')
+
+
+def host_state(rig: Rig) -> list[str]:
+    """Drivers, overrides, interfaces, hugepages, hugetlbfs mounts, VFIO modules and /dev/vfio in L1
+    (modules libvirtd or QEMU load for themselves, a tap's say, are theirs, not the harness's)."""
+    return [line for line in state(rig) if not line.startswith("module ") or "vfio" in line]
 
 
 def read_json_lines(rig: Rig, path: str) -> list[dict[str, Any]]:
@@ -63,22 +73,50 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     qemu_conf = 'namespaces = []\nuser = "root"\ngroup = "root"\ndynamic_ownership = 0\n'
     assert in_l1(l1, "sh", "-c", 'printf "%s" "$1" >> /etc/libvirt/qemu.conf', "sh", qemu_conf).ok
     l1.put_file("/tmp/nested.toml", config(l1).encode())
+    before = host_state(l1)
+    node1_cpus = set(cpus.parse_cpulist(l1.read_file("/sys/devices/system/node/node1/cpulist").decode()))
     began = time.monotonic()
     prepared = in_l1(l1, vmh, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", f"{L2_MIB}M")
     assert prepared.ok, prepared.stdout + prepared.stderr
     try:
         res = in_l1(l1, str(l1.repo / ".venv/bin/python"), "-m", "vmharness.host.libvirtd", vmh, "run",
-                    "/tmp/nested.toml", "--bdf", l1.nic1.bdf, "--hugepages", "--out", "/tmp/nested-run",
-                    timeout=2400, env={"MPLCONFIGDIR": "/tmp/mpl"})
+                    "/tmp/nested.toml", "--hugepages", "--address", L2_ADDR, "--client-address", NIC0_ADDR,
+                    "--out", "/tmp/nested-run", timeout=2400, env={"MPLCONFIGDIR": "/tmp/mpl"})
         print(res.stderr[-4000:], res.stdout, f"prepare and run took {time.monotonic() - began:.0f} s", sep="\n")
         assert res.returncode == 0, res.stderr[-4000:] + res.stdout
-        assert "nothing to change: the host is already prepared" in res.stderr
+        said = [line.strip() for line in res.stderr.splitlines() if line.startswith("  ")]
+        assert said[0].startswith(f"using what host-prepare set up: {l1.nic1.bdf} (vfio-pci, group "), said[:3]
+        assert "node 1), " in said[0] and "\u00d7 2 MiB hugepages on node 1" in said[0], said[0]
+        assert "nothing to change: the host is already prepared" in res.stderr  # nor is anything given back
         records = read_json_lines(l1, "/tmp/nested-run/records.jsonl")
         manifest = json.loads(l1.read_file("/tmp/nested-run/manifest.json"))
+        domain = ET.fromstring(l1.read_file("/tmp/nested-run/domains/l2.xml"))
+        still = in_l1(l1, "sh", "-c", f"readlink /sys/bus/pci/devices/{l1.nic1.bdf}/driver").stdout
+        assert still.strip().endswith("vfio-pci"), "the run gave back what host-prepare holds"
     finally:
         restored = in_l1(l1, vmh, "host-restore")
     assert restored.ok and "restored: the host is as vmharness found it" in restored.stdout, restored.stdout
+    assert host_state(l1) == before
+    assert in_l1(l1, "test", "-e", "/run/vmharness/journal.jsonl").returncode == 1
+    # the vfio device: the run took host-prepare's NIC (and not nic2, which only came along with its group)
+    assert manifest["nic"]["source"] == "host-prepare" and manifest["config"]["guest"]["bdf"] == [l1.nic1.bdf]
+    assert manifest["config"]["guest"]["address"] == L2_ADDR
+    assert manifest["config"]["guest"]["client_address"] == NIC0_ADDR
+    assert manifest["nic"]["client_address_on"] == ["local", l1.nic0.ifname]
+    dom, bus, slot, function = l1.nic1.bdf.replace(".", ":").split(":")
+    (hostdev,) = domain.findall("devices/hostdev")
+    got = hostdev.find("source/address")
+    assert got is not None and got.attrib == {"domain": f"0x{dom}", "bus": f"0x{bus}", "slot": f"0x{slot}",
+                                              "function": f"0x{function}"}
+    # the hugepages' node
+    assert domain.find("numatune/memory").get("nodeset") == "1"  # type: ignore[union-attr]
+    assert domain.find("memoryBacking/hugepages/page").get("size") == "2048"  # type: ignore[union-attr]
+    assert manifest["host"]["hugepages_by_node"]["node1"]["2048kB"]["nr"] >= L2_MIB // 2
+    # the pinned vCPUs
     session = next(r for r in records if r["kind"] == "session")
+    pinning = session["pinning"]
+    assert pinning["ok"] is True, pinning
+    assert set(pinning["planned_vcpus"]) <= node1_cpus and set(pinning["planned_emulator"]) <= node1_cpus
     point = next(r for r in records if r["kind"] == "measurement")
     assert session["ok"] and session["kernel"] == l1.release and session["address"] == L2_ADDR.split("/")[0]
     facts = manifest["instances"]["l2"]
@@ -87,6 +125,3 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     wire = point["samples"]["local"]["net"][l1.nic0.ifname]  # wrk's side of the wire, in L1
     assert wire["tx_packets_per_s"] > 0 and wire["rx_packets_per_s"] > 0
     assert manifest["guest"]["kvm"] is False and NIC0_ADDR.startswith("198.18.0.")
-    assert in_l1(l1, "test", "-e", "/run/vmharness/journal.jsonl").returncode == 1
-    assert in_l1(l1, "sh", "-c", f"readlink /sys/bus/pci/devices/{l1.nic1.bdf}/driver").stdout.strip().endswith(
-        "e1000e")

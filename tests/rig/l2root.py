@@ -3,7 +3,7 @@ kernel as the researcher's kernel (its uncompressed vmlinux boots through PVH; t
 and systemd are far too slow under TCG inside TCG). It carries the rig kernel's drivers for the
 virtio disk, ext4 (and the crc32c it asks the crypto API for), the virtio link and agent port, and
 the passed-through e1000e; its init mounts the image's root and starts the image's minimal init
-(images/overlay/usr/local/sbin/vmh-init)."""
+(vmharness/data/images/overlay/usr/local/sbin/vmh-init)."""
 
 from __future__ import annotations
 

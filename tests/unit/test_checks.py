@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.fakehost import FakeHost
-from vmharness.host import checks, probes
+from vmharness.host import checks, hugepages, probes
 from vmharness.host.root import HostRoot
 
 
@@ -98,6 +101,7 @@ def test_live_only_checks_skip_without_recorded_probes(host: FakeHost) -> None:
     r = rows(host.base)
     for name in ("KVM usable", "libvirtd", "QEMU"):
         assert r[name].status == "SKIP", name
+    assert (r["hugeadm pools"].status, r["hugeadm pools"].detail) == ("SKIP", "not run on a host root")
 
 
 def test_live_only_checks_read_from_snapshot_probes(host: FakeHost) -> None:
@@ -128,3 +132,79 @@ def test_iommu_vendor_comes_from_the_firmware_table(tmp_path: Path) -> None:
     r = rows(host.base)
     assert r["IOMMU on cmdline"].status == "FAIL" and "intel_iommu=on" in r["IOMMU on cmdline"].detail
     assert "intel_iommu=on" in r["IOMMU in kernel"].fix
+
+
+# --- libhugetlbfs' view: hugeadm --pool-list, on the live host only ---------------------------------
+POOL_LIST = ("      Size  Minimum  Current  Maximum  Default\n"
+             "   2097152        0        0        0        *\n"
+             "1073741824        2        2        4         \n")  # as libhugetlbfs 2.23 prints it, trailing blanks too
+
+
+def live_facts() -> checks.Facts:
+    """What host-check knows on the live host, with hugeadm run now (the other probes left out)."""
+    return checks.Facts(HostRoot("/"), frozenset(), None, [], [], 0, {"hugeadm": probes.hugeadm()})
+
+
+def fake_hugeadm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """A hugeadm found first on PATH: a shell script with `body`."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "hugeadm"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")  # first, before any real one
+
+
+def test_hugeadm_pools_are_reported_on_the_live_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_hugeadm(tmp_path, monkeypatch, f"[ \"$1\" = --pool-list ] || exit 3\ncat <<'END'\n{POOL_LIST}END")
+    c = checks.hugeadm_pools(live_facts())
+    assert (c.status, c.detail) == ("PASS", "2M (default): minimum 0, current 0, maximum 0; "
+                                            "1G: minimum 2, current 2, maximum 4")
+
+
+def test_without_hugeadm_the_row_is_skipped_with_the_install_hint(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    c = checks.hugeadm_pools(live_facts())
+    assert c.status == "SKIP" and "not installed" in c.detail and "libhugetlbfs-bin" in c.fix
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("echo 'hugeadm:ERROR: No hugetlbfs support' >&2; exit 1", "failed (exit 1): hugeadm:ERROR: No hugetlbfs"),
+    ("kill -9 $$", "killed by SIGKILL"),
+    ("exec sleep 30", "did not finish within 0.5 s"),
+    ("echo 'Size Minimum'", "line 1 is not the header"),
+    ("printf 'Size Minimum Current Maximum Default\\n2097152 0 x 0\\n'", "line 2 is not 'SIZE MINIMUM"),
+    ("printf 'Size Minimum Current Maximum Default\\n2097152 0 0 0 * *\\n'", "line 2 is not"),
+    ("printf 'Size Minimum Current Maximum Default\\n999 0 0 0\\n'", "999 is not a page size"),
+    ("printf 'Size Minimum Current Maximum Default\\n%030d 0 0 0\\n' 1", "line 2 is not"),
+    ("head -c 3000 /dev/urandom", "printed something unexpected"),
+])
+def test_a_failing_hanging_or_garbled_hugeadm_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           body: str, said: str) -> None:
+    fake_hugeadm(tmp_path, monkeypatch, body)
+    monkeypatch.setattr(probes, "HUGEADM_TIMEOUT", 0.5)
+    c = checks.hugeadm_pools(live_facts())
+    assert c.status == "WARN" and said in c.detail, c.detail
+
+
+def test_a_header_alone_lists_no_page_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_hugeadm(tmp_path, monkeypatch, "echo '      Size  Minimum  Current  Maximum  Default'")
+    assert checks.hugeadm_pools(live_facts()).detail == "hugeadm lists no page sizes"
+
+
+def test_a_snapshot_shows_the_pools_hugeadm_printed_when_it_was_taken(host: FakeHost) -> None:
+    host.write(probes.PROBES_FILE, json.dumps({"hugeadm": {"installed": True, "pool_list": POOL_LIST}}))
+    assert rows(host.base)["hugeadm pools"].detail.startswith("2M (default): minimum 0")
+    host.write(probes.PROBES_FILE, json.dumps({"hugeadm": {"installed": False}}))
+    assert rows(host.base)["hugeadm pools"].status == "SKIP"
+    host.write(probes.PROBES_FILE, json.dumps({"hugeadm": "x"}))
+    assert rows(host.base)["hugeadm pools"].detail == "not run on a host root"
+
+
+@pytest.mark.skipif(shutil.which("hugeadm") is None, reason="libhugetlbfs-bin is not installed")
+def test_the_real_hugeadm_sees_the_page_sizes_sysfs_has() -> None:
+    c = checks.hugeadm_pools(live_facts())
+    assert c.status == "PASS", c.detail
+    labels = [part.split(":")[0].removesuffix(" (default)") for part in c.detail.split("; ")]
+    assert labels == [hugepages.size_label(k) for k in hugepages.sizes(HostRoot("/"))]

@@ -205,7 +205,8 @@ def routed_host(tmp_path: Path) -> FakeHost:
 
 def why(host: FakeHost, iface: str = "eth1") -> str | None:
     root = HostRoot(host.base)
-    return netstate.active_reason(root, iface, netstate.reasons(root))
+    reason = netstate.in_use(root, iface, netstate.reasons(root))
+    return None if reason is None else str(reason)
 
 
 def test_a_readable_host_lets_the_unused_nic_go(tmp_path: Path) -> None:

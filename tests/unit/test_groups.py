@@ -65,8 +65,8 @@ def test_nic_enslaved_to_bond_with_default_route_is_in_use(host: FakeHost) -> No
     host.address("bond0", "10.1.2.3", 24)
     host.route("bond0", "0.0.0.0", "0.0.0.0", gateway="10.1.2.1")
     views = {v.dev.bdf: v for v in iommu.device_views(HostRoot(host.base), _scan(host))}
-    why = views["0000:3b:00.0"].active["eno1"]
-    assert why.startswith("via bond0: ")
+    why = str(views["0000:3b:00.0"].active["eno1"])
+    assert why.startswith("eno1 → bond0 holds ")
     assert "default route" in why and "address 10.1.2.3" in why
     assert views["0000:3b:00.1"].active == {}
 
@@ -80,7 +80,7 @@ def test_bond_inside_bridge_and_ipv6_only(host: FakeHost) -> None:
     host.address6("br0", "2001:db8::5")
     host.address6("eno1", "fe80::1", scope="20")  # link-local alone does not count
     views = iommu.device_views(HostRoot(host.base), _scan(host))
-    assert views[0].active == {"eno1": "via br0: address 2001:db8::5"}
+    assert views[0].to_json()["active"] == {"eno1": "eno1 → bond0 → br0 holds address 2001:db8::5"}
 
 
 def test_virtio_netdev_found_one_level_down(host: FakeHost) -> None:

@@ -77,7 +77,7 @@ def test_refuses_a_nic_whose_bond_holds_the_route(tmp_path: Path) -> None:
     host.virtual_netdev("bond0")
     host.enslave("ens1f0", "bond0")
     host.address("bond0", "10.1.1.2", 24)
-    assert "via bond0" in refused(host, "81:00.0").message
+    assert "0000:81:00.0 (ens1f0) → bond0 holds " in refused(host, "81:00.0").message
 
 
 def test_force_takes_the_routed_nic_with_a_warning(tmp_path: Path) -> None:

@@ -44,7 +44,9 @@ def test_run_config_errors_name_the_setting(tmp_path: Path) -> None:
     path = tmp_path / "r.toml"
     cases = {
         "[guest]\nmemory = 64\n": "guest.memory must be between 128 and",
-        "[guest]\nbdf = [\"0000:b3:00.0\"]\n": "guest.address is needed with guest.bdf",
+        "[guest]\naddress = \"198.19.0.2/24\"\nclient_address = \"198.19.1.1/24\"\n":
+            "guest.address 198.19.0.2/24 and guest.client_address 198.19.1.1/24 are not on one network",
+        "[guest]\nclient_address = \"198.19.0.0/24\"\n": "guest.client_address '198.19.0.0/24' is not an IPv4",
         "[guest]\nbdf = [\"b3:00.9\"]\naddress = \"198.19.0.2/24\"\n": "guest.bdf[0] 'b3:00.9' is not a PCI address",
         "[guest]\nbdf = [\"0000:b3:00.0\"]\naddress = \"198.19.0.300/24\"\n": "is not an IPv4 address",
         "[guest]\ninit = \"openrc\"\n": "guest.init must be systemd or minimal",

@@ -40,7 +40,7 @@ def test_round_trip_gives_identical_json(cli, host: FakeHost, tmp_path: Path) ->
         copy = cli.json(*cmd, "--host-root", str(snap))
         assert copy == original, cmd
     assert cli.json("host-groups", "--host-root", str(snap))["groups"][1]["devices"][0]["active"] == {
-        "ens1f0": "via bond0: route 10.0.0.0/24, default route, address 10.0.0.2"}
+        "ens1f0": "ens1f0 → bond0 holds route 10.0.0.0/24, default route, address 10.0.0.2"}
 
 
 def test_snapshot_is_small_relative_and_keeps_no_mac(cli, host: FakeHost, tmp_path: Path) -> None:

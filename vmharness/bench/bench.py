@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from vmharness import __version__, config, proc
@@ -21,14 +20,22 @@ from vmharness.errors import HarnessError
 from vmharness.host import journal
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import terminate_as_interrupt
+from vmharness.progress import Say
 
-Say = Callable[[str], None]
-REPO = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[2]  # the source tree, when the harness runs from one
 
 
-def harness_version() -> dict[str, str]:
-    rev = proc.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], timeout=10, check=False)
-    dirty = proc.run(["git", "-C", str(REPO), "status", "--porcelain"], timeout=10, check=False)
+def harness_version(checkout: Path = CHECKOUT) -> dict[str, str]:
+    """The version, and the commit of the checkout the code runs from. An installed copy sits in
+    site-packages, which is no checkout (git must not answer for a repository that merely contains
+    it): its commit is "unknown"."""
+    if not ((checkout / ".git").exists() and (checkout / "pyproject.toml").is_file()):
+        return {"version": __version__, "git": "unknown"}
+    try:
+        rev = proc.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], timeout=10, check=False)
+        dirty = proc.run(["git", "-C", str(checkout), "status", "--porcelain"], timeout=10, check=False)
+    except HarnessError:  # git is not installed
+        return {"version": __version__, "git": "unknown"}
     return {"version": __version__,
             "git": (rev.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")) if rev.ok else "unknown"}
 

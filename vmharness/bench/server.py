@@ -1,4 +1,4 @@
-"""The webserver under test: nginx from guest-setup/nginx.conf.template (or the researcher's own
+"""The webserver under test: nginx from vmharness/data/guest-setup/nginx.conf.template (or the researcher's own
 binary and config), started on any machine, checked with a real request, stopped by its PID.
 
 Its prefix (a temporary folder in /tmp named for the run's id and the instance) is journaled before
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vmharness import data
 from vmharness.errors import HarnessError
 from vmharness.host import journal
 from vmharness.host.journal import Op
@@ -26,7 +27,7 @@ from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
 from vmharness.machine import Machine, alive, read, stop_process
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "guest-setup" / "nginx.conf.template"
+TEMPLATE = data.NGINX_TEMPLATE
 FILE = "index.bin"
 
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import config, proc, stats
+from vmharness import config, proc, progress, stats
 from vmharness.bench import clients as clients_mod
 from vmharness.bench import sampler, server
 from vmharness.bench.store import RunDir
@@ -22,8 +21,6 @@ from vmharness.host import journal
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
 from vmharness.machine import Machine
-
-Say = Callable[[str], None]
 
 
 def machine(host: str) -> Machine:
@@ -105,7 +102,7 @@ class Sweep:
     cfg: BenchConfig
     run: RunDir
     root: HostRoot
-    say: Say
+    say: progress.Say
     owner: str  # the run's journal owner (run:ID): its servers and files carry it
     server_machine: Machine = field(init=False)
     clients: list[clients_mod.Client] = field(init=False)
@@ -221,12 +218,15 @@ class Sweep:
             for c in self.clients:
                 c.prepare(self.root, self.owner, self.cfg.sweep.rate)
             samplers.start([self.server_machine, *(c.machine for c in self.clients)])
-            while todo:
-                for n, point in enumerate(todo, 1):
-                    tally["ok" if self._one(samplers, point, f"[{n}/{len(todo)}]") else "failed"] += 1
-                todo = self.unsettled() if only is None else []
-                if todo:
-                    self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+            with progress.Progress("points measured", len(todo)) as bar:
+                while todo:
+                    for n, point in enumerate(todo, 1):
+                        tally["ok" if self._one(samplers, point, f"[{n}/{len(todo)}]") else "failed"] += 1
+                        bar.advance()
+                    todo = self.unsettled() if only is None else []
+                    if todo:
+                        bar.grow(len(todo))
+                        self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
         finally:
             with shielded():
                 self.stop_server()

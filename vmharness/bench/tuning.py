@@ -4,16 +4,15 @@ reverted after it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from vmharness.config import BenchConfig
 from vmharness.host.root import HostRoot
+from vmharness.progress import Say
 from vmharness.tune import access, apply, knobs, profile
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

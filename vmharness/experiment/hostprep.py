@@ -2,15 +2,25 @@
 vfio-pci with their IOMMU groups, and hugepages for the guest's memory on the NIC's node — the same
 plan and journal as `host-prepare`, owned by the run. Whatever the host already had (an earlier
 `host-prepare`) is left alone; what the run took is given back at its end, unless it is asked to
-keep it: then it is handed over to `host-prepare`, so that no later run reclaims it as a dead run's."""
+keep it: then it is handed over to `host-prepare`, so that no later run reclaims it as a dead run's.
+
+The journal is also the one record of a prepared host: a run given no NIC takes the ones
+`host-prepare` moved to vfio-pci (its outstanding `bind` records of the devices it was asked for) and
+the hugepages it reserved, confirmed against sysfs, and says so first. There is no second list of
+"prepared devices" that could disagree with what host-restore will give back."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
 
-from vmharness.config import RunConfig
+from vmharness import schema
+from vmharness.config import HugepageSize, RunConfig, wire
 from vmharness.errors import HarnessError
-from vmharness.host import journal, plan, prepare, restore, show_plan
+from vmharness.guest import placement
+from vmharness.host import hugepages, journal, pci, plan, prepare, restore, show_plan
 from vmharness.host.root import HostRoot
 from vmharness.machine import for_uri
 
@@ -31,6 +41,139 @@ def request(cfg: RunConfig) -> plan.Request | None:
 
 
 HOST_OPS = ("bind", "pages", "mount", "modules")
+PREPARER = "host-prepare"  # the owner of what host-prepare (or a run kept with --keep-host) holds
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What host-prepare holds now: the NICs it was asked for (each still on vfio-pci) and the hugepage
+    pools it reserved, as sysfs shows them."""
+
+    nics: tuple[pci.PciDevice, ...] = ()
+    pages: tuple[hugepages.NodePages, ...] = ()
+
+
+def _mib(size_kib: int) -> str:
+    return f"{size_kib >> 20} GiB" if size_kib >= 1 << 20 else f"{size_kib >> 10} MiB"
+
+
+def nic_text(dev: pci.PciDevice) -> str:
+    node = f", node {dev.numa_node}" if dev.numa_node is not None else ""
+    return f"{dev.bdf} ({dev.driver or 'no driver'}, group {dev.iommu_group}{node})"
+
+
+def pages_text(p: hugepages.NodePages) -> str:
+    return f"{p.total} × {_mib(p.size_kib)} hugepages on node {p.node}"
+
+
+def prepared(root: HostRoot) -> Prepared:
+    """Read from the journal's outstanding host-prepare records, each confirmed against sysfs: a NIC
+    it moved that is no longer on vfio-pci is an error (the record and the host disagree)."""
+    held = [r for r in journal.outstanding(journal.read(root)) if r.get("owner") == PREPARER]
+    nics = []
+    for bdf in dict.fromkeys(r["bdf"] for r in held if r["op"] == "bind" and r.get("named", True)):
+        dev = pci.find(root, bdf) if root.exists(f"/sys/bus/pci/devices/{bdf}") else None
+        if dev is None or dev.driver != plan.VFIO_DRIVER:
+            now = "gone from the PCI bus" if dev is None else f"bound to {dev.driver or 'no driver'}"
+            raise HarnessError(f"host-prepare moved {bdf} to {plan.VFIO_DRIVER}, but it is {now} now",
+                               f"give it back and prepare again: vmharness host-restore, then vmharness "
+                               f"host-prepare --bdf {bdf}")
+        nics.append(dev)
+    pools = {(r["node"], r["size_kib"]) for r in held if r["op"] == "pages"}
+    pages = tuple(p for p in hugepages.per_node(root) if (p.node, p.size_kib) in pools and p.total > 0)
+    return Prepared(tuple(nics), pages)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where the run's NIC and hugepages come from, said on its first line and kept in its manifest."""
+
+    cfg: RunConfig
+    source: str  # --bdf, guest.bdf, host-prepare or virtio
+    line: str
+
+    def to_json(self) -> dict[str, Any]:
+        g = self.cfg.guest
+        return {"source": self.source, "said": self.line, "bdf": list(g.bdf), "hugepages": g.hugepages,
+                "hugepage_size": g.hugepage_size, "address": g.address, "client_address": g.client_address}
+
+
+@dataclass(frozen=True)
+class Given:
+    """Which of the run's settings came from flags, so that an error names what the user typed."""
+
+    bdf: bool = False
+    address: bool = False
+    client_address: bool = False
+    resumed: bool = False  # the configuration is a started run's: nothing new is taken from the host
+
+    def name(self, key: str) -> str:
+        return f"--{key.replace('_', '-')}" if getattr(self, key) else f"guest.{key}"
+
+
+def _size(pool: hugepages.NodePages) -> HugepageSize:
+    label = hugepages.size_label(pool.size_kib)
+    if label not in schema.choices(HugepageSize):
+        raise HarnessError(f"host-prepare reserved {label} hugepages; a guest's memory takes 2M or 1G pages",
+                           "vmharness host-restore, then vmharness host-prepare --hugepage-size 2M (or 1G)")
+    return cast(HugepageSize, label)
+
+
+def _pool(found: Prepared, cfg: RunConfig, node: int | None) -> hugepages.NodePages | None:
+    """host-prepare's pool on the guest's node, of the configured size when it has one."""
+    here = [p for p in found.pages if node is None or p.node == node]
+    sized = [p for p in here if hugepages.size_label(p.size_kib) == cfg.guest.hugepage_size]
+    return next(iter(sized or here), None)
+
+
+def choose(root: HostRoot, cfg: RunConfig, given: Given) -> Choice:
+    """The run's NICs and hugepages: those it was given (--bdf or guest.bdf), else host-prepare's, else
+    none (virtio); then the wire's addresses, defaulted when a NIC is passed through."""
+    g = cfg.guest
+    if g.bdf:
+        source = given.name("bdf")
+        if given.resumed:
+            source = "guest.bdf of the run's configuration"
+        devs = [pci.find(root, b) for b in g.bdf]
+        line = f"passing through {', '.join(nic_text(d) for d in devs)} ({source})"
+        if g.hugepages:
+            line += f", guest memory on {g.hugepage_size} hugepages of its node"
+    elif given.resumed:
+        source, line = "virtio", "no NIC passed through (none in the run's configuration): wrk reaches the " \
+                                 "guest over virtio"
+    else:
+        found = prepared(root)
+        if found.nics:
+            source = PREPARER
+            node = found.nics[0].numa_node
+            pool = _pool(found, cfg, node)
+            said = [", ".join(nic_text(d) for d in found.nics)]
+            g = dataclasses.replace(g, bdf=tuple(d.bdf for d in found.nics))
+            if pool is not None:
+                said.append(pages_text(pool))
+                g = dataclasses.replace(g, hugepages=True, hugepage_size=_size(pool))
+            elif g.hugepages:
+                said.append(f"and {g.hugepage_size} hugepages the run reserves on its node")
+            line = f"using what host-prepare set up: {', '.join(said)}"
+        else:
+            source = "virtio"
+            line = "no NIC passed through: host-prepare has none and no --bdf was given; wrk reaches the guest " \
+                   "over virtio"
+            pool = _pool(found, cfg, placement.nic_node(root, ())[0])
+            if pool is not None:
+                line += f"; guest memory on host-prepare's {pages_text(pool)}"
+                g = dataclasses.replace(g, hugepages=True, hugepage_size=_size(pool))
+    if g.bdf:
+        address, client = wire(g.address, g.client_address, (given.name("address"), given.name("client_address")))
+        g = dataclasses.replace(g, address=address, client_address=client)
+        line += f"; the guest is {address} on it, the clients {client}"
+    else:
+        for key in ("address", "client_address"):
+            if getattr(g, key):
+                raise HarnessError(f"{given.name(key)} is an address on a passed-through NIC, and no NIC is "
+                                   "passed through", "pass --bdf BDF (or prepare one: vmharness host-prepare "
+                                   "--bdf BDF), or drop it: over virtio the guest's link has its own addresses")
+    return Choice(dataclasses.replace(cfg, guest=g), source, line)
 
 
 def prepare_host(root: HostRoot, cfg: RunConfig, say: Say, owner: str) -> int | None:

@@ -27,7 +27,6 @@ def reclaim(root: HostRoot, say: Callable[[str], None]) -> None:
                            "vmharness host-restore shows and retries it")
 
 
-
 def undo_all(root: HostRoot, say: Callable[[str], None]) -> list[str]:
     """host-restore: give back every outstanding record, whoever owns it; returns the problems."""
     return restore.undo(root, say)

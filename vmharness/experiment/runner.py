@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmharness import provenance
+from vmharness import progress, provenance
 from vmharness.bench import bench, sweep, tuning
 from vmharness.bench.store import RunDir
 from vmharness.config import InstanceSection, RunConfig
@@ -48,9 +48,40 @@ def sessions(todo: list[sweep.Point]) -> list[Session]:
     return [Session(it, name, tuple(pts)) for (it, name), pts in groups.items()]
 
 
-def new_run(cfg: RunConfig, out: Path) -> RunDir:
-    return RunDir.create(out, {"kind": "run", "id": bench.new_id(), "config": cfg.to_json(),
+def new_run(cfg: RunConfig, out: Path, nic: dict[str, Any]) -> RunDir:
+    """`nic`: where the NIC and hugepages came from (hostprep.Choice.to_json), kept beside the config."""
+    return RunDir.create(out, {"kind": "run", "id": bench.new_id(), "config": cfg.to_json(), "nic": nic,
                                "harness": bench.harness_version(), "points_planned": len(sweep.points(cfg))})
+
+
+def holder(address: str, listings: dict[str, str]) -> tuple[str, str] | None:
+    """The (client host, interface) whose `ip -o -4 addr show` lists `address` (its IP), if any."""
+    ip = address.split("/")[0]
+    for host, text in listings.items():
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) > 3 and fields[2] == "inet" and fields[3].split("/")[0] == ip:
+                return host, fields[1]
+    return None
+
+
+def check_wire(cfg: RunConfig, name: str) -> tuple[str, str] | None:
+    """With a NIC passed through, a client machine must hold guest.client_address (`name`: the flag or
+    key it came from) on the wire to the guest, or wrk cannot reach the guest's address: said before
+    anything is taken. Returns the (host, interface) holding it."""
+    g = cfg.guest
+    if not g.bdf:
+        return None
+    hosts = dict.fromkeys(c.host for c in cfg.client)
+    listings = {h: sweep.machine(h).run(["ip", "-o", "-4", "addr", "show"], timeout=30).stdout for h in hosts}
+    found = holder(g.client_address, listings)
+    if found is None:
+        where = " or ".join("this machine" if h == "local" else h for h in hosts)
+        raise HarnessError(f"{name} {g.client_address}: no client ({where}) holds it, so wrk cannot reach the "
+                           f"guest at {g.address.split('/')[0]}",
+                           f"put it on the client's NIC cabled to {', '.join(g.bdf)} (ip addr add "
+                           f"{g.client_address} dev IFACE), or pass --client-address with the address it has there")
+    return found
 
 
 def ensure_image(cfg: RunConfig, run: RunDir, say: Say) -> str | None:
@@ -175,13 +206,16 @@ class Runner:
         done = self.run.completed()
         todo = [p for p in sweep.points(self.cfg) if p.key not in done]
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
-        while todo:
-            groups = sessions(todo)
-            for n, s in enumerate(groups, 1):
-                self._session(s, f"[{n}/{len(groups)}]")
-            todo = sweep.Sweep(self.cfg, self.run, self.root, self.say, self.owner).unsettled()
-            if todo:
-                self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+        with progress.Progress("guest sessions", None) as bar:
+            while todo:
+                groups = sessions(todo)
+                bar.grow(len(groups))
+                for n, s in enumerate(groups, 1):
+                    self._session(s, f"[{n}/{len(groups)}]")
+                    bar.advance()
+                todo = sweep.Sweep(self.cfg, self.run, self.root, self.say, self.owner).unsettled()
+                if todo:
+                    self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""

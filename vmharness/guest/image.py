@@ -1,4 +1,4 @@
-"""`image build`: the guest image from the recipe in images/ — a Debian root made by mmdebstrap, turned
+"""`image build`: the guest image from the recipe in vmharness/data/images/ — a Debian root made by mmdebstrap, turned
 into an ext4 qcow2 with `mkfs.ext4 -d` (no loop mount), its kernel and initrd beside it for direct boot.
 
 Images live in IMAGE_DIR/<key>/, where the key hashes everything that goes into one: the recipe folder,
@@ -14,22 +14,21 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import proc, tomlfile
+from vmharness import data, proc, tomlfile
 from vmharness.errors import HarnessError
 from vmharness.guest import kernelfile
 from vmharness.machine import Machine, alive
+from vmharness.progress import Progress, Say
 
 BUILDER_VERSION = "1"  # bump when the steps below change what an image contains
-RECIPE_DIR = Path(__file__).resolve().parents[2] / "images"
+RECIPE_DIR = data.IMAGE_RECIPE
 DEFAULT_IMAGE_DIR = "/var/lib/vmharness/images"
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 
-Say = Callable[[str], None]
 
 
 def image_dir(override: str | None = None) -> Path:
@@ -272,7 +271,8 @@ def build(recipe: Recipe, images: Path, say: Say) -> tuple[Image, bool]:
     work.mkdir()
     started = time.monotonic()
     try:
-        image = _build_in(recipe, work, say, started)
+        with Progress("building the guest image", None):
+            image = _build_in(recipe, work, say, started)
         final = images / recipe.key()
         work.rename(final)
         return Image(final, image.meta), True

@@ -14,6 +14,7 @@ from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
 from vmharness.guest.vm import check_name, domain_name, new_uuid
 from vmharness.host import hugepages, pci, probes
+from vmharness.host.plan import Plan as HostPlan
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine, for_uri
 
@@ -73,9 +74,10 @@ def use_kvm(root: HostRoot, req: VmRequest) -> tuple[bool, str]:
     return usable, facts["kvm"]["detail"]
 
 
-def _check_device(root: HostRoot, bdf: str, managed: bool) -> str:
+def _check_device(root: HostRoot, bdf: str, managed: bool, bound: set[str]) -> str:
+    """`bound`: devices a host plan moves to vfio-pci before the guest is defined (a preflight)."""
     dev = pci.find(root, bdf)
-    if not managed and dev.driver != VFIO:
+    if not managed and dev.driver != VFIO and dev.bdf not in bound:
         raise HarnessError(
             f"{dev.bdf} is bound to {dev.driver or 'no driver'}, not {VFIO}",
             f"prepare it: vmharness host-prepare --bdf {dev.bdf}, or pass --managed to let libvirt rebind it")
@@ -130,17 +132,25 @@ class Planned:
     notes: tuple[str, ...]
 
 
-def plan(root: HostRoot, req: VmRequest, for_print: bool = False) -> Planned:
+def _pages_planned(after: HostPlan | None, node: int | None, page_kib: int, memory_mib: int) -> bool:
+    p = after.pages if after is not None else None
+    return p is not None and p.node == node and p.size_kib == page_kib and p.needed * page_kib >= memory_mib * 1024
+
+
+def plan(root: HostRoot, req: VmRequest, for_print: bool = False, after: HostPlan | None = None) -> Planned:
+    """`after`: plan the domain as it would be once this host plan is carried out (`run --print-xml` on a
+    host not prepared yet): its devices count as on vfio-pci, its hugepages as reserved."""
     check_name(req.name)
     if req.memory_mib < 128:
         raise HarnessError(f"{req.memory_mib} MiB is too little memory for the guest", "pass --memory 512 or more")
     img = resolve_image(req, must_exist=not for_print)
     notes = [] if img.disk.exists() else [f"the image {img.folder} is not built yet"]
-    bdfs = tuple(_check_device(root, b, req.managed) for b in req.bdfs)
+    bound = {b.bdf for b in after.binds} if after is not None else set()
+    bdfs = tuple(_check_device(root, b, req.managed, bound) for b in req.bdfs)
     node_cpus = placement.node_cpus(root, placement.nic_node(root, bdfs)[0])
     place = placement.place(root, bdfs, req.vcpus or min(2, len(node_cpus)))
     page_kib = _hugepage_kib(req) if req.hugepages else None
-    if page_kib is not None:
+    if page_kib is not None and not _pages_planned(after, place.node, page_kib, req.memory_mib):
         placement.check_hugepages(root, place.node, page_kib, req.memory_mib)
     kvm, why = use_kvm(root, req)
     notes.append(f"accelerator: {'KVM' if kvm else 'TCG'} ({why})")

@@ -14,7 +14,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,8 @@ from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded, terminate_as_interrupt
 from vmharness.machine import Machine, for_uri
+from vmharness.progress import Progress, Say
 
-Say = Callable[[str], None]
 DOMAIN_PREFIX = "vmh-"
 STATE = "/run/vmharness/vms"  # name.json per running guest, on the machine running the harness
 
@@ -192,7 +191,8 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
             dom = _define(conn, xml)
             say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
             _start(dom, spec, machine)
-            seconds = _wait_for_agent(dom, spec.console_log, machine, boot_timeout)
+            with Progress(f"{spec.name} booting", None):
+                seconds = _wait_for_agent(dom, spec.console_log, machine, boot_timeout)
             say(f"guest agent answers after {seconds:.1f} s")
             link = None
             if spec.link is not None and link_net is not None:

@@ -217,6 +217,66 @@ def hugetlbfs(f: Facts) -> Check:
     return Check(name, PASS, shown)
 
 
+_POOL_HEADER = ["Size", "Minimum", "Current", "Maximum", "Default"]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One row of `hugeadm --pool-list`: a page size and its pool, in pages."""
+
+    size_kib: int
+    minimum: int
+    current: int
+    maximum: int
+    default: bool
+
+
+def parse_pool_list(text: str) -> list[Pool]:
+    """`hugeadm --pool-list` output: a header, then `SIZE_BYTES MIN CURRENT MAX [*]` per page size
+    (`*` marks the default size). ValueError naming the line that does not fit."""
+    lines = [(n, line.split()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines or lines[0][1] != _POOL_HEADER:
+        raise ValueError(f"line 1 is not the header {' '.join(_POOL_HEADER)!r}")
+    pools = []
+    for n, cols in lines[1:]:
+        numbers, star = (cols[:4], cols[4:])
+        if len(numbers) != 4 or star not in ([], ["*"]) or not all(c.isdigit() and len(c) < 20 for c in numbers):
+            raise ValueError(f"line {n} is not 'SIZE MINIMUM CURRENT MAXIMUM [*]': {' '.join(cols)[:60]!r}")
+        size, low, now, high = (int(c) for c in numbers)
+        if size < 1024 or size % 1024:
+            raise ValueError(f"line {n}: {size} is not a page size in bytes")
+        pools.append(Pool(size // 1024, low, now, high, star == ["*"]))
+    return pools
+
+
+def hugeadm_pools(f: Facts) -> Check:
+    """libhugetlbfs' view of the pools, when its tool is installed: a second reading of the counters
+    the hugepages row reads, in the form the libhugetlbfs documentation uses. Run on the live host
+    (a snapshot stores what it printed)."""
+    name = "hugeadm pools"
+    data = f.live.get("hugeadm") if f.live is not None else None
+    if not isinstance(data, dict):
+        return Check(name, SKIP, "not run on a host root", "run host-check on the host itself")
+    if not data.get("installed"):
+        return Check(name, SKIP, "hugeadm is not installed (optional)",
+                     "apt-get install libhugetlbfs-bin (dnf install libhugetlbfs-utils) for libhugetlbfs' view")
+    output = data.get("pool_list")
+    if not isinstance(output, str):
+        return Check(name, WARN, str(data.get("error", "no output recorded"))[:300],
+                     "run it by hand: hugeadm --pool-list")
+    try:
+        pools = parse_pool_list(output)
+    except ValueError as exc:
+        return Check(name, WARN, f"hugeadm --pool-list printed something unexpected: {exc}",
+                     "run it by hand: hugeadm --pool-list")
+    if not pools:
+        return Check(name, WARN, "hugeadm lists no page sizes", "use a kernel with CONFIG_HUGETLBFS")
+    shown = "; ".join(
+        f"{hugepages.size_label(p.size_kib)}{' (default)' if p.default else ''}: minimum {p.minimum}, "
+        f"current {p.current}, maximum {p.maximum}" for p in pools)
+    return Check(name, PASS, shown)
+
+
 def libvirt(f: Facts) -> Check:
     return _live_flag(f, "libvirtd", "libvirtd", "reachable", "start it: libvirtd -d (or systemctl start libvirtd)")
 
@@ -236,7 +296,7 @@ def qemu(f: Facts) -> Check:
 CHECKS: tuple[Callable[[Facts], Check], ...] = (
     cpu_virt, kvm_device, kvm_usable, iommu_firmware, iommu_kernel, iommu_cmdline,
     interrupt_remapping, _module_check("vfio-pci"), _module_check("vfio_iommu_type1"),
-    hugepage_sizes, hugetlbfs, libvirt, qemu,
+    hugepage_sizes, hugetlbfs, hugeadm_pools, libvirt, qemu,
 )
 
 

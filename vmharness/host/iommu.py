@@ -33,11 +33,11 @@ class DeviceView:
     """A device as host-groups shows it: the PCI model plus what the host uses it for."""
 
     dev: PciDevice
-    active: dict[str, str]  # netdev name -> why the host uses it
+    active: dict[str, netstate.InUse]  # netdev name -> why the host uses it
 
     def to_json(self) -> dict[str, Any]:
         data = self.dev.to_json()
-        data["active"] = dict(self.active)
+        data["active"] = {name: str(why) for name, why in self.active.items()}
         return data
 
 
@@ -81,8 +81,8 @@ def device_views(root: HostRoot, devices: list[PciDevice]) -> list[DeviceView]:
     for d in devices:
         active = {}
         for n in d.netdevs:
-            why = netstate.active_reason(root, n.name, held)
-            if why:
+            why = netstate.in_use(root, n.name, held)
+            if why is not None:
                 active[n.name] = why
         views.append(DeviceView(d, active))
     return views

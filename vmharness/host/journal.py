@@ -40,7 +40,6 @@ STATE_DIR = "/run/vmharness"
 JOURNAL = f"{STATE_DIR}/journal.jsonl"
 LOCK = f"{STATE_DIR}/lock"
 RUN_PREFIX = "run:"  # owners that end with their process: a run's or a bench's id
-KEPT_OWNERS = ("host-prepare", "tune")  # and "vm:NAME": kept on purpose until their counterpart command
 
 log = logging.getLogger("vmharness.journal")
 Record = dict[str, Any]

@@ -136,18 +136,27 @@ def group_members(root: HostRoot, group: int) -> list[PciDevice]:
             if root.exists(f"/sys/bus/pci/devices/{bdf}")]
 
 
+def _whose(why: netstate.InUse, held: netstate.Held) -> str:
+    """Whether the SSH session is on this interface's stack, as far as the host can tell."""
+    if why.ssh:
+        return "this is your SSH connection"
+    if held.ssh_iface is not None:
+        return f"the host uses it (your SSH connection leaves by {held.ssh_iface})"
+    return "this is probably your SSH connection"
+
+
 def refuse_in_use(root: HostRoot, group: int | None, members: list[PciDevice], req: Request, plan: Plan) -> None:
     held = netstate.reasons(root)
     for dev in members:
         for n in dev.netdevs:
-            why = netstate.active_reason(root, n.name, held)
-            if not why:
+            why = netstate.in_use(root, n.name, held)
+            if why is None:
                 continue
+            text = why.text(f"{dev.bdf} ({n.name})")
             if not req.force:
-                raise HarnessError(
-                    f"{dev.bdf} ({n.name}) holds {why}: this is probably your SSH connection",
-                    "pass another NIC, or --force if you are sure nothing needs it (its group goes with it)")
-            plan.warnings.append(f"--force: {dev.bdf} ({n.name}) holds {why}; it will lose it")
+                raise HarnessError(f"{text}: {_whose(why, held)}", "pass another NIC, or --force if you are "
+                                   "sure nothing needs it (its group, and all that is stacked on it, go with it)")
+            plan.warnings.append(f"--force: {text}; it will lose it")
     users = vfio_users.processes(root, group) if group is not None else []
     users += vfio_users.domains(root, {d.bdf for d in members})
     if users:

@@ -5,7 +5,6 @@ what was done before reporting the error."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from vmharness import proc
 from vmharness.errors import HarnessError
@@ -13,8 +12,7 @@ from vmharness.host import bind, hugepages, journal, kmod, restore
 from vmharness.host.plan import VFIO_DRIVER, Plan
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import terminate_as_interrupt
-
-Say = Callable[[str], None]
+from vmharness.progress import Say
 
 
 def _modules(root: HostRoot, plan: Plan, say: Say, owner: str) -> None:
@@ -33,7 +31,7 @@ def _binds(root: HostRoot, plan: Plan, say: Say, owner: str) -> None:
         netdevs = [{"name": n, "flags": root.read_optional(f"/sys/class/net/{n}/flags"),
                     "mtu": root.read_optional(f"/sys/class/net/{n}/mtu")} for n in b.netdevs]
         journal.record(root, {"op": "bind", "bdf": b.bdf, "driver": b.driver, "override": b.override,
-                              "netdevs": netdevs}, owner)
+                              "netdevs": netdevs, "named": b.named}, owner)  # named: a run takes it
         bind.to_driver(root, b.bdf, VFIO_DRIVER, VFIO_DRIVER)
         say(f"{b.bdf}: {b.driver or 'no driver'} -> {VFIO_DRIVER}")
     for group in plan.groups:

@@ -1,4 +1,5 @@
-"""Facts that only the live host can answer (is KVM usable, is libvirtd there, which QEMU).
+"""Facts that only the live host can answer (is KVM usable, is libvirtd there, which QEMU, libhugetlbfs'
+pool list, the SSH session the harness runs in).
 
 On the live host they are measured; `host-snapshot` stores them in the tarball so that a snapshot
 answers the same. A host root that is neither has none, and the checks say so.
@@ -7,9 +8,11 @@ answers the same. A host root that is neither has none, and the checks say so.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 from vmharness import proc
@@ -24,6 +27,9 @@ LIBVIRT_SOCKETS = (
     "/var/run/libvirt/libvirt-sock",
 )
 QEMU = "qemu-system-x86_64"
+HUGEADM = "hugeadm"
+HUGEADM_TIMEOUT = 10.0  # seconds; it reads sysfs and /proc/mounts
+_ANCESTORS = 64  # how far up the process tree SSH_CONNECTION is looked for
 
 
 def libvirtd() -> dict[str, Any]:
@@ -52,13 +58,51 @@ def qemu() -> dict[str, Any]:
     return {"path": path, "version": m.group(1) if m else None}
 
 
+def hugeadm() -> dict[str, Any]:
+    """libhugetlbfs' `hugeadm --pool-list`, as printed (host-check parses it), when it is installed."""
+    if shutil.which(HUGEADM) is None:
+        return {"installed": False}
+    try:
+        res = proc.run([HUGEADM, "--pool-list"], timeout=HUGEADM_TIMEOUT, check=False)
+    except HarnessError as exc:
+        return {"installed": True, "error": exc.message}
+    if not res.ok:
+        return {"installed": True, "error": res.failure().message}
+    return {"installed": True, "pool_list": res.stdout}
+
+
+def ssh_connection(root: HostRoot, env: Mapping[str, str]) -> str | None:
+    """SSH_CONNECTION of the session the harness runs in: its own environment's, else its nearest
+    ancestor's (sudo leaves SSH_CONNECTION out of the environment it passes on, but the shell that
+    ran sudo still has it)."""
+    if "SSH_CONNECTION" in env:
+        return env["SSH_CONNECTION"]
+    pid = os.getppid()
+    for _ in range(_ANCESTORS):
+        if pid <= 1:
+            return None
+        try:
+            environ = root.read_optional(f"/proc/{pid}/environ") or ""
+        except HarnessError:  # larger than a host file may be: look further up
+            environ = ""
+        for item in environ.split("\0"):
+            if item.startswith("SSH_CONNECTION="):
+                return item.removeprefix("SSH_CONNECTION=")
+        fields = (root.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
+        if len(fields) < 2 or not fields[1].isdigit():
+            return None
+        pid = int(fields[1])
+    return None
+
+
 def measure(root: HostRoot) -> dict[str, Any]:
     kvm_state: dict[str, Any]
     if root.exists("/dev/kvm"):
         kvm_state = kvm.probe().to_json()
     else:
         kvm_state = {"usable": False, "detail": "/dev/kvm does not exist"}
-    return {"kvm": kvm_state, "libvirtd": libvirtd(), "qemu": qemu()}
+    return {"kvm": kvm_state, "libvirtd": libvirtd(), "qemu": qemu(), "hugeadm": hugeadm(),
+            "ssh_connection": ssh_connection(root, os.environ)}
 
 
 def load(root: HostRoot) -> dict[str, Any] | None:

@@ -17,8 +17,7 @@ from vmharness.host import bind, hugepages, journal, kmod
 from vmharness.host.journal import Op, Record
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
-
-Say = Callable[[str], None]
+from vmharness.progress import Say
 
 
 def describe(rec: Record) -> str:

@@ -20,21 +20,12 @@ def checks_text(checks: list[Check], where: str) -> str:
     return "\n".join(lines)
 
 
-def _short(why: str) -> str:
-    """The first two things an interface holds; JSON has them all."""
-    head, sep, rest = why.partition(": ")
-    prefix, items = (head + sep, rest) if head.startswith("via ") else ("", why)
-    parts = items.split(", ")
-    more = f" +{len(parts) - 2} more" if len(parts) > 2 else ""
-    return prefix + ", ".join(parts[:2]) + more
-
-
 def _device_row(v: DeviceView, in_group: bool) -> list[str]:
     d = v.dev
     nets = []
     for n in d.netdevs:
         why = v.active.get(n.name)
-        nets.append(f"{n.name} [IN USE: {_short(why)}]" if why else n.name)
+        nets.append(f"{n.name} [IN USE: {why.short()}]" if why else n.name)
     if d.sriov_numvfs:
         nets.append(f"SR-IOV {d.sriov_numvfs}/{d.sriov_totalvfs} VFs")
     if d.physfn:
@@ -85,7 +76,8 @@ def groups_text(groups: list[Group], ungrouped: list[DeviceView]) -> str:
     if any(g.blockers for g in groups):
         legend.append("! = keeps its group from being viable (bound to a host driver)")
     if any(v.active for g in groups for v in g.members) or any(v.active for v in ungrouped):
-        legend.append("IN USE = holds a route or an address (probably how you reach this host)")
+        legend.append("IN USE = it, or a device stacked on it (bond, bridge, VLAN, macvlan, OVS), holds a route or "
+                      "an address (probably how you reach this host)")
     if legend:
         lines += ["", "; ".join(legend)]
     return "\n".join(lines)

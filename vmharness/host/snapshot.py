@@ -29,7 +29,7 @@ from vmharness.host.root import LARGE_READ, HostRoot, read_file
 PROC_FILES = (
     "/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/interrupts", "/proc/mounts",
     "/proc/modules", "/proc/sys/kernel/osrelease", "/proc/net/route", "/proc/net/ipv6_route",
-    "/proc/net/fib_trie", "/proc/net/if_inet6", "/proc/net/dev",
+    "/proc/net/fib_trie", "/proc/net/if_inet6", "/proc/net/dev", "/proc/net/vlan/config",
 )
 PCI_ATTRS = (
     "vendor", "device", "class", "subsystem_vendor", "subsystem_device", "revision", "numa_node",
@@ -138,6 +138,21 @@ def _net(w: _Writer) -> None:
         for attr in NETDEV_ATTRS:
             w.file(f"{target}/{attr}")
         w.link(f"{target}/master")
+        _stack(w, target)
+
+
+def _stack(w: _Writer, target: str) -> None:
+    """What the SSH guard reads of a netdev's stack (netstate): its upper and lower links, a bridge's
+    ports and a bond's slaves."""
+    entries = w.root.listdir(target)
+    for entry in entries:
+        if entry.startswith(("upper_", "lower_")):
+            w.link(f"{target}/{entry}")
+    if "bridge" in entries:
+        w.dir(f"{target}/bridge")
+    for port in w.root.listdir(f"{target}/brif"):
+        w.link(f"{target}/brif/{port}")
+    w.file(f"{target}/bonding/slaves")
 
 
 def _iommu(w: _Writer) -> None:

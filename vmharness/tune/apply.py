@@ -5,7 +5,6 @@ The journal's `tune` op is registered here: tuning owns its undo."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Any
 
 from vmharness.errors import HarnessError
@@ -13,10 +12,9 @@ from vmharness.host import journal
 from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
+from vmharness.progress import Say
 from vmharness.tune.access import Target, from_spec
 from vmharness.tune.knobs import Change, Plan, same
-
-Say = Callable[[str], None]
 
 
 def _ethtool(t: Target, path: str, value: str) -> None:

@@ -153,8 +153,11 @@ def test_killed_mid_run_then_resumed(daemon: None, tmp_path: Path) -> None:
 
 def test_a_bad_config_is_one_line(tmp_path: Path) -> None:
     cfg = tmp_path / "run.toml"
-    cfg.write_text("[guest]\nbdf = [\"0000:b3:00.0\"]\n")
+    cfg.write_text("[guest]\nbdf = [\"0000:b3:00.0\"]\n")  # no such device here
     res = vmh("run", str(cfg))
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.startswith("error: guest.address is needed with guest.bdf")
+    assert res.stderr.startswith("error: no PCI device 0000:b3:00.0 on this host"), res.stderr
+    cfg.write_text("[guest]\nbdf = [\"0000:b3:00.0\"]\naddress = \"198.19.0.2\"\n")
+    res = vmh("run", str(cfg))
+    assert res.returncode == 2 and res.stderr.startswith("error: config.guest.address '198.19.0.2' is not"), res.stderr
     assert not JOURNAL.exists()

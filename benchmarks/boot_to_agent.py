@@ -60,4 +60,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from vmharness.interrupts import terminate_as_interrupt
+
+    with terminate_as_interrupt():  # as the CLI does: SIGTERM unwinds, the guest is taken down
+        sys.exit(main())

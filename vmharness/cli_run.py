@@ -44,8 +44,12 @@ def _choice(args: argparse.Namespace, root: HostRoot) -> Choice:
     client = _flag_address(args.client_address, "--client-address")
     guest = dataclasses.replace(guest, address=guest.address if address is None else address,
                                 client_address=guest.client_address if client is None else client)
+    cfg = dataclasses.replace(cfg, guest=guest)
+    if args.control and not cfg.control.cap:
+        cfg = config.with_control(dataclasses.replace(cfg, control=dataclasses.replace(
+            cfg.control, cap=config.CONTROL_CAP)), "--control")
     given = hostprep.Given(bdf=bool(args.bdf), address=address is not None, client_address=client is not None)
-    choice = hostprep.choose(root, dataclasses.replace(cfg, guest=guest), given)
+    choice = hostprep.choose(root, cfg, given)
     config.validate(choice.cfg)
     return choice
 
@@ -82,11 +86,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vmharness.experiment import hostprep, runner
     from vmharness.host import journal
 
-    if args.resume and (args.config or args.out is not None or args.bdf or args.hugepages or args.print_xml
-                        or args.address is not None or args.client_address is not None):
-        raise HarnessError("--resume takes the configuration from the run directory",
-                           "drop CONFIG, --out, --bdf, --hugepages, --address, --client-address and --print-xml "
-                           "when resuming")
+    given = [name for name, on in (("CONFIG", args.config), ("--out", args.out is not None), ("--bdf", args.bdf),
+                                   ("--hugepages", args.hugepages), ("--address", args.address is not None),
+                                   ("--client-address", args.client_address is not None),
+                                   ("--control", args.control), ("--print-xml", args.print_xml)) if on]
+    if args.resume and given:
+        raise HarnessError(f"--resume takes the configuration from the run directory, not {', '.join(given)}",
+                           f"drop {', '.join(given)} when resuming")
     if args.print_xml:
         root = HostRoot.open(args.host_root)
         return _print_xml(_choice(args, root), root)
@@ -140,6 +146,9 @@ def register(subs: Any, add: Any) -> None:
     p.add_argument("--client-address", metavar="CIDR",
                    help="the clients' address on that wire, held by a client machine (guest.client_address; "
                         "default 198.19.0.1/24)")
+    p.add_argument("--control", action="store_true",
+                   help="add a positive control: the baseline with its vCPUs capped to 80%% of a CPU (control.cap "
+                        "sets another share), a cost of about -20%% at saturation that the report checks it recovers")
     p.add_argument("--out", metavar="DIR", help="the new run directory (default runs/run-DATE-TIME)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run: measure only what is missing")
     p.add_argument("--keep-host", action="store_true",

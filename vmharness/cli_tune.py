@@ -9,7 +9,6 @@ from typing import Any
 from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
-from vmharness.interrupts import terminate_as_interrupt
 from vmharness.progress import say
 
 
@@ -68,7 +67,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if args.action == "plan":
             print(json.dumps(plan.to_json(), indent=2) if args.json else _plan_text(plan))
             return 0
-        with terminate_as_interrupt(), journal.Lock(root):
+        with journal.Lock(root):
             print(_plan_text(plan), flush=True)
             apply.apply(root, t, plan, say, "tune")
         print(f"applied; put back with: vmharness tune revert --target {args.target}")

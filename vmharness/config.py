@@ -203,6 +203,9 @@ class InstanceSection:
     cpu_features: tuple[str, ...] = checked(check_cpu_feature, default=())
     # added to QEMU's command line, e.g. ["-global", "kvm-pit.lost_tick_policy=delay"]
     qemu_args: tuple[str, ...] = checked(check_qemu_arg, default=())
+    # the share of one host CPU each vCPU may use, in percent (libvirt's <cputune> period and quota);
+    # 0: no cap. What `run --control` uses to make a known cost.
+    vcpu_cap: int = bounded(0, 0, 100)
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,18 @@ class TuningSection:
     # the NICs to tune on the server; default: those backed by a device
     server_iface: tuple[str, ...] = checked(check_iface, default=())
     client_iface: tuple[str, ...] = checked(check_iface, default=())
+
+
+CONTROL_CAP = 80  # `run --control`: a cost of about -20% at saturation, far outside a run's noise
+
+
+@dataclass(frozen=True)
+class ControlSection:
+    """A positive control (`run --control`): one more instance, the baseline with its vCPUs capped to
+    `cap` percent of a CPU, whose cost at saturation is known before the run: about cap/100 - 1."""
+
+    cap: int = bounded(0, 0, 99)  # 0: no control
+    name: str = checked(check_name, default="control")
 
 
 @dataclass(frozen=True)
@@ -294,6 +309,28 @@ class RunConfig(BenchConfig):
 
     tuning: TuningSection = field(default_factory=lambda: TuningSection(profile="seeds"))
     guest: GuestSection = field(default_factory=GuestSection)
+    control: ControlSection = field(default_factory=ControlSection)
+
+
+def with_control(cfg: RunConfig, where: str = "control.cap") -> RunConfig:
+    """`cfg` with its control instance (the first instance, vCPUs capped) appended, if it has a control
+    and lacks it; a configuration that already holds it (a resumed run's) is returned as it is.
+    `where`: the flag or key the cap came from, for errors."""
+    c = cfg.control
+    if not c.cap:
+        return cfg
+    base = cfg.instance[0]
+    if base.vcpu_cap:
+        raise HarnessError(f"{where}: the baseline {base.name} already caps its vCPUs (vcpu_cap = {base.vcpu_cap})",
+                           "a control is the uncapped baseline made slower: drop vcpu_cap from the first instance")
+    want = dataclasses.replace(base, name=c.name, vcpu_cap=c.cap)
+    have = next((i for i in cfg.instance if i.name == c.name), None)
+    if have is None:
+        return dataclasses.replace(cfg, instance=(*cfg.instance, want))
+    if have != want:
+        raise HarnessError(f"{where}: an instance is already named {c.name!r}",
+                           "rename that instance, or give the control another name (control.name)")
+    return cfg
 
 
 C = TypeVar("C", bound=BenchConfig)  # validate() returns what it is given
@@ -324,7 +361,7 @@ def validate(cfg: C) -> C:
         _validate_run(cfg)
     else:
         for i in cfg.instance:
-            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "qemu_args"):
+            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "qemu_args", "vcpu_cap"):
                 if getattr(i, key):
                     raise HarnessError(f"instance {i.name}: {key} is a guest's setting; bench runs on bare metal",
                                        "boot guests with: vmharness run CONFIG")
@@ -381,7 +418,7 @@ def load(path: Path | None) -> BenchConfig:
 
 def load_run(path: Path | None) -> RunConfig:
     """run's configuration in `path` (None: the embedded experiment, default-run.toml)."""
-    return validate(schema.table("config", RunConfig, _read(path or DEFAULT_RUN)))
+    return validate(with_control(schema.table("config", RunConfig, _read(path or DEFAULT_RUN))))
 
 
 def from_json(data: dict[str, Any]) -> BenchConfig:
@@ -390,4 +427,4 @@ def from_json(data: dict[str, Any]) -> BenchConfig:
 
 
 def run_from_json(data: dict[str, Any]) -> RunConfig:
-    return schema.table("config", RunConfig, data)
+    return with_control(schema.table("config", RunConfig, data))

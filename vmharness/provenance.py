@@ -1,11 +1,12 @@
 """What a result was measured on, for the manifest: each machine's kernel and cmdline, CPU model,
 microcode and flags, the machine's DMI name, CPU vulnerability mitigations as the kernel reports
-them, clocksource, NIC drivers and firmware (`ethtool -i`), memory and hugepages (in all and per NUMA
-node); for the machine that runs the guests also QEMU, libvirt and the accelerator. One shell round
-trip per machine; a fact a machine cannot give is left empty."""
+them (and its boot log's lines about them), clocksource, NIC drivers and firmware (`ethtool -i`),
+memory and hugepages (in all and per NUMA node); for the machine that runs the guests also QEMU,
+libvirt and the accelerator. One shell round trip per machine; a fact a machine cannot give is left empty."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from vmharness.cpus import parse_cpulist
@@ -25,6 +26,7 @@ s dmi; { read -r v < /sys/class/dmi/id/sys_vendor && read -r p < /sys/class/dmi/
     && echo "$v $p"
 s meminfo; grep -E '^(MemTotal|HugePages_Total|HugePages_Free|Hugepagesize):' /proc/meminfo
 s nodes; grep -H . /sys/devices/system/node/node*/hugepages/*/*_hugepages 2>/dev/null
+s bootlog; dmesg 2>/dev/null | grep -iE 'mitigat|vulnerab|isolation|spectre|meltdown|retbleed|speculat'
 s vulnerabilities; cd /sys/devices/system/cpu/vulnerabilities 2>/dev/null && grep -H . * && cd /
 for d in /sys/class/net/*; do
     [ -e "$d/device" ] || continue
@@ -62,6 +64,13 @@ def _cpu_count(online: str) -> int | None:
         return None
 
 
+def _mitigation_log(lines: list[str]) -> list[str]:
+    """The boot log's lines on mitigations, without their timestamps and without the echoed command
+    line (it matches when it holds `mitigations=`, and the cmdline is reported on its own)."""
+    out = [re.sub(r"^\[[ 0-9.]+\] ", "", line) for line in lines]
+    return [line for line in out if "command line:" not in line.lower()]
+
+
 def parse(text: str) -> dict[str, Any]:
     """The facts script's output as a dict (unit-tested on recorded output)."""
     sec = _sections(text)
@@ -86,6 +95,7 @@ def parse(text: str) -> dict[str, Any]:
         "vulnerabilities": _pairs(sec.get("vulnerabilities", [])),
         "nics": {name[4:]: _pairs(lines) for name, lines in sec.items() if name.startswith("nic ")},
         "qemu": one("qemu"),
+        "mitigation_log": _mitigation_log(sec.get("bootlog", [])),
     }
 
 

@@ -15,10 +15,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.integration.netns_host import NetnsHost, netns_host
 from vmharness import proc
+from vmharness.bench import wrk
+from vmharness.bench.histogram import Histogram
 from vmharness.machine import SSH_CONFIG_ENV
 
 pytestmark = pytest.mark.integration
@@ -76,6 +79,7 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
         assert local["samples"] >= 2 and local["process"]["pids_last"] >= 2  # master and its worker
         assert local["process"]["cpu_percent_of_one"] > 0 and local["net"]["lo"]["rx_packets_per_s"] > 0
         assert 0 <= local["sampler_cpu_percent_of_one"] < 10
+        _histogram_is_wrks(r)
     assert records(run)[0]["kind"] == "warmup"
     summary = json.loads(res.stdout)
     assert {(row["instance"], row["connections"]) for row in summary["rows"]} == {
@@ -95,6 +99,27 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
     cmp = proc.run([sys.executable, "-m", "vmharness.cli", "compare", str(run), str(again)], timeout=60, check=False)
     assert cmp.returncode == 0, cmp.stderr
     assert "again/tmpl vs run/tmpl at " in cmp.stdout and "throughput +0.0%" in cmp.stdout
+
+
+def _histogram_is_wrks(point: dict[str, Any]) -> None:
+    """The point's latency histogram is wrk's: undoing wrk's coordinated-omission correction (it adds,
+    for each response slower than twice the mean interval of one connection's requests, the requests
+    a fixed schedule would have sent meanwhile) leaves one entry per request wrk counted, and each of
+    wrk's own percentiles is the histogram's, give or take wrk's rounding of the rank (one request)."""
+    (raw,) = point["raw"]
+    own = wrk.parse(raw["stdout"])
+    h = Histogram.decode(point["client"]["latency_us"]["histogram"])
+    assert point["client"]["latency_us"]["count"] == h.count and point["client"]["latency_merge"] == (
+        "exact: wrk's histogram")
+    interval = own["duration_us"] // (own["requests"] // point["connections"])
+    dense = np.zeros(int(h.values[-1]) + interval + 1, dtype=np.int64)
+    dense[h.values] = h.counts
+    measured = dense.copy()
+    measured[interval + 1:len(dense) - interval] -= dense[2 * interval + 1:]
+    assert int(measured.sum()) == own["requests"] and (measured >= 0).all()
+    for q, value in own["latency_us"]["percentiles"].items():
+        assert h.percentile(q) <= value <= h.percentile(min(100.0, float(q) + 100 / h.count)), (q, value)
+    assert (own["latency_us"]["min"], own["latency_us"]["max"]) == (h.values[0], h.values[-1])
 
 
 def _page_renders(run: Path, tmp_path: Path) -> None:
@@ -139,7 +164,9 @@ def test_two_clients_over_ssh_load_one_server(tmp_path: Path, two_remote_clients
     assert [d["machine"] for d in detail] == [h.name for h in hosts]
     assert all(d["requests"] > 0 and d["connections"] == 2 for d in detail)
     assert point["client"]["requests"] == sum(d["requests"] for d in detail)
-    assert point["client"]["latency_merge"].startswith("max over clients")
+    assert point["client"]["latency_merge"] == "exact: 2 clients' histograms summed"
+    each = [Histogram.decode(wrk.parse(raw["stdout"])["latency_us"]["histogram"]) for raw in point["raw"]]
+    assert point["client"]["latency_us"]["count"] == sum(h.count for h in each)
     assert set(point["samples"]) == {"local", *(h.name for h in hosts)}
     for h in hosts:  # each client's sampler ran in its namespace: it saw its own veth's traffic
         assert point["samples"][h.name]["net"][h.interface]["tx_packets_per_s"] > 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -60,31 +61,49 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout
     got = records(run)
     points = [r for r in got if r["kind"] == "measurement"]
-    assert len(points) == 18 and all(r["ok"] for r in points)
+    assert len(points) == 27 and all(r["ok"] for r in points)
     assert all(r["client"]["requests"] > 0 and r["client"]["errors"]["total"] == 0 for r in points)
     assert all(r["samples"]["guest"]["process"]["pids_last"] >= 2 for r in points)  # nginx's tree in the guest
     sessions = [r for r in got if r["kind"] == "session"]
-    assert [(s["instance"], s["iteration"]) for s in sessions] == [
-        ("baseline", 0), ("mitigated", 0), ("mitigated", 1), ("baseline", 1), ("baseline", 2), ("mitigated", 2)]
+    # the control rides on the baseline's boots (capped live): six boots for three instances
+    assert [(s["instance"], s["iteration"], s["riders"]) for s in sessions] == [
+        ("baseline", 0, ["control"]), ("pti", 0, []), ("pti", 1, []), ("baseline", 1, ["control"]),
+        ("baseline", 2, ["control"]), ("pti", 2, [])]
     for s in sessions:
-        assert s["ok"] and s["cmdline"].endswith("mitigations=off" if s["instance"] == "baseline"
-                                                 else "mitigations=auto")
+        assert s["ok"] and s["cmdline"].endswith("mitigations=off pti=on" if s["instance"] == "pti"
+                                                 else "mitigations=off")
         assert s["tuning"][0]["machine"] == "guest" and s["tuning"][0]["changes"]
         assert s["pinning"]["ok"] is True and s["pinning"]["vcpus"] == [str(c) for c in s["pinning"]["planned_vcpus"]]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["ended"] and manifest["guest"]["kvm"] is False
     assert manifest["host"]["libvirt"].startswith("9.") and manifest["host"]["qemu"].startswith("QEMU emulator")
     assert manifest["host"]["vulnerabilities"] and manifest["host"]["cpu_model"]
-    for name in ("baseline", "mitigated"):
+    for name in ("baseline", "pti", "control"):
         facts = manifest["instances"][name]
         assert facts["kernel"] and facts["vulnerabilities"] and "eth0" in facts["nics"]
         assert "rdrand" in facts["cpu_flags"] and facts["machine"].startswith("QEMU Standard PC (Q35")
+    # what pti=on did is seen in the guest: the kernel's flag and its boot line, not the vulnerabilities files
+    flags = {name: manifest["instances"][name]["cpu_flags"] for name in ("baseline", "pti")}
+    assert "pti" in flags["pti"] and "pti" not in flags["baseline"]
+    assert any("isolation: enabled" in line for line in manifest["instances"]["pti"]["mitigation_log"])
+    # the host saw the cap bind: the control's vCPU thread ran at most 80% of the time, the baseline's more
+    vcpu = {name: [p["host"]["vcpu_busy_percent"][0] for p in points if p["instance"] == name]
+            for name in ("baseline", "control")}
+    assert max(vcpu["control"]) <= 82 and statistics.fmean(vcpu["baseline"]) > statistics.fmean(vcpu["control"]), vcpu
     assert manifest["host"]["hugepages_by_node"]["node0"]
     assert {t["machine"] for t in manifest["tuning"]} == {"host"}
     report = json.loads((run / "report" / "report.json").read_text())
-    assert report["peak_connections"] in (2, 8, 32) and "mitigated" in report["changes_at_peak"]
+    assert report["peak_connections"] in (2, 8, 32) and {"pti", "control"} <= set(report["changes_at_peak"])
     assert "no KVM: the guest ran under TCG; these are not hardware numbers" in report["warnings"]
-    for name in ("report.html", "report.md", "report.csv", "throughput.png", "throughput.svg", "latency.png"):
+    assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
+    # the control's expected cost: what the cap takes of the vCPU time the baseline used
+    assert report["control"]["cap_percent"] == 80 and -0.2 <= report["control"]["expected"] < 0
+    print("control:", report["control"], "pti:", report["changes_at_peak"]["pti"]["throughput"])
+    # the demo finds something: forcing page-table isolation costs throughput (about -35% here), paired by boot
+    pti = report["changes_at_peak"]["pti"]["throughput"]
+    assert pti["significant"] and pti["high"] < 0, pti
+    for name in ("report.html", "report.md", "report.csv", "report.json", "throughput.png", "throughput.svg",
+                 "latency.png"):
         assert (run / "report" / name).stat().st_size > 0
     assert res.stdout.startswith("WARNING: ") and f"report: {run}/report/report.html" in res.stdout
     assert host_knobs() == before

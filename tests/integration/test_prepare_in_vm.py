@@ -1,11 +1,14 @@
 """host-prepare and host-restore for real, inside L1 (emulated VT-d, two NUMA nodes, e1000e NICs):
 the whole group to vfio-pci, /dev/vfio/N, pages on node 1, the routed NIC refused, the host given back
-field by field — also after a SIGKILL half-way."""
+field by field — also after a SIGKILL half-way; and a snapshot of L1 answering as L1 does, before and
+after host-prepare."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -148,3 +151,34 @@ def test_hugepages_falling_short_fail_cleanly(l1: Rig, pristine: list[str]) -> N
     assert "undoing what was done" in res.stderr
     assert state(l1) == pristine, "the devices bound before the failure are given back too"
     assert "nothing to restore" in tool(l1, "host-restore", "--dry-run").stdout
+
+
+def compare_in_l1(l1: Rig, commands: list[list[str]]) -> list[dict[str, Any]]:
+    """tests/snapshot_compare.py run in L1: all commands in one interpreter (each start costs seconds)."""
+    argv = [str(l1.repo / ".venv/bin/python"), "-m", "tests.snapshot_compare", "/tmp/snapshot-compare"]
+    for cmd in commands:
+        argv += ["--", *cmd]
+    res = l1.run(argv, timeout=900, env={"PYTHONPATH": str(l1.repo)})
+    assert res.ok, res.stdout + res.stderr
+    results: list[dict[str, Any]] = json.loads(res.stdout)
+    return results
+
+
+def test_a_snapshot_of_l1_answers_as_l1_does_before_and_after_host_prepare(l1: Rig, pristine: list[str]) -> None:
+    nic = l1.nic1.bdf
+    dry_run = ["host-prepare", "--dry-run", "--bdf", nic, "--hugepages", "64M", "--json"]
+    before = compare_in_l1(l1, [dry_run, ["tune", "plan", "--json", "--iface", l1.nic1.ifname],
+                                ["run", "--print-xml", "--bdf", nic, "--hugepages"]])
+    res = tool(l1, "host-prepare", "--bdf", nic, "--hugepages", "64M")
+    assert res.ok, res.stdout + res.stderr
+    after = compare_in_l1(l1, [["host-check", "--json"], ["host-groups", "--json"], dry_run,
+                               ["tune", "plan", "--json"], ["run", "--print-xml", "--hugepages"]])
+    for result in before + after:
+        argv = " ".join(result["argv"])
+        assert result["snapshot"] == result["live"], argv
+        assert result["unread"] == [], f"{argv} read on the snapshot what it lacks"
+        assert result["program_knobs_said"], argv
+    assert before[0]["live"][0] == 0 and after[2]["live"][0] == 0, "both dry runs plan"
+    assert "prepared earlier by vmharness" in after[2]["live"][1], "the snapshot's journal says whose it is"
+    assert nic in after[4]["live"][2] and "using what host-prepare set up" in after[4]["live"][2], "run takes it"
+    assert '"knob": "sysctl"' in before[1]["snapshot"][1], "a tuning plan on the snapshot proposes changes"

@@ -78,6 +78,8 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     began = time.monotonic()
     prepared = in_l1(l1, vmh, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", f"{L2_MIB}M")
     assert prepared.ok, prepared.stdout + prepared.stderr
+    print(f"l1# vmharness host-prepare --bdf {l1.nic1.bdf} --hugepages {L2_MIB}M", prepared.stderr, prepared.stdout,
+          sep="\n")
     try:
         res = in_l1(l1, str(l1.repo / ".venv/bin/python"), "-m", "vmharness.host.libvirtd", vmh, "run",
                     "/tmp/nested.toml", "--hugepages", "--address", L2_ADDR, "--client-address", NIC0_ADDR,

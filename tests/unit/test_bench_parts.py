@@ -43,6 +43,15 @@ def test_wrk_report_line() -> None:
     assert r["requests_per_s"] == pytest.approx(r["requests"] / (r["duration_us"] / 1e6))
     p = r["latency_us"]["percentiles"]
     assert r["latency_us"]["min"] <= p["50"] <= p["99"] <= p["99.99"] <= r["latency_us"]["max"]
+    assert "histogram" not in r["latency_us"]  # this golden is from before report.lua wrote one: still read
+
+
+@pytest.mark.parametrize("runs", ['[[5, -1]]', '[[5]]', '[[9, 1], [5, 1]]', '"x"', '[[5, 1.5]]', '[[5, true]]'])
+def test_wrk_report_line_with_a_damaged_histogram(runs: str) -> None:
+    line = (GOLDEN / "wrk-ok.txt").read_text().replace('"99.99": 4876}', f'"99.99": 4876}}, "histogram": {runs}')
+    assert '"histogram"' in line
+    with pytest.raises(HarnessError, match="damaged latency histogram"):
+        wrk.parse(line)
 
 
 def test_wrk_non_2xx_are_errors() -> None:
@@ -135,22 +144,40 @@ def test_clients_share_the_connections() -> None:
     assert clients.split(100, cs) == [34, 33, 33]
 
 
-def _client_run(host: str, requests: int, p99: int) -> clients.ClientRun:
+def _client_run(host: str, requests: int, p99: int, runs: list[list[int]] | None = None) -> clients.ClientRun:
     r = clients.ClientRun(clients.Client(Machine(host)), wrk.WrkRun("http://x/", 8, 2, 1, 1, "s"))
+    latency: dict[str, object] = {"mean": 100.0, "max": 900, "percentiles": {"50": 90, "99": p99}}
+    if runs is not None:
+        latency["histogram"] = runs
     r.result = {"requests": requests, "bytes": requests * 10, "requests_per_s": requests / 2.0, "duration_us": 2e6,
                 "errors": {"connect": 0, "read": 1, "write": 0, "status": 2, "timeout": 0, "total": 3},
-                "latency_us": {"mean": 100.0, "max": 900, "percentiles": {"50": 90, "99": p99}}}
+                "latency_us": latency}
     return r
 
 
-def test_merging_two_clients() -> None:
-    m = clients.merge([_client_run("a", 1000, 400), _client_run("b", 3000, 700)])
+def test_merging_two_clients_sums_their_histograms() -> None:
+    # a: 3,000 requests at 100 us; b: 990 at 200 us and 10 at 5,000 us. The larger of the two clients'
+    # medians is b's 200 us; the median of all 4,000 requests is 100 us.
+    m = clients.merge([_client_run("a", 3000, 100, [[100, 3000]]),
+                       _client_run("b", 1000, 5000, [[200, 990], [5000, 10]])])
     assert m["ok"] and m["requests"] == 4000 and m["requests_per_s"] == 2000.0
     assert m["errors"]["total"] == 6 and m["errors"]["status"] == 4
-    assert m["latency_us"]["percentiles"]["99"] == 700 and m["latency_merge"].startswith("max over clients")
+    lat = m["latency_us"]
+    assert lat["count"] == 4000 and lat["min"] == 100 and lat["max"] == 5000
+    assert (lat["percentiles"]["50"], lat["percentiles"]["99"], lat["percentiles"]["99.9"]) == (100, 200, 5000)
+    assert lat["histogram"] == [[100, 3000], [200, 990], [5000, 10]]
+    assert m["latency_merge"] == "exact: 2 clients' histograms summed"
     assert [c["machine"] for c in m["clients_detail"]] == ["a", "b"]
+    assert all("histogram" not in c["latency_us"] for c in m["clients_detail"])  # it is in each raw output
     failed = clients.ClientRun(clients.Client(Machine("c")), wrk.WrkRun("http://x/", 8, 2, 1, 1, "s"), error="hung")
     assert clients.merge([_client_run("a", 1, 1), failed]) == {"ok": False, "errors": ["hung"]}
+
+
+def test_clients_without_histograms_are_not_merged_by_their_maximum() -> None:
+    m = clients.merge([_client_run("a", 1000, 400, [[100, 1000]]), _client_run("b", 3000, 700)])
+    assert m["latency_us"] == {"percentiles": {}} and m["latency_merge"].startswith("none: a client gave no")
+    one = clients.merge([_client_run("a", 1000, 400)])
+    assert one["latency_us"]["percentiles"]["99"] == 400 and one["latency_merge"].startswith("wrk's own")
 
 
 def test_run_directory_keeps_records_and_skips_a_torn_line(tmp_path: Path) -> None:

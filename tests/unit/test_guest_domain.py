@@ -70,6 +70,14 @@ def test_cpu_features_and_raw_qemu_arguments() -> None:
     assert plain.find("cpu/feature") is None and len(plain.findall(f"{{{domain.QEMU_NS}}}commandline")) == 0
 
 
+def test_a_capped_guest_gets_a_cfs_quota_per_vcpu_and_an_uncapped_one_none() -> None:
+    capped = _parse(_spec(vcpu_cap=80))
+    assert (capped.findtext("cputune/period"), capped.findtext("cputune/quota")) == ("100000", "80000")
+    assert len(capped.findall("cputune/vcpupin")) == 2  # pinning stays
+    plain = _parse(_spec())
+    assert plain.find("cputune/quota") is None and plain.find("cputune/period") is None
+
+
 def test_pinning_and_numa_follow_the_placement() -> None:
     dom = _parse(_spec())
     assert dom.findtext("vcpu") == "2"

@@ -59,6 +59,13 @@ def with_fifo(cwd: Path) -> None:
     assert attr.exists()
 
 
+def fifo_at(rel: str) -> Build:
+    def build(cwd: Path) -> None:
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(cwd / rel)
+    return build
+
+
 def with_file(rel: str, content: str | bytes) -> Build:
     def build(cwd: Path) -> None:
         path = cwd / rel
@@ -317,6 +324,15 @@ def cases() -> list[Case]:
              run_toml('[[instance]]\nname = "a"\nkernel = "nope"\n')),
         Case("run-cpu-feature-bad", ("run", "r.toml", "--print-xml"), ("cpu_features",),
              run_toml('[[instance]]\nname = "a"\ncpu_features = ["md-clear"]\n')),
+        Case("run-vcpu-cap-over", ("run", "r.toml", "--print-xml"), ("vcpu_cap",),
+             run_toml('[[instance]]\nname = "a"\nvcpu_cap = 150\n')),
+        Case("run-control-cap-negative", ("run", "r.toml", "--print-xml"), ("control.cap",),
+             run_toml("[control]\ncap = -5\n")),
+        Case("run-control-name-taken", ("run", "r.toml", "--control", "--print-xml"), ("--control", "control"),
+             run_toml('[[instance]]\nname = "a"\n[[instance]]\nname = "control"\ncmdline = "x"\n')),
+        Case("run-control-name-shell", ("run", "r.toml", "--print-xml"), ("control.name",),
+             run_toml('[control]\ncap = 80\nname = "$(touch ' + PWNED + ')"\n')),
+        Case("run-control-on-resume", ("run", "--resume", "rd", "--control"), ("--control",)),
         Case("run-bdf-empty", ("run", "--bdf", "", "--print-xml"), ("--bdf",)),
         Case("run-bdf-garbage", ("run", "--bdf", "zz", "--print-xml"), ("zz",)),
         Case("run-address-flag-without-prefix", ("run", "--bdf", "0000:b3:00.0", "--address", "198.19.0.2",
@@ -344,6 +360,11 @@ def cases() -> list[Case]:
         Case("tune-target-unknown", ("tune", "plan", "--target", "toaster"), ("toaster",)),
         Case("tune-target-ssh-option", ("tune", "plan", "--target", "client:" + HOSTILE_HOST), ("client",)),
         Case("tune-target-guest-path", ("tune", "plan", "--target", "guest:../x"), ("guest",)),
+        # what host-snapshot now also keeps (sysctls, the journal), replaced by a FIFO
+        Case("fifo-sysctl-in-snapshot-tune", ("tune", "plan", *S), ("somaxconn", "FIFO"),
+             both(snapshot_host, fifo_at("snap/proc/sys/net/core/somaxconn"))),
+        Case("fifo-journal-in-snapshot-run", ("run", "--print-xml", *S), ("journal.jsonl", "FIFO"),
+             both(snapshot_host, fifo_at("snap/run/vmharness/journal.jsonl"))),
         # report and compare: damaged run directories
         Case("report-missing", ("report", "nope"), ("nope",)),
         Case("report-not-a-run", ("report", "d"), ("manifest.json",), with_file("d/x", "")),
@@ -357,6 +378,10 @@ def cases() -> list[Case]:
         Case("report-record-wrong-shape", ("report", "rd"), ("records.jsonl", "a/1/0"),
              a_run_dir(GOOD_MANIFEST, measurement("a", 1, 0, 10).replace('"requests_per_s": 10',
                                                                    '"requests_per_s": "x"')
+                       + GOOD_RECORDS)),
+        Case("report-latency-histogram-damaged", ("report", "rd"), ("records.jsonl", "a/1/0", "histogram"),
+             a_run_dir(GOOD_MANIFEST, measurement("a", 1, 0, 10).replace('"percentiles"',
+                                                                   '"histogram": [[5, -1]], "percentiles"')
                        + GOOD_RECORDS)),
         Case("report-records-not-utf8", ("report", "rd"), ("records.jsonl",), a_run_dir(GOOD_MANIFEST, b"\xff\xfe\n")),
         Case("report-baseline-unknown", ("report", "rd", "--baseline", "zz"), ("--baseline", "zz"),

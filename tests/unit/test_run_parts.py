@@ -22,8 +22,9 @@ from vmharness.host.root import HostRoot
 
 def test_the_embedded_experiment() -> None:
     cfg = config.load_run(None)
-    assert [(i.name, i.cmdline) for i in cfg.instance] == [("baseline", "mitigations=off"),
-                                                            ("mitigated", "mitigations=auto")]
+    assert [(i.name, i.cmdline, i.vcpu_cap) for i in cfg.instance] == [
+        ("baseline", "mitigations=off", 0), ("pti", "mitigations=off pti=on", 0), ("control", "mitigations=off", 80)]
+    assert cfg.control.cap == 80
     assert cfg.tuning.profile == "seeds" and cfg.guest.bdf == () and cfg.client[0].host == "local"
     assert config.interleave(cfg) == "iteration"
     assert config.run_from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
@@ -31,10 +32,18 @@ def test_the_embedded_experiment() -> None:
 
 def test_run_sessions_follow_the_rotated_order() -> None:
     cfg = config.load_run(None)
-    groups = runner.sessions(sweep.points(cfg))
+    assert [(s.iteration, s.instance) for s in runner.sessions(sweep.points(cfg))] == [
+        (0, "baseline"), (0, "pti"), (0, "control"), (1, "pti"), (1, "control"), (1, "baseline"),
+        (2, "control"), (2, "baseline"), (2, "pti")]
+    # the control rides on the baseline's boots: before or after the baseline's own points, as rotated
+    assert runner.rides(cfg) == {"control": "baseline"}
+    groups = runner.sessions(sweep.points(cfg), runner.rides(cfg))
     assert [(s.iteration, s.instance) for s in groups] == [
-        (0, "baseline"), (0, "mitigated"), (1, "mitigated"), (1, "baseline"), (2, "baseline"), (2, "mitigated")]
-    assert [p.connections for p in groups[0].points] == [2, 8, 32]
+        (0, "baseline"), (0, "pti"), (1, "pti"), (1, "baseline"), (2, "baseline"), (2, "pti")]
+    assert [(p.instance, p.connections) for p in groups[0].points] == [
+        ("baseline", 2), ("baseline", 8), ("baseline", 32), ("control", 2), ("control", 8), ("control", 32)]
+    assert [p.instance for p in groups[3].points][:3] == ["control"] * 3
+    assert runner.rides(config.RunConfig()) == {}  # no control, no riders
     done = {"baseline/2/0", "baseline/8/0"}  # a resumed run boots only for what is missing
     left = runner.sessions([p for p in sweep.points(cfg) if p.key not in done])
     assert left[0].instance == "baseline" and [p.key for p in left[0].points] == ["baseline/32/0"]
@@ -75,6 +84,9 @@ def test_bench_refuses_a_guests_settings(tmp_path: Path) -> None:
         config.load(path)
     path.write_text("[[instance]]\nname = \"a\"\nqemu_args = [\"-s\"]\n")
     with pytest.raises(HarnessError, match="instance a: qemu_args is a guest's setting"):
+        config.load(path)
+    path.write_text("[[instance]]\nname = \"a\"\nvcpu_cap = 50\n")
+    with pytest.raises(HarnessError, match="instance a: vcpu_cap is a guest's setting"):
         config.load(path)
 
 
@@ -123,6 +135,10 @@ driver: virtio_net
 version: 1.0.0
 firmware-version: 1.2
 bus-info: 0000:00:03.0
+@bootlog
+[    0.000000] Command line: root=/dev/vda rw mitigations=off
+[    0.012345] Kernel/User page tables isolation: enabled
+[    0.020000] Spectre V2 : Mitigation: Retpolines
 @qemu
 """
 
@@ -137,6 +153,8 @@ def test_provenance_parses_its_script_output() -> None:
                                         "node0": {"1048576kB": {"nr": 0}}}
     assert got["nics"]["eth0"]["driver"] == "virtio_net" and got["nics"]["eth0"]["bus-info"] == "0000:00:03.0"
     assert got["hugepages"]["Hugepagesize"] == "2048 kB" and got["qemu"] == ""
+    assert got["mitigation_log"] == ["Kernel/User page tables isolation: enabled",
+                                     "Spectre V2 : Mitigation: Retpolines"]
 
 
 def test_a_partial_undo_gives_back_only_the_selected_records(tmp_path: Path) -> None:
@@ -190,3 +208,23 @@ def test_failed_sessions_and_a_shared_host_are_warnings(tmp_path: Path) -> None:
     assert "the guest runs on a client's machine: wrk and the guest's vCPUs share its CPUs" in a.flags
     assert "no KVM: the guest ran under TCG; these are not hardware numbers" in a.flags
     assert a.peak == 8 and a.changes == {}
+
+
+def test_a_local_wrk_is_kept_off_the_guests_vcpus(tmp_path: Path) -> None:
+    from tests.fakehost import FakeHost
+    from vmharness.bench import clients, wrk
+    from vmharness.machine import Machine
+
+    run = wrk.WrkRun("http://198.18.1.2:8080/", 8, 1, 5, 10, "/tmp/r.lua")
+    pinned = clients.Client(Machine(), pin=(0, 2))
+    assert pinned.command(run)[:4] == ["taskset", "--cpu-list", "0,2", "wrk"]
+    assert clients.Client(Machine()).command(run)[0] == "wrk"
+    host = FakeHost(tmp_path)
+    host.write("/sys/devices/system/cpu/online", "0-3\n")
+    r = runner.Runner(config.load_run(None), None, HostRoot(host.base), lambda _: None)  # type: ignore[arg-type]
+
+    def booted(vcpus: list[int]) -> session.Booted:
+        return session.Booted(None, None, "", "", {}, "", {"planned_vcpus": vcpus})  # type: ignore[arg-type]
+
+    assert r._off_vcpus(booted([1, 2])) == (0, 3)
+    assert r._off_vcpus(booted([0, 1, 2, 3])) == ()  # no CPU left over: wrk goes where the scheduler puts it

@@ -1,19 +1,24 @@
 """One self-contained HTML page: the warnings, the answer with the method of every interval, the
-figures inline (SVG), and the table."""
+figures inline (SVG), and the table, where a latency percentile too far in the tail for its sample is
+marked as the text table marks it."""
 
 from __future__ import annotations
 
 import html
 import json
 from pathlib import Path
+from typing import Any
 
 from vmharness.analysis import report
-from vmharness.analysis.saturation import Analysis
+from vmharness.analysis.saturation import PERCENTILES, Analysis
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 p{white-space:pre-wrap}.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.4em .8em;margin:.3em 0}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f2f2f2}figure{margin:1.5em 0}svg{max-width:100%;height:auto}"""
+
+LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histogram, every client's per-microsecond "
+                  "counts summed; a change in one is a ratio like throughput's")
 
 
 def render(a: Analysis, title: str, figures: list[Path]) -> str:
@@ -22,14 +27,24 @@ def render(a: Analysis, title: str, figures: list[Path]) -> str:
     answer = "".join(f"<p>{html.escape(line)}</p>" for line in report.answer(a))
     methods = sorted({c.method for ch in a.changes.values() for c in ch.values()})
     method = ("<h2>Method</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in
-                                           [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods)])
+                                           [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods),
+                                            LATENCY_METHOD])
               + "</ul><p>docs/statistics.md explains each.</p>") if a.peak is not None else ""
     rows = data["rows"]
     head = "".join(f"<th>{html.escape(k)}</th>" for k in (rows[0] if rows else {}))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r.values())
-                   + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r, k))}</td>" for k in r) + "</tr>" for r in rows)
+    foot = f"<p>{html.escape(report.THIN_FOOT)}</p>" if any(r["thin_percentiles"] for r in rows) else ""
     svgs = "".join(f"<figure>{f.read_text().split('?>', 1)[-1]}</figure>" for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{warnings}{answer}{svgs}{method}"
-            f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>"
+            f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>{foot}"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    """A table cell; a latency percentile as the text table prints it (a thin one marked)."""
+    q = key.removeprefix("p").removesuffix("_us")
+    if key.startswith("p") and key.endswith("_us") and q in PERCENTILES:
+        return report.latency_cell(row, q)
+    value = row[key]
+    return "" if value is None else str(value)

@@ -1,6 +1,9 @@
 """The figures, PNG and SVG: throughput and server CPU against connections for every instance (seed
 001's figure, with the iterations' t-intervals as error bars and the peak's bootstrap range shaded),
-and latency percentiles at the baseline's saturation point, with their t-intervals."""
+latency percentiles at the baseline's saturation point, with their t-intervals, and there the whole
+latency distribution of each instance as a CCDF (the share of requests slower than x, log-log, so
+that p99, p99.9 and p99.99 sit on evenly spaced lines): each iteration's curve faint, which shows the
+spread a single curve would hide, and all iterations' requests together bold."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import statistics
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import numpy.typing as npt
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
@@ -16,6 +21,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis
+from vmharness.bench import histogram
+from vmharness.bench.histogram import Histogram
 from vmharness.stats import mean_interval
 
 
@@ -65,7 +72,8 @@ def latency(a: Analysis, out: Path) -> list[Path]:
         cell = a.cells[name][a.peak] if a.peak is not None else None
         if cell is None:
             continue
-        ivs = [mean_interval(cell.latency[q], LEVEL) for q in PERCENTILES]
+        ivs = [mean_interval([v for v in cell.latency[q] if math.isfinite(v)] or [math.nan], LEVEL)
+               for q in PERCENTILES]  # older records stop at p99.9: their p99.99 is NaN, not drawn
         values = [iv.mean / 1000 for iv in ivs]
         # the lower bar stops short of zero: the axis is logarithmic
         errs = [[0.0 if math.isinf(iv.half) else min(iv.half, 0.99 * iv.mean) / 1000 for iv in ivs],
@@ -80,3 +88,46 @@ def latency(a: Analysis, out: Path) -> list[Path]:
     ax.set_title(f"Latency at the baseline's saturation point ({a.peak} connections)")
     ax.legend(fontsize="small")
     return _save(fig, out, "latency")
+
+
+def ccdf(a: Analysis, out: Path) -> list[Path]:
+    """The CCDF at the baseline's peak, for the instances whose records there hold histograms (none
+    for a run written before they were kept: then no figure)."""
+    at = a.peak
+    shown = {name: [h for h in cells[at].histograms if h is not None and h.count]
+             for name, cells in sorted(a.cells.items()) if at is not None and at in cells}
+    shown = {name: hs for name, hs in shown.items() if hs}
+    if not shown:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    lowest = 1.0
+    for name, hists in shown.items():
+        x, y = _steps(histogram.merge(hists))
+        line = ax.step(x, y, where="pre", linewidth=1.8, label=f"{name} ({len(hists)} iterations pooled)")[0]
+        for h in hists:
+            x, y = _steps(h)
+            ax.step(x, y, where="pre", linewidth=0.6, alpha=0.35, color=line.get_color())
+            lowest = min(lowest, float(y[-1]))
+    for q in ("99", "99.9", "99.99"):
+        share = 1 - float(q) / 100
+        if share >= lowest:
+            ax.axhline(share, color="grey", linewidth=0.6, linestyle=":")
+            ax.annotate(f"p{q}", (1.0, share), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                        textcoords="offset points", va="center", fontsize="small", color="grey")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(lowest / 2, 1.5)
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.set_xlabel("latency (ms)")
+    ax.set_ylabel("share of requests slower")
+    ax.set_title(f"Latency distribution at the baseline's saturation point ({at} connections)")
+    ax.legend(fontsize="small", loc="lower left")
+    return _save(fig, out, "latency-ccdf")
+
+
+def _steps(h: Histogram) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The CCDF as a staircase (drawn "pre": left of each latency, the share slower than the one
+    before), in milliseconds. It ends at the slowest latency, with the share of requests there: a
+    share of zero has no place on a log axis."""
+    values, slower = h.slower()
+    return values / 1000, np.concatenate([[1.0], slower[:-1]])

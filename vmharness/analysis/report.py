@@ -12,9 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis, Noise
+from vmharness.analysis import variants
+from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis, Cell, Noise, vcpu_means
+from vmharness.bench import histogram
 from vmharness.stats import Change, Interval, Peak
 
+THIN_NOTE = f" (thin: under {histogram.MIN_BEYOND} requests beyond it in an iteration)"
+THIN_FOOT = (f"* fewer than {histogram.MIN_BEYOND} requests lay beyond this percentile in an iteration: "
+             "the sample cannot support it; measure longer")
 PEAK_METHOD = ("bootstrap: where, resampling each point's iterations (percentile); how high, Student-t draws of "
                "each point's mean (basic interval)")
 
@@ -69,6 +74,18 @@ def _noise(name: str, n: Noise, block: str) -> str:
             f"count (about {_duration(n.plan.seconds)} for one count: boots and measurements)")
 
 
+def _thin(c: Cell) -> list[str]:
+    """The percentiles that some iteration of the cell cannot support: fewer than MIN_BEYOND requests
+    lay beyond them (histogram.supported)."""
+    return [q for q in PERCENTILES if not all(histogram.supported(q, n) for n in c.latency_n)]
+
+
+def _latency_us(values: list[float]) -> float | None:
+    """A percentile's mean over the iterations that have it (older records stop at p99.9)."""
+    known = [v for v in values if math.isfinite(v)]
+    return round(statistics.fmean(known), 1) if known else None
+
+
 def _rows(a: Analysis) -> list[dict[str, Any]]:
     rows = []
     for name, by_count in sorted(a.cells.items()):
@@ -79,12 +96,23 @@ def _rows(a: Analysis) -> list[dict[str, Any]]:
                 "requests_per_s": round(iv.mean, 1),
                 "ci_low": None if math.isinf(iv.low) else round(iv.low, 1),
                 "ci_high": None if math.isinf(iv.high) else round(iv.high, 1),
-                **{f"p{q}_us": round(statistics.fmean(c.latency[q]), 1) for q in PERCENTILES},
+                **{f"p{q}_us": _latency_us(c.latency[q]) for q in PERCENTILES},
+                "thin_percentiles": " ".join(f"p{q}" for q in _thin(c)) or None,
                 "server_busy_percent": round(statistics.fmean(c.server_busy), 1) if c.server_busy else None,
                 "client_busy_percent": round(statistics.fmean(c.client_busy), 1) if c.client_busy else None,
+                "packets_per_request": round(statistics.fmean(p for p, _ in c.packets), 2) if c.packets else None,
+                "vcpu_busy_percent": [round(v, 1) for v in vcpus] if (vcpus := vcpu_means(c)) else None,
                 "errors": c.errors, "requests": c.requests,
             })
     return rows
+
+
+def latency_cell(row: dict[str, Any], q: str) -> str:
+    """A row's percentile as the tables print it: "*" marks one the sample cannot support (THIN_FOOT)."""
+    value = row[f"p{q}_us"]
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" + ("*" if f"p{q}" in (row["thin_percentiles"] or "").split() else "")
 
 
 def _interval(x: Interval | None) -> dict[str, Any] | None:
@@ -122,32 +150,51 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "failed_points": a.failed, "block": a.design.block,
             "changes_at_peak": {n: {k: _change(v) for k, v in ch.items()} for n, ch in a.changes.items()},
             "noise": {n: _noise_json(v, a.design.block) for n, v in a.noise.items()},
+            "control": None if a.control is None else {
+                "instance": a.control.instance, "cap_percent": a.control.cap, "expected": a.control.expected,
+                "basis": a.control.basis,
+                "recovered": a.control.recovered, "change": _change(a.control.change)},
+            "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
             "rows": _rows(a)}
 
 
-def answer(a: Analysis) -> list[str]:
-    """The answer in lines: the peak, each instance's changes there, the noise."""
+def _variant_lines(a: Analysis) -> list[str]:
     out = []
+    for d in a.variants:
+        out.append(f"{d.instance} against {a.baseline}: " + ("nothing differs" if not d.lines else d.lines[0]))
+        out += [f"  {line}" for line in d.lines[1:]]
+    return out
+
+
+def answer(a: Analysis) -> list[str]:
+    """The answer in lines: the peak, each instance's changes there, the control, the noise, and what
+    each variant's guest reported differently from the baseline's."""
+    out = []
+    if a.control is not None:
+        out.append(variants.control_line(a.control))
     if a.peak is not None:
         out.append(f"baseline {a.baseline}: {_peak(a)}")
         for name, ch in sorted(a.changes.items()):
             out.append(f"{name} vs {a.baseline} at {a.peak} connections ({_method(a, name)}):")
             out.append(f"  throughput {_pct(ch['throughput'])}")
-            out += [f"  p{q} {_pct(ch['p' + q])}" for q in PERCENTILES]
+            thin = {q for cell in (a.cells[a.baseline][a.peak], a.cells[name][a.peak]) for q in _thin(cell)}
+            out += [f"  p{q} {_pct(ch['p' + q])}" + (THIN_NOTE if q in thin else "") for q in PERCENTILES]
     out += [_noise(name, n, a.design.block) for name, n in sorted(a.noise.items())]
-    return out
+    return out + _variant_lines(a)
 
 
 def text(a: Analysis) -> str:
     rows = _rows(a)
-    header = ["INSTANCE", "CONNS", "N", "REQ/S", f"{LEVEL:.0%} CI", "P50 US", "P99 US", "SERVER", "CLIENT", "ERRORS"]
+    header = ["INSTANCE", "CONNS", "N", "REQ/S", f"{LEVEL:.0%} CI", *(f"P{q} US" for q in PERCENTILES), "SERVER",
+              "CLIENT", "ERRORS"]
     body = [[str(r["instance"]), str(r["connections"]), str(r["iterations"]), f"{r['requests_per_s']:,.0f}",
              "-" if r["ci_low"] is None else f"{r['ci_low']:,.0f}-{r['ci_high']:,.0f}",
-             f"{r['p50_us']:,.0f}", f"{r['p99_us']:,.0f}",
+             *(latency_cell(r, q) for q in PERCENTILES),
              "-" if r["server_busy_percent"] is None else f"{r['server_busy_percent']:.0f}%",
              "-" if r["client_busy_percent"] is None else f"{r['client_busy_percent']:.0f}%", str(r["errors"])]
             for r in rows]
-    return "\n".join([*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body)])
+    foot = [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
+    return "\n".join([*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body), *foot])
 
 
 def markdown(a: Analysis) -> str:
@@ -161,8 +208,14 @@ def markdown(a: Analysis) -> str:
                 lines.append(f"| {name} | {_method(a, name)} | {_pct(ch['throughput'], True)} | "
                              + " | ".join(_pct(ch["p" + q], True) for q in PERCENTILES) + " |")
             lines.append("")
+    if a.control is not None:
+        lines += [f"- {variants.control_line(a.control)}", ""]
     if a.noise:
         lines += [f"- {_noise(name, n, a.design.block)}" for name, n in sorted(a.noise.items())] + [""]
+    for d in a.variants:
+        lines += [f"What `{d.instance}` ran, against `{a.baseline}`:", ""]
+        lines += [f"- {line}" for line in d.lines] or ["- nothing differs"]
+        lines.append("")
     rows = _rows(a)
     if rows:
         keys = list(rows[0])
@@ -191,6 +244,6 @@ def publish(a: Analysis, out: Path, title: str) -> list[Path]:
                           ("report.json", json.dumps(to_json(a), indent=2, sort_keys=True) + "\n")):
         (out / name).write_text(content)
         written.append(out / name)
-    figures = plots.throughput(a, out) + (plots.latency(a, out) if a.peak is not None else [])
+    figures = plots.throughput(a, out) + (plots.latency(a, out) + plots.ccdf(a, out) if a.peak is not None else [])
     (out / "report.html").write_text(page.render(a, title, figures))
     return [*written, *figures, out / "report.html"]

@@ -13,6 +13,10 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
+from vmharness.analysis import packets, variants
+from vmharness.analysis.variants import Control, Diff
+from vmharness.bench import histogram
+from vmharness.bench.histogram import Histogram
 from vmharness.bench.store import RECORDS, RunDir
 from vmharness.errors import HarnessError
 from vmharness.stats import Change, Interval, Peak, Plan, Split, mean_interval, ratio_change
@@ -22,7 +26,7 @@ SATURATED = 90.0  # % busy
 ERROR_SHARE = 0.01
 NOISY = 0.10  # relative half-width of the throughput interval
 TARGET = 0.02  # the interval a plan aims for (± of the mean), unless sweep.until_ci names one
-PERCENTILES = ("50", "90", "99", "99.9")
+PERCENTILES = ("50", "90", "99", "99.9", "99.99")  # those reported, of a record's histogram.PERCENTILES
 
 Block = tuple[str, int]  # (run directory name, iteration): the measurements taken in one turn
 
@@ -33,10 +37,14 @@ class Cell:
 
     rps: list[float] = field(default_factory=list)
     latency: dict[str, list[float]] = field(default_factory=dict)
+    latency_n: list[int] = field(default_factory=list)  # the requests each iteration's latency rests on
+    histograms: list[Histogram | None] = field(default_factory=list)  # None: a record from before histograms
     blocks: list[Block] = field(default_factory=list)
     server_busy: list[float] = field(default_factory=list)  # the server machine, all CPUs
     worker_busy: list[float] = field(default_factory=list)  # the server's process tree, per worker
     client_busy: list[float] = field(default_factory=list)
+    vcpu_busy: list[list[float]] = field(default_factory=list)  # a run's guest: each vCPU thread, from the host
+    packets: list[tuple[float, bool]] = field(default_factory=list)  # the server's packets per request, on lo?
     errors: int = 0
     requests: int = 0
 
@@ -91,7 +99,7 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         try:
             client = r["client"]
             rps, block = float(client["requests_per_s"]), (run.path.name, int(r["iteration"]))
-            latency = {q: float(client["latency_us"]["percentiles"][q]) for q in PERCENTILES}
+            latency = histogram.from_record(client["latency_us"], int(client["requests"]))
             errors, requests = int(client["errors"]["total"]), int(client["requests"])
             cell = out.setdefault(str(r["instance"]), {}).setdefault(int(r["connections"]), Cell())
         except (KeyError, TypeError, ValueError) as exc:
@@ -100,8 +108,10 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
                                "file edited? remove the damaged line and re-measure with --resume") from exc
         cell.rps.append(rps)
         cell.blocks.append(block)
-        for q, value in latency.items():
-            cell.latency.setdefault(q, []).append(value)
+        for q in PERCENTILES:
+            cell.latency.setdefault(q, []).append(latency.percentiles[q])
+        cell.latency_n.append(latency.count)
+        cell.histograms.append(latency.histogram)
         cell.errors += errors
         cell.requests += requests
         busy = _busy(r.get("samples", {}), server)
@@ -113,7 +123,19 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         loads = [b for b in (_busy(r.get("samples", {}), c) for c in clients if c != server) if b is not None]
         if loads:
             cell.client_busy.append(max(loads))
+        sent = packets.per_request(r.get("samples", {}), server, rps)
+        if sent is not None:
+            cell.packets.append(sent)
+        vcpus = r.get("host", {}).get("vcpu_busy_percent")
+        if isinstance(vcpus, list) and vcpus and all(isinstance(v, int | float) for v in vcpus):
+            cell.vcpu_busy.append([float(v) for v in vcpus])
     return out, failed
+
+
+def vcpu_means(cell: Cell) -> list[float] | None:
+    """Each vCPU thread's busy share (percent) at this point, averaged over the iterations that have it."""
+    rows = [row for row in cell.vcpu_busy if len(row) == len(cell.vcpu_busy[0])] if cell.vcpu_busy else []
+    return [statistics.fmean(col) for col in zip(*rows, strict=True)] if rows else None
 
 
 @dataclass
@@ -129,6 +151,8 @@ class Analysis:
     peak_estimate: Peak | None = None  # where the peak lies and how high, with bootstrap intervals
     noise: dict[str, Noise] = field(default_factory=dict)  # instance -> its variance split and plan
     design: Design = Design()
+    variants: list[Diff] = field(default_factory=list)  # each instance's facts against the baseline's
+    control: Control | None = None  # the positive control's check (`run --control`)
 
 
 def session_flags(run: RunDir, prefix: str = "") -> list[str]:
@@ -165,8 +189,17 @@ def design(runs: list[RunDir]) -> Design:
 def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     table, failed = cells(run)
     names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(table)
-    return analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest],
-                         session_flags(run), design([run]))
+    a = analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest],
+                      session_flags(run), design([run]))
+    a.variants = variants.diffs(run.manifest, a.baseline)
+    base_cell = table.get(a.baseline, {}).get(a.peak) if a.peak is not None else None
+    a.control = variants.control(run.manifest, a.changes, vcpu_means(base_cell) if base_cell else None
+                                 ) if a.baseline == (names[0] if names else None) else None
+    extra = variants.diff_flags(a.variants, a.baseline)
+    if a.control is not None and (flag := variants.control_flag(a.control)):
+        extra.append(flag)
+    a.flags[:0] = extra
+    return a
 
 
 def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
@@ -256,6 +289,14 @@ def _flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[i
     if server_busy is not None and server_busy < SATURATED:
         flags.append(f"not saturated: the server was {server_busy:.0f}% busy at the peak ({peak} connections); "
                      "overhead is hidden by idle CPU (seed 001)")
+    vcpus = vcpu_means(cell)
+    if vcpus is not None and (server_busy is None or server_busy >= SATURATED) and min(vcpus) < SATURATED:
+        flags.append(f"the guest looks busy ({server_busy:.0f}%) but its vCPU threads ran "
+                     f"{', '.join(f'{v:.0f}%' for v in vcpus)} of the time on the host at the peak: the rest they "
+                     "waited (for QEMU's I/O thread, or preempted); the guest's CPU is not all that limits it"
+                     if server_busy is not None else
+                     f"the guest's vCPU threads ran {', '.join(f'{v:.0f}%' for v in vcpus)} of the time on the "
+                     "host at the peak")
     if cell.client_busy and statistics.fmean(cell.client_busy) >= SATURATED and (server_busy or 0) < SATURATED:
         flags.append(f"client-bound: a client was {statistics.fmean(cell.client_busy):.0f}% busy at the peak while "
                      "the server was not; this measures the client (seed 003)")
@@ -283,5 +324,9 @@ def _flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[i
             if c.requests and c.errors / c.requests > ERROR_SHARE:
                 flags.append(f"errors: {name} at {count} connections had {c.errors / c.requests:.1%} errors "
                              "or non-2xx responses")
+    config = manifests[0].get("config", {}).get("server", {}) if manifests else {}
+    for name, by_count in table.items():
+        if peak in by_count and (said := packets.flag(name, peak, by_count[peak].packets, config)):
+            flags.append(said)
     if any(m.get("guest", {}).get("kvm") is False for m in manifests):
         flags.append("no KVM: the guest ran under TCG; these are not hardware numbers")

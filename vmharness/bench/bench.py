@@ -19,7 +19,6 @@ from vmharness.config import BenchConfig
 from vmharness.errors import HarnessError
 from vmharness.host import journal
 from vmharness.host.root import HostRoot
-from vmharness.interrupts import terminate_as_interrupt
 from vmharness.progress import Say
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # the source tree, when the harness runs from one
@@ -79,7 +78,7 @@ def execute(cfg: BenchConfig, run: RunDir, root: HostRoot, say: Say) -> dict[str
     """Run the sweep (the caller holds the host lock: servers are journaled); returns the tally.
     Ctrl-C, SIGTERM or SIGHUP stop it with everything it took given back."""
     me = owner(run)
-    with terminate_as_interrupt(), tuning.tuned(cfg.tuning.profile, tuning.places(cfg, root), root, say,
+    with tuning.tuned(cfg.tuning.profile, tuning.places(cfg, root), root, say,
                                                 me) as tuned:
         run.update_manifest(tuning=tuned)
         tally = sweep.Sweep(cfg, run, root, say, me).execute()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness import proc
-from vmharness.bench import wrk
+from vmharness.bench import histogram, wrk
 from vmharness.bench.server import write_file
 from vmharness.errors import HarnessError
 from vmharness.host import files, journal
@@ -33,6 +33,11 @@ class Client:
     cpus: int = 0
     script: str = ""
     seq: int = 0  # its journal record
+    pin: tuple[int, ...] = ()  # the CPUs wrk may run on (taskset); empty: any
+
+    def command(self, run: wrk.WrkRun) -> list[str]:
+        argv = run.argv(self.binary)
+        return ["taskset", "--cpu-list", ",".join(map(str, self.pin)), *argv] if self.pin else argv
 
     def prepare(self, root: HostRoot, owner: str, rate: int = 0) -> None:
         """Learn the CPU count and put report.lua on the machine (journaled for `owner`, removed by
@@ -42,7 +47,7 @@ class Client:
             why = (res.stderr.strip().splitlines() or ["no output"])[-1]
             raise HarnessError(f"client {self.machine.label} is unreachable: {why}",
                                f"check that `ssh {self.machine.label} true` works without a password")
-        self.cpus = int(res.stdout)
+        self.cpus = len(self.pin) or int(res.stdout)
         if rate:
             usage = self.machine.run([self.binary, "--help"], timeout=30, check=False)
             if "--rate" not in usage.stdout + usage.stderr:
@@ -112,7 +117,7 @@ def run_together(clients: list[Client], url: str, connections: int, duration: fl
                                                  client_rate)))
     try:
         for r in runs:
-            argv = r.client.machine.argv(["sh", "-c", _GATE, "sh", *r.run.argv(r.client.binary)])
+            argv = r.client.machine.argv(["sh", "-c", _GATE, "sh", *r.client.command(r.run)])
             r.popen = proc.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  die_with_parent=True)
         ready_by = time.monotonic() + setup
@@ -162,11 +167,13 @@ def _kill(r: ClientRun) -> None:
 
 
 def merge(runs: list[ClientRun]) -> dict[str, Any]:
-    """One result for the point: requests, bytes and errors summed; with several clients the latency
-    percentiles are each client's (and their maximum), since wrk gives no histogram to merge."""
+    """One result for the point: requests, bytes and errors summed, and the clients' latency
+    histograms summed into one (vmharness/bench/histogram.py), from which its percentiles come. Each
+    client's own result is kept in clients_detail, its histogram left in its raw output."""
     results = [r.result for r in runs if r.result is not None]
     if len(results) != len(runs):
         return {"ok": False, "errors": [r.error for r in runs if r.error]}
+    latency, how = _latency([r["latency_us"] for r in results])
     merged: dict[str, Any] = {
         "ok": True,
         "clients": len(results),
@@ -175,18 +182,24 @@ def merge(runs: list[ClientRun]) -> dict[str, Any]:
         "requests_per_s": sum(r["requests_per_s"] for r in results),
         "duration_us_max": max(r["duration_us"] for r in results),
         "errors": {k: sum(r["errors"][k] for r in results) for k in (*wrk.ERROR_KINDS, "total")},
+        "latency_us": latency,
+        "latency_merge": how,
     }
-    if len(results) == 1:
-        merged["latency_us"] = results[0]["latency_us"]
-        merged["latency_merge"] = "exact"
-    else:
-        pcts = results[0]["latency_us"]["percentiles"]
-        merged["latency_us"] = {
-            "percentiles": {q: max(r["latency_us"]["percentiles"][q] for r in results) for q in pcts},
-            "mean": sum(r["latency_us"]["mean"] * r["requests"] for r in results) / max(1, merged["requests"]),
-            "max": max(r["latency_us"]["max"] for r in results),
-        }
-        merged["latency_merge"] = "max over clients (per-client percentiles in clients_detail)"
-    merged["clients_detail"] = [{"machine": r.client.machine.label, "connections": r.run.connections,
-                                 "threads": r.run.threads, **(r.result or {})} for r in runs]
+    merged["clients_detail"] = [
+        {"machine": r.client.machine.label, "connections": r.run.connections, "threads": r.run.threads,
+         **{k: v for k, v in (r.result or {}).items() if k != "latency_us"},
+         "latency_us": {k: v for k, v in (r.result or {}).get("latency_us", {}).items() if k != "histogram"}}
+        for r in runs]
     return merged
+
+
+def _latency(each: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """The point's latency from each client's, and how it was had."""
+    if all(lat.get("histogram") is not None for lat in each):
+        h = histogram.merge([histogram.Histogram.decode(lat["histogram"]) for lat in each])
+        how = "exact: wrk's histogram" if len(each) == 1 else f"exact: {len(each)} clients' histograms summed"
+        return {**h.summary(), "histogram": h.encode()}, how
+    why = next(str(lat.get("no_histogram", "none kept")) for lat in each if lat.get("histogram") is None)
+    if len(each) == 1:
+        return each[0], f"wrk's own percentiles (no histogram: {why})"
+    return {"percentiles": {}}, f"none: a client gave no histogram to merge ({why})"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,13 +108,18 @@ class Sweep:
     server_machine: Machine = field(init=False)
     clients: list[clients_mod.Client] = field(init=False)
     server_on: Machine | None = None  # the server's machine, if not cfg.server.host (a guest)
+    local_cpus: tuple[int, ...] = ()  # the CPUs wrk may use on this machine (a run keeps it off the
+    # guest's vCPUs); empty: any
+    vcpu_probe: Callable[[], list[float]] | None = None  # a run's guest: its vCPU threads' CPU seconds
+    before_point: Callable[[Point], None] | None = None  # a run's: set the guest up for the point's instance
     current: server.Server | None = None
     serving: str | None = None  # the instance `current` serves
     warmed: bool = False
 
     def __post_init__(self) -> None:
         self.server_machine = self.server_on or machine(self.cfg.server.host)
-        self.clients = [clients_mod.Client(machine(c.host), c.threads or None, c.wrk) for c in self.cfg.client]
+        self.clients = [clients_mod.Client(m, c.threads or None, c.wrk, pin=self.local_cpus if m.local else ())
+                        for c in self.cfg.client for m in (machine(c.host),)]
 
     def _server_config(self, inst: InstanceSection) -> server.ServerConfig:
         s = self.cfg.server
@@ -144,20 +150,35 @@ class Sweep:
         attempts: list[dict[str, Any]] = []
         for attempt in range(1, s.retries + 2):
             since = samplers.offsets()
+            before = self._vcpus()
             runs, start, end = clients_mod.run_together(self.clients, self.cfg.server.url, point.connections,
                                                         s.duration, s.timeout, s.margin, rate=s.rate)
+            host = self._vcpu_busy(before)
             merged = clients_mod.merge(runs)
-            raw = [{"machine": r.client.machine.label, "argv": r.run.argv(r.client.binary), "stdout": r.stdout,
+            raw = [{"machine": r.client.machine.label, "argv": r.client.command(r.run), "stdout": r.stdout,
                     "stderr": r.stderr[-2000:], "hung": r.hung} for r in runs]
             attempts.append({"attempt": attempt, "start": start, "end": end, "client": merged, "raw": raw})
             if merged["ok"]:
                 roots = {self.server_machine.key: {srv.pid}}
                 samples = samplers.summaries(since, start, end, roots)
                 return {"ok": True, "attempts": len(attempts), "start": start, "end": end, "client": merged,
-                        "raw": raw, "samples": samples, "failed_attempts": attempts[:-1]}
+                        "raw": raw, "samples": samples, "failed_attempts": attempts[:-1], **host}
             self.say(f"    attempt {attempt} failed: {'; '.join(merged['errors'])}")
             time.sleep(s.wait)
         return {"ok": False, "attempts": len(attempts), "failed_attempts": attempts}
+
+    def _vcpus(self) -> tuple[float, list[float]] | None:
+        return (time.monotonic(), self.vcpu_probe()) if self.vcpu_probe is not None else None
+
+    def _vcpu_busy(self, before: tuple[float, list[float]] | None) -> dict[str, Any]:
+        """Each vCPU thread's busy share over the load's window (wrk's start-up included: milliseconds
+        here, an ssh set-up for a remote client), from the host; {} without a probe."""
+        after = self._vcpus()
+        if before is None or after is None or after[0] <= before[0] or len(after[1]) != len(before[1]):
+            return {}
+        span = after[0] - before[0]
+        busy = [round(100 * (b - a) / span, 1) for a, b in zip(before[1], after[1], strict=True)]
+        return {"host": {"vcpu_busy_percent": busy, "window_s": round(span, 3)}}
 
     def _warm_up(self, samplers: Samplers) -> None:
         s = self.cfg.sweep
@@ -169,6 +190,8 @@ class Sweep:
         self.warmed = True
 
     def _one(self, samplers: Samplers, point: Point, label: str) -> bool:
+        if self.before_point is not None:
+            self.before_point(point)
         srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
         self._warm_up(samplers)
         result = self._measure(samplers, point, srv)

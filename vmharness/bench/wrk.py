@@ -1,5 +1,6 @@
 """wrk, the load generator: its command line, and its result read from the JSON line that report.lua's
-done() hook prints (wrk's own text is kept raw beside it, never scraped)."""
+done() hook prints (wrk's own text is kept raw beside it, never scraped), its latency histogram
+checked here (vmharness/bench/histogram.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vmharness.bench.histogram import Histogram
 from vmharness.errors import HarnessError
 
 REPORT_LUA = Path(__file__).with_name("report.lua")
@@ -43,6 +45,12 @@ def parse(stdout: str, stderr: str = "") -> dict[str, Any]:
                 data: dict[str, Any] = json.loads(line[len(MARKER):])
             except ValueError as exc:
                 raise HarnessError(f"wrk's report line is not JSON: {line[:120]}", "is report.lua intact?") from exc
+            try:
+                if data["latency_us"].get("histogram") is not None:
+                    Histogram.decode(data["latency_us"]["histogram"])
+            except ValueError as exc:
+                raise HarnessError(f"wrk's report line holds a damaged latency histogram: {exc}",
+                                   "is report.lua intact?") from exc
             seconds = data["duration_us"] / 1e6
             data["requests_per_s"] = data["requests"] / seconds if seconds > 0 else 0.0
             data["errors"]["total"] = sum(data["errors"][k] for k in ERROR_KINDS)

@@ -12,19 +12,16 @@ the hugepages it reserved, confirmed against sysfs, and says so first. There is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from vmharness import schema
+from vmharness import progress, schema
 from vmharness.config import HugepageSize, RunConfig, wire
 from vmharness.errors import HarnessError
 from vmharness.guest import placement
 from vmharness.host import hugepages, journal, pci, plan, prepare, restore, show_plan
 from vmharness.host.root import HostRoot
 from vmharness.machine import for_uri
-
-Say = Callable[[str], None]
 
 
 def request(cfg: RunConfig) -> plan.Request | None:
@@ -176,7 +173,7 @@ def choose(root: HostRoot, cfg: RunConfig, given: Given) -> Choice:
     return Choice(dataclasses.replace(cfg, guest=g), source, line)
 
 
-def prepare_host(root: HostRoot, cfg: RunConfig, say: Say, owner: str) -> int | None:
+def prepare_host(root: HostRoot, cfg: RunConfig, say: progress.Say, owner: str) -> int | None:
     """Prepare what the run needs; returns the journal position to restore back to (None: nothing was
     changed). The caller holds the host lock."""
     req = request(cfg)
@@ -202,7 +199,7 @@ def keep_host(root: HostRoot, since: int, owner: str) -> None:
     journal.hand_over(root, _taken(root, since, owner), "host-prepare")
 
 
-def restore_host(root: HostRoot, since: int | None, say: Say) -> list[str]:
+def restore_host(root: HostRoot, since: int | None, say: progress.Say) -> list[str]:
     """Give back what `prepare_host` took (journal records after `since`); returns the problems."""
     if since is None:
         return []

@@ -16,35 +16,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmharness import progress, provenance
+from vmharness import cpus, progress, provenance
 from vmharness.bench import bench, sweep, tuning
 from vmharness.bench.store import RunDir
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
-from vmharness.guest import image, session
+from vmharness.guest import image, session, vm
 from vmharness.host.root import HostRoot
-from vmharness.interrupts import terminate_as_interrupt
 from vmharness.machine import for_uri
 from vmharness.tune import access
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class Session:
-    """One boot: an instance's points of one iteration."""
+    """One boot: an instance's points of one iteration (and those of the instances that ride on it)."""
 
     iteration: int
-    instance: str
+    instance: str  # the instance whose guest boots
     points: tuple[sweep.Point, ...]
 
 
-def sessions(todo: list[sweep.Point]) -> list[Session]:
-    """The points grouped by (iteration, instance), in the order they first appear."""
+def rides(cfg: RunConfig) -> dict[str, str]:
+    """Instances measured in another's boot: the positive control rides on the baseline's. It is the
+    baseline's guest with its vCPUs capped, and a cap is set on a running guest as well as at its
+    definition; in the same boot the two are paired within the boot, so the boot's own luck (under
+    TCG, ±9% between boots of a capped guest here) does not blur the known cost, and the run saves a
+    boot per iteration."""
+    c = cfg.control
+    return {c.name: cfg.instance[0].name} if c.cap and any(i.name == c.name for i in cfg.instance) else {}
+
+
+def sessions(todo: list[sweep.Point], riding: dict[str, str] | None = None) -> list[Session]:
+    """The points grouped by (iteration, the instance that boots), in the order they first appear: a
+    riding instance's points go into its host's boot of the same iteration, before or after the
+    host's own as the rotation put them, so neither is always measured on a warmer guest."""
+    riding = riding or {}
     groups: dict[tuple[int, str], list[sweep.Point]] = {}
     for p in todo:
-        groups.setdefault((p.iteration, p.instance), []).append(p)
+        groups.setdefault((p.iteration, riding.get(p.instance, p.instance)), []).append(p)
     return [Session(it, name, tuple(pts)) for (it, name), pts in groups.items()]
 
 
@@ -84,7 +94,7 @@ def check_wire(cfg: RunConfig, name: str) -> tuple[str, str] | None:
     return found
 
 
-def ensure_image(cfg: RunConfig, run: RunDir, say: Say) -> str | None:
+def ensure_image(cfg: RunConfig, run: RunDir, say: progress.Say) -> str | None:
     """The image folder of the instances that name none: the recipe's, built if missing, and kept for
     the whole run (a resumed run goes on with the image it started with, whatever the recipe is now)."""
     if all(i.image or cfg.guest.image for i in cfg.instance):
@@ -110,7 +120,7 @@ class Runner:
     cfg: RunConfig
     run: RunDir
     root: HostRoot
-    say: Say
+    say: progress.Say
     tally: dict[str, int] = dataclasses.field(default_factory=lambda: {"ok": 0, "failed": 0})
     image: str | None = None  # the recipe's image, for instances that name none
 
@@ -133,6 +143,30 @@ class Runner:
             out.append(tuning.Place(host, access.ssh_target(host), t.client_iface or None))
         return out
 
+    def _capper(self, b: session.Booted, booted_cap: int) -> Callable[[sweep.Point], None]:
+        """Before each point: the guest's vCPUs capped as the point's instance wants (a riding control's
+        cap set live, and lifted again for its host's points)."""
+        state = {"cap": booted_cap}
+
+        def before(point: sweep.Point) -> None:
+            want = self._instance(point.instance).vcpu_cap
+            if want != state["cap"]:
+                vm.cap_vcpus(b.guest, want)
+                self.say(f"  vCPUs of the guest {'capped to ' + str(want) + '%' if want else 'uncapped'} for "
+                         f"{point.instance}")
+                state["cap"] = want
+        return before
+
+    def _off_vcpus(self, b: session.Booted) -> tuple[int, ...]:
+        """This machine's CPUs that hold no vCPU of the guest, where a local wrk is kept: a wrk the
+        scheduler puts on a vCPU's CPU takes time from the guest, by chance, differently at each
+        boot (none when the guest runs elsewhere or its vCPUs take every CPU)."""
+        if not for_uri(self.cfg.guest.uri).local:
+            return ()
+        online = cpus.parse_cpulist(self.root.read_text("/sys/devices/system/cpu/online").strip())
+        free = tuple(c for c in online if c not in b.pinning["planned_vcpus"])
+        return free if free and len(free) < len(online) else ()
+
     def _fail(self, s: Session, error: str) -> None:
         """A session that could not measure: recorded, and each of its missing points as failed."""
         self.say(f"FAILED {s.instance} iteration {s.iteration}: {error}")
@@ -146,7 +180,9 @@ class Runner:
                                  "attempts": 0, "error": error, "failed_attempts": []})
                 self.tally["failed"] += 1
 
-    def _note_guest(self, b: session.Booted, inst: str) -> None:
+    def _note_guest(self, b: session.Booted, inst: str, booted: str) -> None:
+        """The guest's facts and domain XML under `inst`'s name, the first time `inst` is measured
+        (`booted`: the instance whose guest it is, when `inst` rides on it)."""
         m = self.run.manifest
         guests = m.get("instances", {})
         changes: dict[str, Any] = {}
@@ -158,7 +194,9 @@ class Runner:
             if xml.resolve().parent != folder.resolve():
                 raise HarnessError(f"instance name {inst!r} does not make a file inside {folder}",
                                    "instance names are letters, digits, '.', '_' and '-'")
-            xml.write_text(b.xml)
+            cap = self._instance(inst).vcpu_cap
+            xml.write_text(b.xml if inst == booted else f"<!-- {inst}: the guest of {booted} below, its vCPUs capped "
+                           f"live to {cap}% (vcpu_quota {cap * 1000} of vcpu_period 100000) -->\n{b.xml}")
         if "guest" not in m:
             changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
                                 "shares_host_with_client": for_uri(b.guest.uri).local and any(
@@ -179,7 +217,8 @@ class Runner:
             self._fail(s, f"the guest did not boot: {exc.message}")
             return
         try:
-            self._note_guest(b, s.instance)
+            for name in dict.fromkeys([s.instance, *(p.instance for p in s.points)]):
+                self._note_guest(b, name, s.instance)
             if b.pinning["ok"] is False:
                 self.say(f"WARNING: the guest's QEMU threads are not held to the planned CPUs: {b.pinning}")
             g = self.cfg.guest
@@ -189,12 +228,15 @@ class Runner:
             with tuning.tuned(inst.profile or cfg.tuning.profile, [tuning.Place("guest", target, (b.iface,))],
                               self.root, self.say, self.owner) as tuned:
                 self.run.append({"kind": "session", "instance": s.instance, "iteration": s.iteration, "ok": True,
+                                 "riders": sorted({p.instance for p in s.points} - {s.instance}),
                                  "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
                                  "pinning": b.pinning, "tuning": tuned})
-                got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner,
-                                  server_on=b.machine).execute(list(s.points))
+                got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
+                                  local_cpus=self._off_vcpus(b),
+                                  vcpu_probe=lambda: vm.vcpu_seconds(b.guest),
+                                  before_point=self._capper(b, inst.vcpu_cap)).execute(list(s.points))
             self.tally["ok"] += got["ok"]
             self.tally["failed"] += got["failed"]
         except HarnessError as exc:
@@ -208,7 +250,7 @@ class Runner:
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         with progress.Progress("guest sessions", None) as bar:
             while todo:
-                groups = sessions(todo)
+                groups = sessions(todo, rides(self.cfg))
                 bar.grow(len(groups))
                 for n, s in enumerate(groups, 1):
                     self._session(s, f"[{n}/{len(groups)}]")
@@ -219,23 +261,22 @@ class Runner:
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""
-        with terminate_as_interrupt():
-            ops.reclaim(self.root, self.say)
-            self.image = ensure_image(self.cfg, self.run, self.say)
-            since = hostprep.prepare_host(self.root, self.cfg, self.say, self.owner)
-            try:
-                self.run.update_manifest(host={**provenance.facts(for_uri(self.cfg.guest.uri)),
-                                               **provenance.libvirt_versions(self.cfg.guest.uri)})
-                with tuning.tuned(self.cfg.tuning.profile, self._host_places(), self.root, self.say,
-                                  self.owner) as tuned:
-                    self.run.update_manifest(tuning=tuned)
-                    self._measure()
-            finally:
-                if keep_host and since is not None:
-                    hostprep.keep_host(self.root, since, self.owner)
-                    self.say("the host stays prepared (--keep-host): undo with vmharness host-restore")
-                else:
-                    for problem in hostprep.restore_host(self.root, since, self.say):
-                        self.say(f"NOT RESTORED: {problem}")
+        ops.reclaim(self.root, self.say)
+        self.image = ensure_image(self.cfg, self.run, self.say)
+        since = hostprep.prepare_host(self.root, self.cfg, self.say, self.owner)
+        try:
+            self.run.update_manifest(host={**provenance.facts(for_uri(self.cfg.guest.uri)),
+                                           **provenance.libvirt_versions(self.cfg.guest.uri)})
+            with tuning.tuned(self.cfg.tuning.profile, self._host_places(), self.root, self.say,
+                              self.owner) as tuned:
+                self.run.update_manifest(tuning=tuned)
+                self._measure()
+        finally:
+            if keep_host and since is not None:
+                hostprep.keep_host(self.root, since, self.owner)
+                self.say("the host stays prepared (--keep-host): undo with vmharness host-restore")
+            else:
+                for problem in hostprep.restore_host(self.root, since, self.say):
+                    self.say(f"NOT RESTORED: {problem}")
         self.run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=self.tally)
         return self.tally

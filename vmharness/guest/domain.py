@@ -21,6 +21,7 @@ QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"  # libvirt's namespace fo
 # a cache that size got QEMU OOM-killed on a node of 1 GiB with the guest's hugepages in it. 256 MiB
 # holds a guest kernel's and nginx's code many times over.
 TCG_CACHE_MIB = 256
+CAP_PERIOD_US = 100_000  # the CFS period of a capped vCPU (the kernel's default); 100 ms
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class DomainSpec:
     link: Link | None = None
     cpu_features: tuple[str, ...] = ()  # "+name" required, "-name" hidden from the guest
     qemu_args: tuple[str, ...] = ()
+    vcpu_cap: int = 0  # percent of a host CPU each vCPU may use; 0: no cap
     metadata: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -105,6 +107,9 @@ def _cpu_and_memory(dom: ET.Element, spec: DomainSpec) -> None:
     for vcpu, host_cpu in enumerate(spec.placement.vcpu_cpus):
         _sub(tune, "vcpupin", vcpu=str(vcpu), cpuset=str(host_cpu))
     _sub(tune, "emulatorpin", cpuset=_cpuset(spec.placement.emulator_cpus))
+    if spec.vcpu_cap:  # each vCPU thread may run `quota` µs of every `period`: a known slow-down
+        _sub(tune, "period", str(CAP_PERIOD_US))
+        _sub(tune, "quota", str(CAP_PERIOD_US * spec.vcpu_cap // 100))
     node = spec.placement.node
     if node is not None:  # the guest's one NUMA cell (below) lives on the host's node
         numatune = _sub(dom, "numatune")

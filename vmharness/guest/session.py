@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness import cpus, provenance
+from vmharness import cpus, progress, provenance
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
 from vmharness.guest import agent, domain, instance, ssh, vm
@@ -19,7 +18,6 @@ from vmharness.host import journal
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
-Say = Callable[[str], None]
 STATE_DIR = f"{instance.VM_DIR}/_run"  # the overlay and console log of a run's guest (one at a time: the
 # run holds the host lock; a name `vm up` cannot take)
 MINIMAL_INIT = "init=/usr/local/sbin/vmh-init"
@@ -60,7 +58,7 @@ def request(cfg: RunConfig, inst: InstanceSection, owner: str, default_image: st
         cmdline=cmdline, kernel=inst.kernel or None,
         initrd=inst.initrd or None, bdfs=g.bdf, managed=g.managed, hugepages=g.hugepages, hugepage_size=g.hugepage_size,
         uri=g.uri, accel=g.accel, link=True, image=inst.image or g.image or default_image,
-        cpu_features=inst.cpu_features, qemu_args=inst.qemu_args)
+        cpu_features=inst.cpu_features, qemu_args=inst.qemu_args, vcpu_cap=inst.vcpu_cap)
 
 
 def _run(dom: Any, argv: list[str], timeout: float = 60) -> str:
@@ -109,7 +107,7 @@ def pinning(planned: domain.Placement, threads: dict[str, str]) -> dict[str, Any
             "planned_emulator": list(planned.emulator_cpus)}
 
 
-def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: str | None, say: Say,
+def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: str | None, say: progress.Say,
          owner: str) -> Booted:
     """Boot the guest for `inst`; the caller holds the host lock and calls `shutdown` afterwards."""
     planned = instance.plan(root, request(cfg, inst, owner, default_image))
@@ -145,7 +143,7 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
         raise
 
 
-def shutdown(root: HostRoot, guest: vm.Guest, m: Machine | None, cfg: RunConfig, say: Say) -> None:
+def shutdown(root: HostRoot, guest: vm.Guest, m: Machine | None, cfg: RunConfig, say: progress.Say) -> None:
     if m is not None:
         ssh.close(m)
     vm.down(root, guest, say, grace=cfg.guest.shutdown_grace)

@@ -22,11 +22,11 @@ import libvirt
 
 from vmharness.errors import HarnessError
 from vmharness.guest import agent
-from vmharness.guest.domain import DomainSpec
+from vmharness.guest.domain import CAP_PERIOD_US, DomainSpec
 from vmharness.host import files, journal, libvirt_conn
 from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
-from vmharness.interrupts import shielded, terminate_as_interrupt
+from vmharness.interrupts import shielded
 from vmharness.machine import Machine, for_uri
 from vmharness.progress import Progress, Say
 
@@ -94,6 +94,32 @@ def domain(guest: Guest) -> tuple[libvirt.virConnect, libvirt.virDomain]:
                            f"look at its console log {guest.console_log}; clean up with: vmharness vm down "
                            f"{guest.name}")
     return conn, dom
+
+
+def vcpu_seconds(guest: Guest) -> list[float]:
+    """The CPU time each of the guest's vCPU threads has used, in seconds, as the host's kernel counts
+    it (libvirt reads each thread's runtime): the guest's own busy time counts time its vCPU waited
+    (for QEMU's I/O thread, or stolen by another task), this does not."""
+    conn, dom = domain(guest)
+    try:
+        return [float(t[2]) / 1e9 for t in dom.vcpus()[0]]
+    finally:
+        conn.close()
+
+
+def cap_vcpus(guest: Guest, percent: int) -> None:
+    """Cap each vCPU thread of the running guest to `percent` of a CPU (0: no cap), as <cputune>'s
+    period and quota do at definition: the kernel's CFS bandwidth control, through libvirt's cgroups."""
+    conn, dom = domain(guest)
+    try:
+        quota = CAP_PERIOD_US * percent // 100 if percent else -1
+        dom.setSchedulerParametersFlags({"vcpu_period": CAP_PERIOD_US, "vcpu_quota": quota},
+                                        libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    except libvirt.libvirtError as exc:
+        raise HarnessError(f"cannot cap {guest.name}'s vCPUs to {percent}%: {exc.get_error_message()}",
+                           "libvirt needs the cpu cgroup controller for this (`cat /proc/cgroups`)") from exc
+    finally:
+        conn.close()
 
 
 def console_tail(guest_or_log: Guest | str, machine: Machine | None = None, lines: int = 20) -> str:
@@ -175,34 +201,33 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
     conn = libvirt_conn.connect(uri)
     seqs: list[int] = []
     try:
-        with terminate_as_interrupt():
-            try:
-                conn.lookupByName(spec.name)
-                raise HarnessError(f"a domain named {spec.name} exists already at {uri}",
-                                   f"remove it with: vmharness vm down {spec.name.removeprefix(DOMAIN_PREFIX)}")
-            except libvirt.libvirtError:
-                pass
-            seqs.append(files.made(root, machine, spec.disk, owner))
-            machine.run(["mkdir", "-p", str(Path(spec.disk).parent), str(Path(spec.console_log).parent)], timeout=30)
-            machine.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base_disk, spec.disk],
-                        timeout=60)
-            seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
-                                              "name": spec.name}, owner)["seq"])
-            dom = _define(conn, xml)
-            say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
-            _start(dom, spec, machine)
-            with Progress(f"{spec.name} booting", None):
-                seconds = _wait_for_agent(dom, spec.console_log, machine, boot_timeout)
-            say(f"guest agent answers after {seconds:.1f} s")
-            link = None
-            if spec.link is not None and link_net is not None:
-                _link_up(dom, spec, machine, link_net)
-                link = {"tap": spec.link.tap, "host": link_net[0], "guest": link_net[1]}
-                say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")
-            guest = Guest(spec.name.removeprefix(DOMAIN_PREFIX), uri, spec.uuid, spec.disk, spec.console_log,
-                          spec.kvm, tuple(seqs), link, round(seconds, 1))
-            _save(root, guest)
-            return guest
+        try:
+            conn.lookupByName(spec.name)
+            raise HarnessError(f"a domain named {spec.name} exists already at {uri}",
+                               f"remove it with: vmharness vm down {spec.name.removeprefix(DOMAIN_PREFIX)}")
+        except libvirt.libvirtError:
+            pass
+        seqs.append(files.made(root, machine, spec.disk, owner))
+        machine.run(["mkdir", "-p", str(Path(spec.disk).parent), str(Path(spec.console_log).parent)], timeout=30)
+        machine.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base_disk, spec.disk],
+                    timeout=60)
+        seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
+                                          "name": spec.name}, owner)["seq"])
+        dom = _define(conn, xml)
+        say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
+        _start(dom, spec, machine)
+        with Progress(f"{spec.name} booting", None):
+            seconds = _wait_for_agent(dom, spec.console_log, machine, boot_timeout)
+        say(f"guest agent answers after {seconds:.1f} s")
+        link = None
+        if spec.link is not None and link_net is not None:
+            _link_up(dom, spec, machine, link_net)
+            link = {"tap": spec.link.tap, "host": link_net[0], "guest": link_net[1]}
+            say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")
+        guest = Guest(spec.name.removeprefix(DOMAIN_PREFIX), uri, spec.uuid, spec.disk, spec.console_log,
+                      spec.kvm, tuple(seqs), link, round(seconds, 1))
+        _save(root, guest)
+        return guest
     except BaseException:
         _give_back(root, uri, spec.uuid, spec.disk, machine, seqs)
         raise

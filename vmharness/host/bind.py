@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
-from vmharness.host.uevent import Waiter
+from vmharness.host.uevent import APPEAR_EVENTS, BIND_EVENTS, Waiter
 
 BIND_TIMEOUT = 15.0
 DEV = "/sys/bus/pci/devices"
@@ -37,7 +37,7 @@ def unbind(root: HostRoot, bdf: str) -> None:
     current = driver(root, bdf)
     if current is None:
         return
-    with Waiter() as waiter:
+    with Waiter(BIND_EVENTS) as waiter:
         root.write_text(f"{DEV}/{bdf}/driver/unbind", bdf)
         _expect(root, bdf, None, waiter)
 
@@ -51,12 +51,13 @@ def to_driver(root: HostRoot, bdf: str, name: str | None, override_after: str | 
     unbind(root, bdf)
     set_override(root, bdf, name)
     if name is not None:
-        with Waiter() as waiter:
+        with Waiter(BIND_EVENTS) as waiter:
             root.write_text("/sys/bus/pci/drivers_probe", bdf)
             _expect(root, bdf, name, waiter)
     set_override(root, bdf, override_after)
 
 
 def wait_for(root: HostRoot, path: str, timeout: float = 5.0) -> bool:
-    with Waiter() as waiter:
+    """Wait for an interface's or a VFIO group's path to appear: both come with a net or vfio event."""
+    with Waiter(APPEAR_EVENTS) as waiter:
         return waiter.wait(lambda: root.exists(path), timeout)

@@ -11,7 +11,6 @@ from vmharness.errors import HarnessError
 from vmharness.host import bind, hugepages, journal, kmod, restore
 from vmharness.host.plan import VFIO_DRIVER, Plan
 from vmharness.host.root import HostRoot
-from vmharness.interrupts import terminate_as_interrupt
 from vmharness.progress import Say
 
 
@@ -75,14 +74,13 @@ def execute(root: HostRoot, plan: Plan, say: Say, owner: str = "host-prepare") -
     """Apply the plan for `owner`; the caller holds `journal.Lock` from planning to here. Any failure,
     Ctrl-C, SIGTERM or SIGHUP undoes every change made so far, then re-raises; a SIGKILL leaves the
     journal for `host-restore` (or, for a run, the next run)."""
-    with terminate_as_interrupt():
-        begin = journal.record(root, {"op": "begin", "pid": os.getpid()})["seq"]
-        try:
-            for step in (_modules, _binds, _pages, _mount):
-                step(root, plan, say, owner)
-        except (Exception, KeyboardInterrupt) as exc:
-            say(f"failed ({exc}); undoing what was done")
-            restore.undo(root, say, only=lambda rec: rec["seq"] > begin)  # not what an earlier prepare did
-            if isinstance(exc, KeyboardInterrupt):
-                raise HarnessError("interrupted: every change was undone", "") from exc
-            raise
+    begin = journal.record(root, {"op": "begin", "pid": os.getpid()})["seq"]
+    try:
+        for step in (_modules, _binds, _pages, _mount):
+            step(root, plan, say, owner)
+    except (Exception, KeyboardInterrupt) as exc:
+        say(f"failed ({exc}); undoing what was done")
+        restore.undo(root, say, only=lambda rec: rec["seq"] > begin)  # not what an earlier prepare did
+        if isinstance(exc, KeyboardInterrupt):
+            raise HarnessError("interrupted: every change was undone", "") from exc
+        raise

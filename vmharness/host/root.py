@@ -9,6 +9,10 @@ would block a read forever (or act on a device), and a huge file would fill memo
 procfs attributes are regular files, so nothing the harness needs is refused. Nothing is written
 under a root that is not the live host, unless a test asks for it: a `--host-root` tree is read-only.
 Every change is logged at debug level (`-v`), as every command run is.
+
+`recording()` is a test hook: it collects every host path any HostRoot resolves while it is open, so a
+test can prove that a `host-snapshot` holds all that a command read. Off (the default) it costs one
+`is None` check per path.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from vmharness.errors import HarnessError
@@ -31,6 +36,20 @@ log = logging.getLogger("vmharness.host")
 _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 _REFUSED_BY_KERNEL = (errno.EINVAL, errno.EIO, errno.ENODEV, errno.ENXIO, errno.EACCES, errno.EPERM,
                      errno.ESRCH)  # ESRCH: /proc/PID of a process that just ended
+
+
+_reads: set[str] | None = None  # the paths resolved while recording() is open
+
+
+@contextmanager
+def recording() -> Iterator[set[str]]:
+    """Collect the host path ("/sys/...") of every path a HostRoot resolves inside the block."""
+    global _reads
+    outer, _reads = _reads, set()
+    try:
+        yield _reads
+    finally:
+        _reads = outer
 
 
 def _kind(mode: int) -> str:
@@ -111,6 +130,8 @@ class HostRoot:
 
     def path(self, p: str | Path) -> Path:
         rel = str(p).lstrip("/")
+        if _reads is not None:
+            _reads.add("/" + rel)
         return self.base / rel if rel else self.base
 
     def host_path(self, real: Path) -> str:

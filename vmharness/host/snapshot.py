@@ -1,10 +1,17 @@
-"""host-snapshot: a small tarball of exactly what host-check and host-groups read, laid out like `/`.
+"""host-snapshot: a small tarball of exactly what the inspection commands read, laid out like `/`.
+
+Those commands are host-check, host-groups, host-prepare --dry-run, tune plan and run --print-xml;
+tests/integration/test_snapshot_complete.py runs each on this host and on its snapshot, and checks
+that the outputs are equal and that every path read on the snapshot is in it (root.recording()).
 
 Symlinks are stored as the kernel wrote them (relative), so `--host-root` on the unpacked tree
 resolves them inside it. Device nodes become empty files (only their existence is read). MAC
-addresses, serial numbers and file contents outside this list are not taken. Works on any host root,
-so a snapshot can be taken of a snapshot; what is not a regular file there (a FIFO, a device node
-where an attribute should be) is left out, never opened: opening one can block or act on a device.
+addresses, serial numbers and file contents outside this list are not taken; of /proc/sys only what
+any user may read (the kernel makes secrets such as tcp_fastopen_key root-only); of the journal only
+the driver bindings and hugepages it records (what a run would take over from host-prepare).
+Works on any host root, so a snapshot can be taken of a snapshot; what is not a regular file there
+(a FIFO, a device node where an attribute should be) is left out, never opened: opening one can
+block or act on a device. A damaged journal is an error naming it, as it is for every command.
 The tarball is never written inside the host root it describes (a host root is read-only).
 """
 
@@ -20,7 +27,7 @@ import tarfile
 from pathlib import Path
 
 from vmharness.errors import HarnessError
-from vmharness.host import hugepages, modules, probes
+from vmharness.host import hugepages, journal, modules, probes
 from vmharness.host.checks import ACPI_TABLES, FIRMWARE_IOMMU
 from vmharness.host.iommu import GROUPS
 from vmharness.host.pci import PCI_DEVICES
@@ -37,6 +44,15 @@ PCI_ATTRS = (
 )
 PCI_LINKS = ("driver", "iommu_group", "physfn")
 NETDEV_ATTRS = ("operstate", "ifindex", "type", "flags", "mtu")
+QUEUE_ATTRS = ("rps_cpus", "rps_flow_cnt", "xps_cpus")
+IRQ_ATTRS = ("smp_affinity", "smp_affinity_list", "effective_affinity", "effective_affinity_list", "node")
+CPU = "/sys/devices/system/cpu"
+CPUFREQ_ATTRS = ("scaling_governor", "scaling_available_governors", "scaling_driver")
+CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0"
+# Directories whose files tuning reads as they are: THP, KSM, and the sysctl families a profile sets.
+TUNING_DIRS = ("/sys/kernel/mm/transparent_hugepage", "/sys/kernel/mm/ksm")
+SYSCTL_DIRS = ("/proc/sys/net/core", "/proc/sys/net/ipv4", "/proc/sys/fs", "/proc/sys/vm")
+JOURNAL_OPS = ("bind", "pages", "released", "owner")  # what host-prepare --dry-run and run read of it
 HUGEPAGE_ATTRS = ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages",
                   "nr_overcommit_hugepages")
 MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1", "vfio_pci_core", "kvm", "kvm_intel", "kvm_amd")
@@ -72,15 +88,16 @@ class _Writer:
             info.size = len(content)
             self.tar.addfile(info, io.BytesIO(content))
 
-    def file(self, path: str) -> None:
-        """Copy a regular file if it exists and can be read; sysfs attributes some devices refuse, and
-        anything that is not a regular file, are skipped."""
+    def file(self, path: str, readable: int = 0o444) -> None:
+        """Copy a regular file if it exists and can be read (by someone in `readable`: 0o004 for what
+        any user may read); sysfs attributes some devices refuse, and anything that is not a regular
+        file, are skipped."""
         real = self.root.path(path)
         try:
             mode = os.stat(real).st_mode
         except OSError:
             return
-        if not stat.S_ISREG(mode) or not mode & 0o444:  # write-only attributes have no content
+        if not stat.S_ISREG(mode) or not mode & readable:  # write-only attributes have no content
             return
         self.root.realpath(path)  # refused if it leads out of the root
         try:
@@ -101,6 +118,41 @@ class _Writer:
         if info is not None:
             info.linkname = os.readlink(real)
             self.tar.addfile(info)
+
+    def follow(self, path: str) -> str | None:
+        """Record every symlink on the way to `path` (each as the kernel wrote it) and the directories
+        they lead to; returns the host path it resolves to, or None if it does not exist."""
+        self.root.realpath(path)  # refused if it leads out of the root
+        done, todo, hops = "/", [p for p in path.split("/") if p], 0
+        while todo:
+            part = todo.pop(0)
+            if part in (".", ".."):
+                done = os.path.dirname(done) if part == ".." else done
+                continue
+            here = os.path.join(done, part)
+            real = self.root.path(here)
+            if real.is_symlink():
+                hops += 1
+                if hops > 40:  # a loop; the kernel gives up at 40 too
+                    return None
+                self.link(here)
+                target = os.readlink(real)
+                done = "/" if target.startswith("/") else done
+                todo = [p for p in target.split("/") if p] + todo
+                continue
+            if not os.path.lexists(real):
+                return None
+            done = here
+        if self.root.is_dir(done):
+            self.dir(done)
+        return done
+
+    def files_in(self, path: str, readable: int = 0o444) -> None:
+        """Every regular file directly in a directory (not its subdirectories)."""
+        real = self.follow(path)
+        if real is not None:
+            for name in self.root.listdir(real):
+                self.file(f"{real}/{name}", readable)
 
     def real_dir(self, path: str) -> str:
         """Record the directory a symlink points to, and return its host path."""
@@ -124,10 +176,20 @@ def _pci(w: _Writer) -> None:
             w.file(f"{dev}/{attr}")
         for link in PCI_LINKS + tuple(n for n in root.listdir(dev) if n.startswith("virtfn")):
             w.link(f"{dev}/{link}")
+        _msi(w, dev)
         for sub in ["net"] + [n for n in root.listdir(dev) if n.startswith("virtio")]:
             base = f"{dev}/{sub}" if sub == "net" else f"{dev}/{sub}/net"
             for ifname in root.listdir(base):
                 w.dir(f"{base}/{ifname}")
+
+
+def _msi(w: _Writer, dev: str) -> None:
+    """A device's MSI vectors, and where each interrupt may run (tuning's queue->IRQ->CPU plan)."""
+    w.files_in(f"{dev}/msi_irqs")
+    for irq in w.root.listdir(f"{dev}/msi_irqs"):
+        if irq.isdigit():
+            for attr in IRQ_ATTRS:
+                w.file(f"/proc/irq/{irq}/{attr}")
 
 
 def _net(w: _Writer) -> None:
@@ -139,6 +201,18 @@ def _net(w: _Writer) -> None:
             w.file(f"{target}/{attr}")
         w.link(f"{target}/master")
         _stack(w, target)
+        _queues(w, target)
+        device = w.follow(f"{target}/device")  # a PCI function, or a virtio device on one
+        if device is not None:
+            w.file(f"{device}/uevent")  # its driver and modalias: tuning takes NICs that have one
+            _msi(w, device)
+
+
+def _queues(w: _Writer, target: str) -> None:
+    for queue in w.root.listdir(f"{target}/queues"):
+        w.dir(f"{target}/queues/{queue}")
+        for attr in QUEUE_ATTRS:
+            w.file(f"{target}/queues/{queue}/{attr}")
 
 
 def _stack(w: _Writer, target: str) -> None:
@@ -182,7 +256,8 @@ def _memory(w: _Writer) -> None:
             w.file(f"{hugepages.GLOBAL}/hugepages-{kib}kB/{attr}")
     for name in ("online", "possible", "has_cpu", "has_memory"):
         w.file(f"{hugepages.NODES}/{name}")
-    w.file("/sys/devices/system/cpu/online")
+    for name in ("online", "possible"):
+        w.file(f"{CPU}/{name}")
     for node in hugepages.nodes(root):
         base = f"{hugepages.NODES}/node{node}"
         w.file(f"{base}/cpulist")
@@ -215,6 +290,31 @@ def _kernel(w: _Writer) -> None:
             w.data(node, b"")
 
 
+def _tuning(w: _Writer) -> None:
+    """What a tuning plan reads besides the NICs: clocksource, governors, THP, KSM and sysctls."""
+    for name in ("available_clocksource", "current_clocksource"):
+        w.file(f"{CLOCKSOURCE}/{name}")
+    for cpu in w.root.listdir(CPU):
+        if re.fullmatch(r"cpu\d+", cpu):
+            for attr in CPUFREQ_ATTRS:
+                real = w.follow(f"{CPU}/{cpu}/cpufreq/{attr}")  # cpufreq links to ../cpufreq/policyN
+                if real is not None:
+                    w.file(real)
+    for path in TUNING_DIRS:
+        w.files_in(path)
+    for path in SYSCTL_DIRS:
+        w.files_in(path, readable=0o004)
+
+
+def _journal(w: _Writer) -> None:
+    """The journal's driver bindings and hugepages, with the markers that say which are given back:
+    what `run` takes over from host-prepare and what host-prepare calls its own."""
+    if not w.root.path(journal.JOURNAL).is_file():  # none, or not a regular file: left out, never opened
+        return
+    kept = [r for r in journal.read(w.root) if r["op"] in JOURNAL_OPS]  # may be none: an empty journal
+    w.data(journal.JOURNAL, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept).encode())
+
+
 def write(root: HostRoot, out: Path) -> int:
     """Write the snapshot of `root` to `out` (a .tar.gz); returns its size in bytes."""
     if not root.is_dir(PCI_DEVICES):
@@ -223,7 +323,7 @@ def write(root: HostRoot, out: Path) -> int:
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
         w = _Writer(root, tar)
-        for part in (_kernel, _pci, _net, _iommu, _memory):
+        for part in (_kernel, _pci, _net, _iommu, _memory, _tuning, _journal):
             part(w)
         if live is not None:
             w.data(probes.PROBES_FILE, json.dumps(live, indent=2, sort_keys=True).encode())

@@ -1,0 +1,153 @@
+"""Is each variant what it claims, and does the run recover a cost known in advance?
+
+A variant's cmdline says what was asked; the guest's kernel says what it did. The manifest holds
+each instance's facts as its guest reported them at its first boot (provenance.py): kernel, cmdline,
+microcode, CPU flags (`pti`, `ibpb`, `ssbd`... are set by the kernel, not the CPU), the
+vulnerabilities files and the kernel's own boot-log lines on mitigations. Against the baseline's,
+they show what differs; when a variant differs only in the words of its cmdline, the option may have
+done nothing (forcing `pti=on` leaves every vulnerabilities file as it was, but sets the `pti` flag
+and logs "page tables isolation: enabled"), and the report says so first.
+
+The positive control (`run --control`) is the baseline with its vCPUs capped to a share of a CPU by
+libvirt (CFS bandwidth control). The cap takes away the vCPU time the baseline used above it: with
+the baseline's vCPU threads busy u_i of the time at the peak (measured on the host, not in the guest,
+whose busy time counts the time its vCPU waited), the control keeps sum(min(u_i, cap)) / sum(u_i) of
+the baseline's throughput where the guest's CPU time is what limits it. The report checks that the
+change's interval holds that value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from vmharness.stats import Change
+
+# What an instance's configuration can change outside its guest's cmdline: the host acts on these.
+HOST_KEYS = ("kernel", "initrd", "image", "cpu_features", "qemu_args", "vcpu_cap", "nginx", "config", "profile")
+# The facts that show what the guest's kernel did.
+KERNEL_FACTS = ("kernel", "version", "microcode")
+
+
+@dataclass(frozen=True)
+class Diff:
+    instance: str
+    lines: tuple[str, ...]  # what differs from the baseline, one fact a line
+    asked: bool  # the cmdline or the configuration differs
+    seen: bool  # the guest (kernel, flags, vulnerabilities, boot log) or the host's settings differ
+
+
+@dataclass(frozen=True)
+class Control:
+    instance: str
+    cap: int  # percent of a CPU each vCPU may use
+    expected: float  # the change in throughput expected at the peak
+    change: Change
+    recovered: bool  # the change's interval holds `expected`, and not zero: the cost was seen, of its size
+    basis: str  # how `expected` was reached
+
+
+def expected_change(cap: int, base_vcpus: list[float] | None) -> tuple[float, str]:
+    """What capping each vCPU thread to `cap` percent costs at the peak: the share of the baseline's
+    vCPU time the cap leaves, sum(min(busy, cap)) / sum(busy) - 1, with each thread's busy share as the
+    host measured it there; without that measurement, as if each thread ran all the time."""
+    if not base_vcpus or sum(base_vcpus) <= 0:
+        return cap / 100 - 1, f"the cap alone ({cap}% of a CPU); the host's view of the vCPUs was not recorded"
+    kept = sum(min(b, cap) for b in base_vcpus) / sum(base_vcpus)
+    busy = ", ".join(f"{b:.0f}%" for b in base_vcpus)
+    return kept - 1, f"{cap}% of a CPU against the baseline's vCPU threads at {busy} on the host at the peak"
+
+
+def _set_diff(what: str, base: list[str], other: list[str]) -> list[str]:
+    added, removed = sorted(set(other) - set(base)), sorted(set(base) - set(other))
+    out = [f"{what} + {x}" for x in added] + [f"{what} - {x}" for x in removed]
+    return out
+
+
+def _instances(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {str(i.get("name")): i for i in manifest.get("config", {}).get("instance", []) if isinstance(i, dict)}
+
+
+def diff(base: dict[str, Any], other: dict[str, Any], base_cfg: dict[str, Any], other_cfg: dict[str, Any],
+         name: str) -> Diff:
+    """`base`/`other`: the two guests' facts; `*_cfg`: their instance configuration."""
+    lines: list[str] = []
+    asked = base.get("cmdline") != other.get("cmdline")
+    if asked:
+        lines.append(f"cmdline: {other.get('cmdline', '?')}")
+    host = [f"{k}: {base_cfg.get(k)!r} -> {other_cfg.get(k)!r}" for k in HOST_KEYS
+            if base_cfg.get(k) != other_cfg.get(k)]
+    lines += host
+    seen = bool(host)
+    for key in KERNEL_FACTS:
+        if base.get(key) != other.get(key):
+            lines.append(f"{key}: {other.get(key) or '?'}")
+            seen = True
+    found = _set_diff("CPU flag", base.get("cpu_flags", []), other.get("cpu_flags", []))
+    vb, vo = base.get("vulnerabilities", {}), other.get("vulnerabilities", {})
+    found += [f"{k}: {vb.get(k, '-')} -> {vo.get(k, '-')}" for k in sorted(set(vb) | set(vo)) if vb.get(k) != vo.get(k)]
+    found += _set_diff("boot log", base.get("mitigation_log", []), other.get("mitigation_log", []))
+    lines += found
+    return Diff(name, tuple(lines), asked or bool(host), seen or bool(found))
+
+
+def diffs(manifest: dict[str, Any], baseline: str) -> list[Diff]:
+    """Each instance whose guest reported its facts, against the baseline's."""
+    facts = manifest.get("instances", {})
+    configs = _instances(manifest)
+    if baseline not in facts:
+        return []
+    return [diff(facts[baseline], facts[name], configs.get(baseline, {}), configs.get(name, {}), name)
+            for name in sorted(facts) if name != baseline and isinstance(facts[name], dict)]
+
+
+def diff_flags(found: list[Diff], baseline: str) -> list[str]:
+    out = []
+    for d in found:
+        if not d.asked and not d.seen:
+            out.append(f"{d.instance} is the same as {baseline}: same cmdline, kernel, CPU flags, vulnerabilities "
+                       "and settings; any difference measured is noise")
+        elif not d.seen:
+            out.append(f"{d.instance}'s cmdline differs from {baseline}'s, but its kernel reports the same "
+                       "vulnerabilities, CPU flags and boot-log mitigations: the option may have done nothing")
+    return out
+
+
+def control(manifest: dict[str, Any], changes: dict[str, dict[str, Change]],
+            base_vcpus: list[float] | None = None) -> Control | None:
+    """The control's check, when the run had one and it was measured at the peak; `base_vcpus`: the
+    baseline's vCPU threads' busy shares there, from the host (percent)."""
+    c = manifest.get("config", {}).get("control", {})
+    cap, name = c.get("cap"), c.get("name")
+    if not isinstance(cap, int) or not cap or name not in changes:
+        return None
+    change = changes[name]["throughput"]
+    expected, basis = expected_change(cap, base_vcpus)
+    held = change.bounded and not math.isnan(change.change) and change.low <= expected <= change.high
+    return Control(str(name), cap, expected, change, held and change.significant, basis)
+
+
+def control_flag(c: Control) -> str | None:
+    """A warning when the control missed; none when it was recovered, or had no interval to check
+    (one iteration: the report already warns that nothing can be told from noise)."""
+    if c.recovered or not c.change.bounded:
+        return None
+    if c.change.low <= c.expected <= c.change.high:
+        return (f"the positive control was not detected: {c.instance} (vCPUs capped to {c.cap}%) should change "
+                f"throughput by {c.expected:+.1%} at the peak, measured {c.change.change:+.1%} [{c.change.low:+.1%}, "
+                f"{c.change.high:+.1%}]: an interval that holds no change too; this run cannot tell a known cost "
+                "from noise, so its other 'no change' answers say little; add iterations")
+    return (f"the positive control was not recovered: {c.instance} (vCPUs capped to {c.cap}%) should change "
+            f"throughput by {c.expected:+.1%} at the peak ({c.basis}), measured {c.change.change:+.1%} "
+            f"[{c.change.low:+.1%}, {c.change.high:+.1%}]; either the guest's vCPU time was not what limited it, "
+            "or this run's intervals are not to be trusted")
+
+
+def control_line(c: Control) -> str:
+    if not c.change.bounded:
+        return f"positive control {c.instance} (vCPUs capped to {c.cap}%): one iteration, nothing to check"
+    verdict = ("recovered" if c.recovered else "NOT detected (the interval holds no change too)"
+               if c.change.low <= c.expected <= c.change.high else "NOT recovered")
+    return (f"positive control {c.instance} (vCPUs capped to {c.cap}%): expected {c.expected:+.1%} ({c.basis}), "
+            f"measured {c.change.change:+.1%} [{c.change.low:+.1%}, {c.change.high:+.1%}]: {verdict}")

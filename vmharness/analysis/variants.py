@@ -128,26 +128,33 @@ def control(manifest: dict[str, Any], changes: dict[str, dict[str, Change]],
     return Control(str(name), cap, expected, change, held and change.significant, basis)
 
 
+def _measured(c: Control) -> str:
+    return f"{c.change.change:+.1%} [{c.change.low:+.1%}, {c.change.high:+.1%}]"
+
+
+def _holds_expected(c: Control) -> bool:
+    return c.change.low <= c.expected <= c.change.high
+
+
 def control_flag(c: Control) -> str | None:
     """A warning when the control missed; none when it was recovered, or had no interval to check
     (one iteration: the report already warns that nothing can be told from noise)."""
     if c.recovered or not c.change.bounded:
         return None
-    if c.change.low <= c.expected <= c.change.high:
+    if _holds_expected(c):
         return (f"the positive control was not detected: {c.instance} (vCPUs capped to {c.cap}%) should change "
-                f"throughput by {c.expected:+.1%} at the peak, measured {c.change.change:+.1%} [{c.change.low:+.1%}, "
-                f"{c.change.high:+.1%}]: an interval that holds no change too; this run cannot tell a known cost "
-                "from noise, so its other 'no change' answers say little; add iterations")
+                f"throughput by {c.expected:+.1%} at the peak, measured {_measured(c)}: an interval that holds no "
+                "change too; this run cannot tell a known cost from noise, so its other 'no change' answers say "
+                "little; add iterations")
     return (f"the positive control was not recovered: {c.instance} (vCPUs capped to {c.cap}%) should change "
-            f"throughput by {c.expected:+.1%} at the peak ({c.basis}), measured {c.change.change:+.1%} "
-            f"[{c.change.low:+.1%}, {c.change.high:+.1%}]; either the guest's vCPU time was not what limited it, "
-            "or this run's intervals are not to be trusted")
+            f"throughput by {c.expected:+.1%} at the peak ({c.basis}), measured {_measured(c)}; either the guest's "
+            "vCPU time was not what limited it, or this run's intervals are not to be trusted")
 
 
 def control_line(c: Control) -> str:
     if not c.change.bounded:
         return f"positive control {c.instance} (vCPUs capped to {c.cap}%): one iteration, nothing to check"
-    verdict = ("recovered" if c.recovered else "NOT detected (the interval holds no change too)"
-               if c.change.low <= c.expected <= c.change.high else "NOT recovered")
+    verdict = ("recovered" if c.recovered else
+               "NOT detected (the interval holds no change too)" if _holds_expected(c) else "NOT recovered")
     return (f"positive control {c.instance} (vCPUs capped to {c.cap}%): expected {c.expected:+.1%} ({c.basis}), "
-            f"measured {c.change.change:+.1%} [{c.change.low:+.1%}, {c.change.high:+.1%}]: {verdict}")
+            f"measured {_measured(c)}: {verdict}")

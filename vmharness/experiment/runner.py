@@ -22,7 +22,7 @@ from vmharness.bench.store import RunDir
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
-from vmharness.guest import image, session, vm
+from vmharness.guest import domain, image, session, vm
 from vmharness.host.root import HostRoot
 from vmharness.machine import for_uri
 from vmharness.tune import access
@@ -152,7 +152,7 @@ class Runner:
             want = self._instance(point.instance).vcpu_cap
             if want != state["cap"]:
                 vm.cap_vcpus(b.guest, want)
-                self.say(f"  vCPUs of the guest {'capped to ' + str(want) + '%' if want else 'uncapped'} for "
+                self.say(f"vCPUs of the guest {'capped to ' + str(want) + '%' if want else 'uncapped'} for "
                          f"{point.instance}")
                 state["cap"] = want
         return before
@@ -195,8 +195,9 @@ class Runner:
                 raise HarnessError(f"instance name {inst!r} does not make a file inside {folder}",
                                    "instance names are letters, digits, '.', '_' and '-'")
             cap = self._instance(inst).vcpu_cap
-            xml.write_text(b.xml if inst == booted else f"<!-- {inst}: the guest of {booted} below, its vCPUs capped "
-                           f"live to {cap}% (vcpu_quota {cap * 1000} of vcpu_period 100000) -->\n{b.xml}")
+            note = (f"<!-- {inst}: the guest of {booted} below, its vCPUs capped live to {cap}% (vcpu_quota "
+                    f"{domain.cap_quota(cap)} of vcpu_period {domain.CAP_PERIOD_US}) -->\n")
+            xml.write_text(b.xml if inst == booted else note + b.xml)
         if "guest" not in m:
             changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
                                 "shares_host_with_client": for_uri(b.guest.uri).local and any(

@@ -24,6 +24,11 @@ TCG_CACHE_MIB = 256
 CAP_PERIOD_US = 100_000  # the CFS period of a capped vCPU (the kernel's default); 100 ms
 
 
+def cap_quota(percent: int) -> int:
+    """The CFS quota (µs per CAP_PERIOD_US) that holds a vCPU thread to `percent` of a CPU."""
+    return CAP_PERIOD_US * percent // 100
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where the guest runs on the host: one NUMA node (None: the host has no NUMA information), the
@@ -109,7 +114,7 @@ def _cpu_and_memory(dom: ET.Element, spec: DomainSpec) -> None:
     _sub(tune, "emulatorpin", cpuset=_cpuset(spec.placement.emulator_cpus))
     if spec.vcpu_cap:  # each vCPU thread may run `quota` µs of every `period`: a known slow-down
         _sub(tune, "period", str(CAP_PERIOD_US))
-        _sub(tune, "quota", str(CAP_PERIOD_US * spec.vcpu_cap // 100))
+        _sub(tune, "quota", str(cap_quota(spec.vcpu_cap)))
     node = spec.placement.node
     if node is not None:  # the guest's one NUMA cell (below) lives on the host's node
         numatune = _sub(dom, "numatune")

@@ -22,7 +22,7 @@ import libvirt
 
 from vmharness.errors import HarnessError
 from vmharness.guest import agent
-from vmharness.guest.domain import CAP_PERIOD_US, DomainSpec
+from vmharness.guest.domain import CAP_PERIOD_US, DomainSpec, cap_quota
 from vmharness.host import files, journal, libvirt_conn
 from vmharness.host.journal import Op
 from vmharness.host.root import HostRoot
@@ -112,7 +112,7 @@ def cap_vcpus(guest: Guest, percent: int) -> None:
     period and quota do at definition: the kernel's CFS bandwidth control, through libvirt's cgroups."""
     conn, dom = domain(guest)
     try:
-        quota = CAP_PERIOD_US * percent // 100 if percent else -1
+        quota = cap_quota(percent) if percent else -1
         dom.setSchedulerParametersFlags({"vcpu_period": CAP_PERIOD_US, "vcpu_quota": quota},
                                         libvirt.VIR_DOMAIN_AFFECT_LIVE)
     except libvirt.libvirtError as exc:

@@ -32,18 +32,21 @@ test: deps venv
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/test_lint.py
 
-# The built-in experiment (vmharness run with no configuration): guests with mitigations=off and
-# mitigations=auto under libvirt (started for the run if none answers), nginx in them loaded by wrk
-# here, and the report; it prints where the report is.
+# The built-in experiment (vmharness run with no configuration): guests with mitigations=off, with
+# pti=on forced, and the positive control, under libvirt (started for the run if none answers), nginx
+# in them loaded by wrk here, and the report; it prints where the report is.
 demo: deps venv
 	$(PY) -m vmharness.host.libvirtd $(VENV)/bin/vmharness run
 
-# Figures, not pass/fail: the fixed costs of a guest's life (libvirtd is started if none answers), and
-# how closely `bench` reproduces plain wrk, with what its samplers cost.
+# Figures, not pass/fail: the fixed costs of a guest's life beside virtme-ng's (libvirtd is started if
+# none answers), how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
+# the adaptive search takes to the answer against the grid.
 bench: deps venv
+	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
 	$(PY) -m vmharness.cli image build
 	$(PY) -m vmharness.host.libvirtd $(PY) benchmarks/boot_to_agent.py --boots 3
 	$(PY) benchmarks/bench_fidelity.py
+	$(PY) benchmarks/time_to_answer.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

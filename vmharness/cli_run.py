@@ -147,8 +147,9 @@ def register(subs: Any, add: Any) -> None:
                    help="the clients' address on that wire, held by a client machine (guest.client_address; "
                         "default 198.19.0.1/24)")
     p.add_argument("--control", action="store_true",
-                   help="add a positive control: the baseline with its vCPUs capped to 80%% of a CPU (control.cap "
-                        "sets another share), a cost of about -20%% at saturation that the report checks it recovers")
+                   help="add a positive control: the baseline with its vCPUs capped to 50%% of a "
+                        "CPU (control.cap sets another share), a cost known from the vCPU time the host sees, which "
+                        "the report checks it recovers")
     p.add_argument("--out", metavar="DIR", help="the new run directory (default runs/run-DATE-TIME)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run: measure only what is missing")
     p.add_argument("--keep-host", action="store_true",

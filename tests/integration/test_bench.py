@@ -20,8 +20,10 @@ import pytest
 
 from tests.integration.netns_host import NetnsHost, netns_host
 from vmharness import proc
+from vmharness.analysis import saturation
 from vmharness.bench import wrk
 from vmharness.bench.histogram import Histogram
+from vmharness.bench.store import RunDir
 from vmharness.machine import SSH_CONFIG_ENV
 
 pytestmark = pytest.mark.integration
@@ -301,3 +303,23 @@ def test_iterations_are_added_until_the_interval_is_narrow(tmp_path: Path) -> No
     assert res.ok, res.stderr
     assert [r["key"] for r in measurements(run)] == ["baseline/2/0", "baseline/2/1", "baseline/2/2"]
     assert "not yet within ±0.01%: more iterations" in res.stderr
+
+
+def test_the_adaptive_search_climbs_the_ladder_then_measures_only_the_peak_again(tmp_path: Path) -> None:
+    """Two instances over loopback, counts 1 to 32: the ladder on the baseline with the other
+    instance beside it at each count, then iterations at the highest mean only, in whole rounds."""
+    text = config(18191, 'connections = "1:32:1"\niterations = 1\nduration = 1\nwait = 0\nwarmup = 0\n'
+                  'search = "adaptive"\nuntil_ci = 0.5\nmax_iterations = 6',
+                  extra='[[instance]]\nname = "baseline"\n[[instance]]\nname = "other"\n')
+    run = tmp_path / "run"
+    res = bench(tmp_path, text, "--out", str(run))
+    assert res.ok, res.stderr
+    got = [r for r in measurements(run) if r["ok"]]
+    first = [r["connections"] for r in got if r["iteration"] == 0 and r["instance"] == "baseline"]
+    assert first[:3] == [1, 2, 4]  # the ladder from the range's smallest count
+    assert [r["connections"] for r in got if r["iteration"] == 0 and r["instance"] == "other"] == first
+    later = {r["connections"] for r in got if r["iteration"] > 0}
+    assert later and later <= set(first) and len(got) < 2 * 32  # fewer than the grid's one iteration
+    a = saturation.analyse(RunDir.open(run))
+    assert a.peak in later and a.peak_interval is not None and a.peak_interval.n >= 5  # the rule's minimum
+    assert json.loads((run / "manifest.json").read_text())["points_planned"] is None

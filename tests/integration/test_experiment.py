@@ -70,8 +70,9 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
         ("baseline", 0, ["control"]), ("pti", 0, []), ("pti", 1, []), ("baseline", 1, ["control"]),
         ("baseline", 2, ["control"]), ("pti", 2, [])]
     for s in sessions:
-        assert s["ok"] and s["cmdline"].endswith("mitigations=off pti=on" if s["instance"] == "pti"
-                                                 else "mitigations=off")
+        words = s["cmdline"].split()  # the image's, the minimal init's init=, then the instance's
+        assert s["ok"] and words[-1] == ("pti=on" if s["instance"] == "pti" else "mitigations=off")
+        assert "init=/usr/local/sbin/vmh-init" in words
         assert s["tuning"][0]["machine"] == "guest" and s["tuning"][0]["changes"]
         assert s["pinning"]["ok"] is True and s["pinning"]["vcpus"] == [str(c) for c in s["pinning"]["planned_vcpus"]]
     manifest = json.loads((run / "manifest.json").read_text())
@@ -86,10 +87,10 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     flags = {name: manifest["instances"][name]["cpu_flags"] for name in ("baseline", "pti")}
     assert "pti" in flags["pti"] and "pti" not in flags["baseline"]
     assert any("isolation: enabled" in line for line in manifest["instances"]["pti"]["mitigation_log"])
-    # the host saw the cap bind: the control's vCPU thread ran at most 80% of the time, the baseline's more
+    # the host saw the cap bind: the control's vCPU thread ran at most 50% of the time, the baseline's more
     vcpu = {name: [p["host"]["vcpu_busy_percent"][0] for p in points if p["instance"] == name]
             for name in ("baseline", "control")}
-    assert max(vcpu["control"]) <= 82 and statistics.fmean(vcpu["baseline"]) > statistics.fmean(vcpu["control"]), vcpu
+    assert max(vcpu["control"]) <= 52 and statistics.fmean(vcpu["baseline"]) > statistics.fmean(vcpu["control"]), vcpu
     assert manifest["host"]["hugepages_by_node"]["node0"]
     assert {t["machine"] for t in manifest["tuning"]} == {"host"}
     report = json.loads((run / "report" / "report.json").read_text())
@@ -97,7 +98,7 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert "no KVM: the guest ran under TCG; these are not hardware numbers" in report["warnings"]
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
     # the control's expected cost: what the cap takes of the vCPU time the baseline used
-    assert report["control"]["cap_percent"] == 80 and -0.2 <= report["control"]["expected"] < 0
+    assert report["control"]["cap_percent"] == 50 and -0.5 <= report["control"]["expected"] < -0.3
     print("control:", report["control"], "pti:", report["changes_at_peak"]["pti"]["throughput"])
     # the demo finds something: forcing page-table isolation costs throughput (about -35% here), paired by boot
     pti = report["changes_at_peak"]["pti"]["throughput"]
@@ -146,10 +147,14 @@ def test_a_guest_that_does_not_boot_is_recorded_and_the_others_run(daemon: None,
 
 
 def test_killed_mid_run_then_resumed(daemon: None, tmp_path: Path) -> None:
+    """With the adaptive search, so that the resumed run takes the search up from its records: the
+    ladder 2, 4 (and 3 between them, if 2 was higher) in the first boot, then one more round at the
+    highest mean in a second boot (max_iterations 2)."""
     cfg = tmp_path / "run.toml"
-    cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\ninit = "minimal"\n'
+    cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\n'
                    '[[instance]]\nname = "one"\n'
-                   '[sweep]\nconnections = "2,4"\niterations = 2\nduration = 1\nwarmup = 0\nwait = 0\n')
+                   '[sweep]\nconnections = "2,4"\niterations = 2\nmax_iterations = 2\nsearch = "adaptive"\n'
+                   'duration = 1\nwarmup = 0\nwait = 0\n')
     run = tmp_path / "run"
     p = proc.spawn([sys.executable, "-m", "vmharness.cli", "run", str(cfg), "--out", str(run)],
                    stderr=subprocess.PIPE)
@@ -166,7 +171,8 @@ def test_killed_mid_run_then_resumed(daemon: None, tmp_path: Path) -> None:
     run_id = json.loads((run / "manifest.json").read_text())["id"]
     assert "giving back" in res.stderr and f"that an interrupted run left (owners run:{run_id})" in res.stderr
     got = [r["key"] for r in records(run) if r["kind"] == "measurement" and r["ok"]]
-    assert sorted(got) == ["one/2/0", "one/2/1", "one/4/0", "one/4/1"] and before <= set(got)
+    assert {"one/2/0", "one/4/0"} <= set(got) <= {"one/2/0", "one/3/0", "one/4/0", "one/2/1", "one/3/1", "one/4/1"}
+    assert any(k.endswith("/1") for k in got) and before <= set(got) and len(got) == len(set(got))
     assert_nothing_left()
 
 

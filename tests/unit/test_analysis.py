@@ -110,6 +110,15 @@ def test_warnings_come_first(tmp_path: Path) -> None:
     assert report.text(a).startswith("WARNING: not saturated")
 
 
+def test_a_point_measured_once_is_a_plausible_peak_only_if_it_reaches_the_peaks_interval(tmp_path: Path) -> None:
+    peak = [(1000.0 + d, 100.0, 99.0) for d in (-8.0, 0.0, 8.0)]
+    run = _run(tmp_path, {("base", 16): [(600.0, 100, 99)], ("base", 32): [(990.0, 100, 99)],
+                          ("base", 64): peak, ("base", 128): [(900.0, 100, 99)]})
+    a = saturation.analyse(run)
+    assert a.peak == 64 and a.peak_estimate is not None and 900.0 < a.peak_estimate.low < 990.0
+    assert a.plausible_peaks == [32]  # 16 and 128, measured once each, fall short of the peak's interval
+
+
 def test_a_flat_curve_has_no_distinct_peak(tmp_path: Path) -> None:
     run = _run(tmp_path, {("base", c): [(1000.0 + d, 100, 99) for d in (-8.0, 0.0, 8.0)] for c in (8, 16, 32, 64)})
     a = saturation.analyse(run)

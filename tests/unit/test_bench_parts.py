@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from vmharness import config
-from vmharness.bench import clients, connections, sampler, sweep, wrk
+from vmharness.bench import clients, connections, plan, sampler, sweep, wrk
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
@@ -105,10 +105,10 @@ def _cfg(**sweep_kw: object) -> config.BenchConfig:
 
 
 def test_points_are_interleaved_and_rotated() -> None:
-    keys = [p.key for p in sweep.points(_cfg())]
+    keys = [p.key for p in plan.points(_cfg())]
     assert keys[:4] == ["base/8/0", "inst/8/0", "base/16/0", "inst/16/0"]
     assert keys[4:6] == ["inst/8/1", "base/8/1"]  # the second iteration starts with the other instance
-    by_iteration = [p.key for p in sweep.points(_cfg(interleave="iteration"))]
+    by_iteration = [p.key for p in plan.points(_cfg(interleave="iteration"))]
     assert by_iteration[:4] == ["base/8/0", "base/16/0", "inst/8/0", "inst/16/0"]
 
 
@@ -204,10 +204,26 @@ def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
         for i, v in enumerate(values):
             run.append({"kind": "measurement", "key": f"a/{conns}/{i}", "ok": True, "instance": "a",
                         "connections": conns, "iteration": i, "client": {"requests_per_s": v}})
-    assert [p.key for p in s.unsettled()] == ["a/16/2"]  # 8 is narrow; 16 is not
-    for i in (2, 3):
-        run.append({"kind": "measurement", "key": f"a/16/{i}", "ok": i == 2, "instance": "a", "connections": 16,
-                    "iteration": i, "client": {"requests_per_s": 1200.0}})
-    assert s.unsettled() == []  # 16 reached max_iterations (the failed attempt counts)
+    # 8 looks narrow, but no interval that decides when to stop rests on fewer than min(5, max_iterations)
+    assert [p.key for p in s.unsettled()] == ["a/8/2", "a/16/2"]
+    later: tuple[tuple[int, list[float | None]], ...] = ((8, [1000.5, 1000.2]), (16, [1200.0, None]))
+    for conns, more in later:
+        for i, got in enumerate(more, 2):
+            run.append({"kind": "measurement", "key": f"a/{conns}/{i}", "ok": got is not None, "instance": "a",
+                        "connections": conns, "iteration": i, "client": {"requests_per_s": got}})
+    assert s.unsettled() == []  # 8 is narrow on 4 values; 16 reached max_iterations (the failed attempt counts)
     with pytest.raises(HarnessError, match="max_iterations must be at least"):
         config.validate(config.from_json({"sweep": {"iterations": 5, "max_iterations": 3}}))
+
+
+def test_a_point_waits_for_the_snapshot_after_its_end_and_no_longer(tmp_path: Path) -> None:
+    stream = tmp_path / "s.txt"
+    stream.write_text("@pid 7\n@t 100.5\ncpu 1 2 3\n@end\n@t 101.5\ncpu 1 2 3\n")  # the second is torn
+    assert sweep._arrived(stream, 100.5) and not sweep._arrived(stream, 101.0)
+    with stream.open("a") as f:
+        f.write("@end\n")
+    assert sweep._arrived(stream, 101.0)
+    stream.write_text("@pid 7\n@t garbled\n@end\n")
+    assert not sweep._arrived(stream, 0.0)
+    stream.write_text("")
+    assert not sweep._arrived(stream, 0.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import lzma
 import shutil
 import struct
 from pathlib import Path
@@ -126,6 +128,38 @@ def test_a_vmlinux_boots_only_with_a_pvh_entry(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="vmlinux without a PVH entry point"):
         kernelfile.kernel_release(_vmlinux(tmp_path / "other", "6.13.0-lab", 17))
     assert kernelfile.kernel_release(_bzimage(tmp_path / "bz", "6.12.0")) == "6.12.0"
+
+
+def _packed(path: Path, payload: bytes, protocol: int = 0x20F) -> Path:
+    """A bzImage whose setup header points at `payload` (4 setup sectors, then the payload)."""
+    data = bytearray(5 * 512)
+    data[0x1F1] = 4
+    data[0x1FE:0x200] = b"\x55\xaa"
+    data[0x202:0x206] = b"HdrS"
+    struct.pack_into("<H", data, 0x206, protocol)
+    struct.pack_into("<II", data, 0x248, 0x10, len(payload))
+    path.write_bytes(bytes(data) + b"\0" * 0x10 + payload + b"\0" * 64)
+    return path
+
+
+def test_the_vmlinux_inside_a_bzimage_is_taken_out_when_it_boots_through_pvh(tmp_path: Path) -> None:
+    elf = _vmlinux(tmp_path / "vmlinux", "6.1.0-test", 18).read_bytes()
+    assert kernelfile.uncompressed(_packed(tmp_path / "xz", lzma.compress(elf, lzma.FORMAT_XZ))) == elf
+    assert kernelfile.uncompressed(_packed(tmp_path / "gz", gzip.compress(elf))) == elf
+    no_pvh = _vmlinux(tmp_path / "other", "6.1.0-test", 17).read_bytes()
+    assert kernelfile.uncompressed(_packed(tmp_path / "nopvh", lzma.compress(no_pvh, lzma.FORMAT_XZ))) is None
+    assert kernelfile.uncompressed(_packed(tmp_path / "zstd", b"\x28\xb5\x2f\xfd" + elf)) is None  # not undone here
+    broken = lzma.compress(elf, lzma.FORMAT_XZ)[:-40]
+    assert kernelfile.uncompressed(_packed(tmp_path / "cut", broken)) is None
+    assert kernelfile.uncompressed(_packed(tmp_path / "old", gzip.compress(elf), protocol=0x207)) is None
+    assert kernelfile.uncompressed(_bzimage(tmp_path / "bz", "6.12.0")) is None  # an empty payload
+    (tmp_path / "tiny").write_bytes(b"MZ")
+    assert kernelfile.uncompressed(tmp_path / "tiny") is None
+    assert kernelfile.uncompressed(_packed(tmp_path / "short", lzma.compress(elf[:0x30], lzma.FORMAT_XZ))) is None
+    half = tmp_path / "half"
+    half.write_bytes(elf[:0x48])
+    with pytest.raises(HarnessError, match="vmlinux without a PVH entry point"):  # an ELF cut short: no traceback
+        kernelfile.kernel_release(half)
 
 
 def test_modules_must_match_the_kernel(tmp_path: Path) -> None:

@@ -280,6 +280,7 @@ def cases() -> list[Case]:
         Case("bench-interval-nan", ("bench", "c.toml"), ("samplers.interval",),
              bench_toml("[samplers]\ninterval = nan\n")),
         Case("bench-until-ci-nan", ("bench", "c.toml"), ("sweep.until_ci",), bench_toml("[sweep]\nuntil_ci = nan\n")),
+        Case("bench-search-unknown", ("bench", "c.toml"), ("sweep.search",), bench_toml('[sweep]\nsearch = "x;id"\n')),
         Case("bench-connections-too-many", ("bench", "c.toml"), ("sweep.connections",),
              bench_toml('[sweep]\nconnections = "1:1000000000000:1"\n')),
         Case("bench-connections-reversed", ("bench", "c.toml"), ("sweep.connections",),

@@ -74,6 +74,10 @@ BENCH_CASES = {
     "until-ci-whole": ("[sweep]\nuntil_ci = 1.5\n", "sweep.until_ci"),
     "max-iterations-huge": ("[sweep]\nmax_iterations = 1000000\n", "sweep.max_iterations"),
     "interleave-unknown": ('[sweep]\ninterleave = "random"\n', "sweep.interleave"),
+    "search-unknown": ('[sweep]\nsearch = "bisect"\n', "sweep.search"),
+    "search-factor-one": ("[sweep]\nsearch_factor = 1.0\n", "sweep.search_factor"),
+    "search-factor-nan": ("[sweep]\nsearch_factor = nan\n", "sweep.search_factor"),
+    "search-resolution-zero": ("[sweep]\nsearch_resolution = 0\n", "sweep.search_resolution"),
     "interval-zero": ("[samplers]\ninterval = 0\n", "samplers.interval"),
     "interval-inf": ("[samplers]\ninterval = inf\n", "samplers.interval"),
     # the server

@@ -10,7 +10,7 @@ import pytest
 
 from vmharness import config, provenance
 from vmharness.analysis import saturation
-from vmharness.bench import sweep
+from vmharness.bench import plan
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
@@ -23,8 +23,8 @@ from vmharness.host.root import HostRoot
 def test_the_embedded_experiment() -> None:
     cfg = config.load_run(None)
     assert [(i.name, i.cmdline, i.vcpu_cap) for i in cfg.instance] == [
-        ("baseline", "mitigations=off", 0), ("pti", "mitigations=off pti=on", 0), ("control", "mitigations=off", 80)]
-    assert cfg.control.cap == 80
+        ("baseline", "mitigations=off", 0), ("pti", "mitigations=off pti=on", 0), ("control", "mitigations=off", 50)]
+    assert cfg.control.cap == 50
     assert cfg.tuning.profile == "seeds" and cfg.guest.bdf == () and cfg.client[0].host == "local"
     assert config.interleave(cfg) == "iteration"
     assert config.run_from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
@@ -32,12 +32,12 @@ def test_the_embedded_experiment() -> None:
 
 def test_run_sessions_follow_the_rotated_order() -> None:
     cfg = config.load_run(None)
-    assert [(s.iteration, s.instance) for s in runner.sessions(sweep.points(cfg))] == [
+    assert [(s.iteration, s.instance) for s in runner.sessions(plan.points(cfg))] == [
         (0, "baseline"), (0, "pti"), (0, "control"), (1, "pti"), (1, "control"), (1, "baseline"),
         (2, "control"), (2, "baseline"), (2, "pti")]
     # the control rides on the baseline's boots: before or after the baseline's own points, as rotated
     assert runner.rides(cfg) == {"control": "baseline"}
-    groups = runner.sessions(sweep.points(cfg), runner.rides(cfg))
+    groups = runner.sessions(plan.points(cfg), runner.rides(cfg))
     assert [(s.iteration, s.instance) for s in groups] == [
         (0, "baseline"), (0, "pti"), (1, "pti"), (1, "baseline"), (2, "baseline"), (2, "pti")]
     assert [(p.instance, p.connections) for p in groups[0].points] == [
@@ -45,7 +45,7 @@ def test_run_sessions_follow_the_rotated_order() -> None:
     assert [p.instance for p in groups[3].points][:3] == ["control"] * 3
     assert runner.rides(config.RunConfig()) == {}  # no control, no riders
     done = {"baseline/2/0", "baseline/8/0"}  # a resumed run boots only for what is missing
-    left = runner.sessions([p for p in sweep.points(cfg) if p.key not in done])
+    left = runner.sessions([p for p in plan.points(cfg) if p.key not in done])
     assert left[0].instance == "baseline" and [p.key for p in left[0].points] == ["baseline/32/0"]
 
 
@@ -228,3 +228,19 @@ def test_a_local_wrk_is_kept_off_the_guests_vcpus(tmp_path: Path) -> None:
 
     assert r._off_vcpus(booted([1, 2])) == (0, 3)
     assert r._off_vcpus(booted([0, 1, 2, 3])) == ()  # no CPU left over: wrk goes where the scheduler puts it
+
+
+def test_the_control_flags_help_names_the_cap_it_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    from vmharness import cli
+
+    assert cli.main(["run", "--help"]) == 0
+    assert f"capped to {config.CONTROL_CAP}% of a CPU" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_instances_own_init_wins_over_the_minimal_init() -> None:
+    cfg = config.run_from_json({"instance": [{"name": "a", "cmdline": "mitigations=off init=/bin/false"}]})
+    assert cfg.guest.init == "minimal"
+    req = session.request(cfg, cfg.instance[0], "run:0123456789")
+    assert req.cmdline == f"{session.MINIMAL_INIT} mitigations=off init=/bin/false"  # the kernel takes the last init=
+    systemd = config.run_from_json({"guest": {"init": "systemd"}, "instance": [{"name": "a", "cmdline": "quiet"}]})
+    assert session.request(systemd, systemd.instance[0], "run:0123456789").cmdline == "quiet"

@@ -271,13 +271,19 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
     curve = {c: cell.interval() for c, cell in table[base].items()}
     top = stats.peak({c: cell.rps for c, cell in table[base].items()}, LEVEL)
     peak = top.at
-    plausible = [c for c in sorted(curve) if c != peak and (top.at_low <= c <= top.at_high or curve[c].n < 2)]
+    plausible = [c for c in sorted(curve) if c != peak and (top.at_low <= c <= top.at_high or _reaches(curve[c], top))]
     cell = table[base][peak]
     _flags(manifests, peak, cell, curve, plausible, table, flags)
     changes = {name: changes_at(cell, by_count[peak], d.block) for name, by_count in table.items()
                if name != base and peak in by_count}
     split = {name: n for name, by_count in table.items() if (n := noise(by_count, d)) is not None}
     return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d)
+
+
+def _reaches(point: Interval, top: Peak) -> bool:
+    """A point measured once (the adaptive search's ladder) could be the peak if its one value reaches
+    the peak height's interval; without that interval nothing rules it out."""
+    return point.n < 2 and (not top.bounded or point.mean >= top.low)
 
 
 def _flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[int, Interval],

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from vmharness import __version__, config, proc
-from vmharness.bench import sweep, tuning
+from vmharness.bench import plan, sweep, tuning
 from vmharness.bench.store import RunDir
 from vmharness.config import BenchConfig
 from vmharness.errors import HarnessError
@@ -66,7 +66,7 @@ def owner(run: RunDir) -> str:
 def new_run(cfg: BenchConfig, out: Path) -> RunDir:
     return RunDir.create(out, {"kind": "bench", "id": new_id(), "config": cfg.to_json(),
                                "harness": harness_version(), "machines": sweep.versions(cfg),
-                               "points_planned": len(sweep.points(cfg))})
+                               "points_planned": plan.planned(cfg)})
 
 
 def reopen(path: Path) -> tuple[BenchConfig, RunDir]:

@@ -103,7 +103,9 @@ class Server:
             raise HarnessError(f"server mode {cfg.mode!r} is unknown", "use file or return")
         check_prefix(cfg.prefix)
         if not m.guest:  # one in a guest ends with the guest, whose domain is journaled
-            self.seq = journal.record(root, {"op": "server", "prefix": cfg.prefix, "ssh": m.ssh}, self.owner)["seq"]
+            with shielded():  # the record and self.seq together: stop() releases what it knows of
+                self.seq = journal.record(root, {"op": "server", "prefix": cfg.prefix, "ssh": m.ssh},
+                                          self.owner)["seq"]
         try:
             self._start()
         except BaseException:

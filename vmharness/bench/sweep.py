@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import config, proc, progress, stats
+from vmharness import proc, progress
 from vmharness.bench import clients as clients_mod
-from vmharness.bench import sampler, server
+from vmharness.bench import plan, sampler, server
+from vmharness.bench.plan import Point
 from vmharness.bench.store import RunDir
 from vmharness.config import BenchConfig, InstanceSection
 from vmharness.errors import HarnessError
@@ -28,28 +29,20 @@ def machine(host: str) -> Machine:
     return Machine(None if host == "local" else host)
 
 
-@dataclass(frozen=True)
-class Point:
-    iteration: int
-    connections: int
-    instance: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.instance}/{self.connections}/{self.iteration}"
-
-
-def points(cfg: BenchConfig) -> list[Point]:
-    """The measurement order. Each iteration rotates the instances' order, so none is always first."""
-    names = [i.name for i in cfg.instance]
-    out = []
-    for it in range(cfg.sweep.iterations):
-        order = names[it % len(names):] + names[:it % len(names)]
-        if config.interleave(cfg) == "point":
-            out += [Point(it, c, n) for c in cfg.counts for n in order]
-        else:
-            out += [Point(it, c, n) for n in order for c in cfg.counts]
-    return out
+def _arrived(path: Path, end: float) -> bool:
+    """Whether the sampler's stream holds a complete snapshot taken at or after `end`: the last one's
+    time, read from the file's tail (a snapshot of a busy machine is some tens of KiB)."""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - (512 << 10)))
+        tail = f.read()
+    stop = tail.rfind(b"\n@end")
+    start = tail.rfind(b"@t ", 0, stop) if stop >= 0 else -1
+    if start < 0:
+        return False
+    try:
+        return float(tail[start + 3:tail.index(b"\n", start)]) >= end
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -76,7 +69,10 @@ class Samplers:
         return {label: path.stat().st_size for label, path in self.files.items()}
 
     def summaries(self, since: dict[str, int], start: float, end: float, roots: dict[str, set[int]]) -> dict[str, Any]:
-        time.sleep(min(self.interval, 2.0) + 0.2)  # let the snapshot after `end` arrive
+        # until the snapshot after `end` has arrived from every machine (within an interval, mostly)
+        deadline = time.monotonic() + min(self.interval, 2.0) + 1.0
+        while not all(_arrived(path, end) for path in self.files.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         out = {}
         for label, path in self.files.items():
             pid, _ = sampler.parse(path.read_text(errors="replace")[:4096])
@@ -203,35 +199,26 @@ class Sweep:
         return bool(result["ok"])
 
     def unsettled(self) -> list[Point]:
-        """With sweep.until_ci: the next iteration of every point whose 95% t-interval is still wider
-        than ± until_ci of its mean (PTS's way), until max_iterations."""
-        s = self.cfg.sweep
-        if s.until_ci <= 0:
-            return []
-        rps: dict[tuple[str, int], list[float]] = {}
-        tried: dict[tuple[str, int], int] = {}
-        for r in self.run.records():
-            if r.get("kind") == "measurement":
-                cell = (r["instance"], r["connections"])
-                tried[cell] = max(tried.get(cell, 0), r["iteration"] + 1)
-                if r.get("ok"):
-                    rps.setdefault(cell, []).append(float(r["client"]["requests_per_s"]))
-        out = []
-        for c in self.cfg.counts:
-            for inst in (i.name for i in self.cfg.instance):
-                values, done = rps.get((inst, c), []), tried.get((inst, c), 0)
-                if done >= s.max_iterations:
-                    continue
-                if len(values) < 2 or stats.mean_interval(values).relative_half > s.until_ci:
-                    out.append(Point(done, c, inst))
-        return out
+        return plan.unsettled(self.cfg, self.run.records())
 
-    def execute(self, only: list[Point] | None = None) -> dict[str, int]:
-        """Measure every point not yet in the run directory (or just `only`, as given); returns counts
-        of ok and failed points. What a dead run left is reclaimed before (experiment.reclaim)."""
+    def _next(self, only: list[Point] | None, more: Callable[[], list[Point]] | None) -> list[Point]:
+        if only is not None:
+            return more() if more is not None else []
+        if self.cfg.sweep.search == "adaptive":
+            return plan.adaptive(self.cfg, self.run.records())
+        todo = self.unsettled()
+        if todo:
+            self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+        return todo
+
+    def execute(self, only: list[Point] | None = None, more: Callable[[], list[Point]] | None = None
+                ) -> dict[str, int]:
+        """Measure every point not yet in the run directory (or just `only`, as given, then whatever
+        `more` offers after each round: a run's guest session asks the adaptive search); returns
+        counts of ok and failed points. What a dead run left is reclaimed before (experiment.reclaim)."""
         if only is None:
             done = self.run.completed()
-            todo = [p for p in points(self.cfg) if p.key not in done] or self.unsettled()
+            todo = plan.todo(self.cfg, self.run.records(), done)
             self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         else:
             todo = list(only)
@@ -246,10 +233,9 @@ class Sweep:
                     for n, point in enumerate(todo, 1):
                         tally["ok" if self._one(samplers, point, f"[{n}/{len(todo)}]") else "failed"] += 1
                         bar.advance()
-                    todo = self.unsettled() if only is None else []
+                    todo = self._next(only, more)
                     if todo:
                         bar.grow(len(todo))
-                        self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
         finally:
             with shielded():
                 self.stop_server()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import cpus, progress, provenance
-from vmharness.bench import bench, sweep, tuning
+from vmharness.bench import bench, plan, sweep, tuning
 from vmharness.bench.store import RunDir
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
@@ -34,7 +34,7 @@ class Session:
 
     iteration: int
     instance: str  # the instance whose guest boots
-    points: tuple[sweep.Point, ...]
+    points: tuple[plan.Point, ...]
 
 
 def rides(cfg: RunConfig) -> dict[str, str]:
@@ -47,12 +47,12 @@ def rides(cfg: RunConfig) -> dict[str, str]:
     return {c.name: cfg.instance[0].name} if c.cap and any(i.name == c.name for i in cfg.instance) else {}
 
 
-def sessions(todo: list[sweep.Point], riding: dict[str, str] | None = None) -> list[Session]:
+def sessions(todo: list[plan.Point], riding: dict[str, str] | None = None) -> list[Session]:
     """The points grouped by (iteration, the instance that boots), in the order they first appear: a
     riding instance's points go into its host's boot of the same iteration, before or after the
     host's own as the rotation put them, so neither is always measured on a warmer guest."""
     riding = riding or {}
-    groups: dict[tuple[int, str], list[sweep.Point]] = {}
+    groups: dict[tuple[int, str], list[plan.Point]] = {}
     for p in todo:
         groups.setdefault((p.iteration, riding.get(p.instance, p.instance)), []).append(p)
     return [Session(it, name, tuple(pts)) for (it, name), pts in groups.items()]
@@ -61,7 +61,7 @@ def sessions(todo: list[sweep.Point], riding: dict[str, str] | None = None) -> l
 def new_run(cfg: RunConfig, out: Path, nic: dict[str, Any]) -> RunDir:
     """`nic`: where the NIC and hugepages came from (hostprep.Choice.to_json), kept beside the config."""
     return RunDir.create(out, {"kind": "run", "id": bench.new_id(), "config": cfg.to_json(), "nic": nic,
-                               "harness": bench.harness_version(), "points_planned": len(sweep.points(cfg))})
+                               "harness": bench.harness_version(), "points_planned": plan.planned(cfg)})
 
 
 def holder(address: str, listings: dict[str, str]) -> tuple[str, str] | None:
@@ -143,12 +143,12 @@ class Runner:
             out.append(tuning.Place(host, access.ssh_target(host), t.client_iface or None))
         return out
 
-    def _capper(self, b: session.Booted, booted_cap: int) -> Callable[[sweep.Point], None]:
+    def _capper(self, b: session.Booted, booted_cap: int) -> Callable[[plan.Point], None]:
         """Before each point: the guest's vCPUs capped as the point's instance wants (a riding control's
         cap set live, and lifted again for its host's points)."""
         state = {"cap": booted_cap}
 
-        def before(point: sweep.Point) -> None:
+        def before(point: plan.Point) -> None:
             want = self._instance(point.instance).vcpu_cap
             if want != state["cap"]:
                 vm.cap_vcpus(b.guest, want)
@@ -209,6 +209,15 @@ class Runner:
         if changes:
             self.run.update_manifest(**changes)
 
+    def _more(self, s: Session) -> Callable[[], list[plan.Point]] | None:
+        """With the adaptive search: after each round of a session's points, what the search wants next
+        of this boot's iteration and instances (the baseline's boot walks the whole ladder)."""
+        if self.cfg.sweep.search != "adaptive":
+            return None
+        riding = rides(self.cfg)
+        return lambda: [p for p in plan.adaptive(self.cfg, self.run.records())
+                        if p.iteration == s.iteration and riding.get(p.instance, p.instance) == s.instance]
+
     def _session(self, s: Session, label: str) -> None:
         self.say(f"{label} {s.instance}, iteration {s.iteration}: booting its guest")
         inst = self._instance(s.instance)
@@ -237,7 +246,7 @@ class Runner:
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: vm.vcpu_seconds(b.guest),
-                                  before_point=self._capper(b, inst.vcpu_cap)).execute(list(s.points))
+                                  before_point=self._capper(b, inst.vcpu_cap)).execute(list(s.points), self._more(s))
             self.tally["ok"] += got["ok"]
             self.tally["failed"] += got["failed"]
         except HarnessError as exc:
@@ -247,18 +256,25 @@ class Runner:
 
     def _measure(self) -> None:
         done = self.run.completed()
-        todo = [p for p in sweep.points(self.cfg) if p.key not in done]
+        todo = plan.todo(self.cfg, self.run.records(), done)
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         with progress.Progress("guest sessions", None) as bar:
             while todo:
                 groups = sessions(todo, rides(self.cfg))
                 bar.grow(len(groups))
                 for n, s in enumerate(groups, 1):
+                    tried = {r["key"] for r in self.run.records() if r.get("kind") == "measurement"}
+                    if all(p.key in tried for p in s.points):  # an earlier session measured them
+                        bar.advance()
+                        continue
                     self._session(s, f"[{n}/{len(groups)}]")
                     bar.advance()
-                todo = sweep.Sweep(self.cfg, self.run, self.root, self.say, self.owner).unsettled()
-                if todo:
-                    self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+                if self.cfg.sweep.search == "adaptive":
+                    todo = plan.adaptive(self.cfg, self.run.records())
+                else:
+                    todo = sweep.Sweep(self.cfg, self.run, self.root, self.say, self.owner).unsettled()
+                    if todo:
+                        self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""

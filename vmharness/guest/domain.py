@@ -153,6 +153,7 @@ def _devices(dom: ET.Element, spec: DomainSpec) -> None:
     _sub(console, "target", type="serial", port="0")
     channel = _sub(devices, "channel", type="unix")
     _sub(channel, "target", type="virtio", name=AGENT_CHANNEL)
+    _sub(devices, "controller", type="usb", model="none")  # libvirt adds a USB controller unless told
     rng = _sub(devices, "rng", model="virtio")
     _sub(rng, "backend", "/dev/urandom", model="random")
     _sub(devices, "memballoon", model="none")

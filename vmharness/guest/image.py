@@ -180,6 +180,13 @@ class Image:
         return self.folder / "vmlinuz"
 
     @property
+    def boot_kernel(self) -> Path:
+        """What a guest boots: the vmlinux taken out of vmlinuz at build (PVH entry, no decompression
+        in the guest), or vmlinuz itself."""
+        vmlinux = self.folder / "vmlinux"
+        return vmlinux if vmlinux.exists() else self.kernel
+
+    @property
     def initrd(self) -> Path | None:
         path = self.folder / "initrd.img"
         return path if path.exists() else None
@@ -288,8 +295,12 @@ def _build_in(recipe: Recipe, work: Path, say: Say, started: float) -> Image:
     step(1, f"mmdebstrap {recipe.suite} from {recipe.mirror}: {len(recipe.packages)} packages and their dependencies")
     _mmdebstrap(recipe, rootfs)
     kernel, initrd, release = _pick_kernel(rootfs / "boot", recipe.kernel.release if recipe.kernel else None)
-    step(2, f"kernel {release}{'' if initrd else ' (no initrd: drivers must be built in)'} copied out for direct boot")
+    elf = kernelfile.uncompressed(kernel)
+    step(2, f"kernel {release}{'' if initrd else ' (no initrd: drivers must be built in)'} copied out for direct boot"
+         + (", with its vmlinux (booted through PVH: no decompression in the guest)" if elf else ""))
     shutil.copyfile(kernel, work / "vmlinuz")
+    if elf is not None:
+        (work / "vmlinux").write_bytes(elf)
     if initrd:
         shutil.copyfile(initrd, work / "initrd.img")
     used = _used_mib(rootfs)

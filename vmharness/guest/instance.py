@@ -97,7 +97,7 @@ def _kernel(req: VmRequest, img: image.Image) -> tuple[str, str | None, list[str
     if req.kernel is None:
         if req.initrd:
             raise HarnessError("--initrd needs --kernel", "pass the kernel the initrd was made for")
-        return str(img.kernel), str(img.initrd) if img.initrd else None, notes
+        return str(img.boot_kernel), str(img.initrd) if img.initrd else None, notes
     kernel = Path(req.kernel).resolve()
     if not kernel.is_file():
         raise HarnessError(f"no such kernel: {req.kernel}", "pass the path of a bzImage (or a vmlinux with PVH)")

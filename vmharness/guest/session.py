@@ -52,7 +52,8 @@ def guest_name(owner: str) -> str:
 def request(cfg: RunConfig, inst: InstanceSection, owner: str, default_image: str | None = None
             ) -> instance.VmRequest:
     g = cfg.guest
-    cmdline = " ".join(filter(None, [inst.cmdline, MINIMAL_INIT if g.init == "minimal" else ""]))
+    # the instance's own words last: its init= (or anything else) wins over the minimal init's
+    cmdline = " ".join(filter(None, [MINIMAL_INIT if g.init == "minimal" else "", inst.cmdline]))
     return instance.VmRequest(
         name=guest_name(owner), owner=owner, state_dir=STATE_DIR, memory_mib=g.memory, vcpus=g.vcpus or None,
         cmdline=cmdline, kernel=inst.kernel or None,

@@ -76,6 +76,6 @@ def wait(m: Machine, timeout: float) -> float:
             if res.ok:
                 return time.monotonic() - started
             last = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
-        time.sleep(1)
+        time.sleep(0.25)  # sshd starts a moment after the agent answers
     raise HarnessError(f"ssh into the guest ({m.ssh}) did not work within {timeout:g} s: {last}",
                        "is sshd in the image? `vmharness vm console` shows the guest's boot")

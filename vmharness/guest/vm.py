@@ -147,7 +147,7 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
                                    + _indent(tail[tail.index("Kernel panic"):]),
                                    "check the kernel, its cmdline (root=, init=) and its drivers; the whole "
                                    "console log is " + log)
-        time.sleep(1)
+        time.sleep(0.2)  # the agent answers a fraction of a second after it starts
     raise HarnessError(f"the guest agent did not answer within {timeout:g} s; the console ends with:\n"
                        + _indent(console_tail(log, machine)),
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
@@ -207,12 +207,14 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
                                f"remove it with: vmharness vm down {spec.name.removeprefix(DOMAIN_PREFIX)}")
         except libvirt.libvirtError:
             pass
-        seqs.append(files.made(root, machine, spec.disk, owner))
+        with shielded():  # journaled and in `seqs` together (a signal in between would orphan the record)
+            seqs.append(files.made(root, machine, spec.disk, owner))
         machine.run(["mkdir", "-p", str(Path(spec.disk).parent), str(Path(spec.console_log).parent)], timeout=30)
         machine.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base_disk, spec.disk],
                     timeout=60)
-        seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
-                                          "name": spec.name}, owner)["seq"])
+        with shielded():
+            seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
+                                              "name": spec.name}, owner)["seq"])
         dom = _define(conn, xml)
         say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
         _start(dom, spec, machine)

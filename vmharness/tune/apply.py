@@ -79,9 +79,10 @@ def apply(root: HostRoot, t: Target, plan: Plan, say: Say, owner: str) -> list[d
     try:
         for c in plan.changes:
             extra = _irqbalance_how(t) if c.path == "service:irqbalance" else {}
-            rec = journal.record(root, {"op": "tune", "target": t.spec(), "knob": c.knob, "path": c.path,
-                                        "before": c.before, "after": c.after, **extra}, owner)
-            made.append(rec)
+            with shielded():  # journaled and in `made` together: a signal in between would orphan the record
+                rec = journal.record(root, {"op": "tune", "target": t.spec(), "knob": c.knob, "path": c.path,
+                                            "before": c.before, "after": c.after, **extra}, owner)
+                made.append(rec)
             try:
                 _set(t, c, extra)
             except HarnessError:  # refused: put back whatever part of it was made, and forget it

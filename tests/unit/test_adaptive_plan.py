@@ -1,0 +1,155 @@
+"""The adaptive sweep's plan (vmharness/bench/plan.py) driven to its end on synthetic throughput, as a
+bench (every instance at each point) and as a run (a boot per instance and iteration, the control
+riding on the baseline's): what it measures, in what order, and when it stops."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from vmharness import config
+from vmharness.bench import plan, search
+from vmharness.experiment import runner
+
+
+def _cfg(kind: str = "bench", **sweep: Any) -> config.BenchConfig:
+    body = {"instance": [{"name": "base"}, {"name": "slow"}],
+            "sweep": {"connections": "16:1536:16", "search": "adaptive", "iterations": 3, **sweep}}
+    return config.run_from_json(body) if kind == "run" else config.from_json(body)
+
+
+def _curve(c: int) -> float:
+    """Throughput rising to a peak at 700 connections, then falling slowly."""
+    return 100_000.0 * math.exp(-0.5 * (math.log(c / 700) / 0.8) ** 2)
+
+
+def _record(p: plan.Point, value: float | None) -> dict[str, Any]:
+    rec: dict[str, Any] = {"kind": "measurement", "key": p.key, "instance": p.instance,
+                           "connections": p.connections, "iteration": p.iteration, "ok": value is not None}
+    if value is not None:
+        rec["client"] = {"requests_per_s": value}
+    return rec
+
+
+def _bench(cfg: config.BenchConfig, measure: Callable[[plan.Point], float | None]) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    todo = plan.todo(cfg, records, set())
+    while todo:
+        assert len(records) < 500, "the plan does not end"
+        records += [_record(p, measure(p)) for p in todo]
+        todo = plan.adaptive(cfg, records)
+    return records
+
+
+def _noisy(seed: int, sd: float) -> Callable[[plan.Point], float | None]:
+    rng = np.random.default_rng(seed)
+    return lambda p: _curve(p.connections) * (0.8 if p.instance == "slow" else 1.0) * (1 + rng.normal(0, sd))
+
+
+def test_the_search_walks_the_baselines_ladder_with_every_instance_at_each_count() -> None:
+    cfg = _cfg()
+    records = _bench(cfg, _noisy(1, 0.0))
+    first = [r for r in records if r["iteration"] == 0]
+    counts = [r["connections"] for r in first if r["instance"] == "base"]
+    assert counts[:4] == [16, 32, 64, 128]  # the ladder from the smallest count of the range
+    assert [r["connections"] for r in first if r["instance"] == "slow"] == counts  # paired, point by point
+    assert search.peak_count(plan.curve(cfg, records)) in range(600, 820)  # the peak at 700, within resolution
+    assert len(counts) <= 12  # against the grid's 96 counts
+
+
+def _at(records: list[dict[str, Any]], name: str, count: int) -> list[float]:
+    return [r["client"]["requests_per_s"] for r in records if r["connections"] == count and r["instance"] == name
+            and r["ok"]]
+
+
+def test_iterations_go_only_to_the_peak_until_its_interval_is_narrow() -> None:
+    cfg = _cfg(until_ci=0.02, max_iterations=8)
+    records = _bench(cfg, _noisy(2, 0.01))
+    counts = {r["connections"] for r in records}
+    means = {c: float(np.mean(_at(records, "base", c))) for c in counts}
+    peak = max(means, key=lambda c: means[c])
+    later = [r for r in records if r["iteration"] > 0]
+    assert later and peak in {r["connections"] for r in later}
+    assert len({r["connections"] for r in later}) <= 2  # the peak, and a neighbour that looked as high once
+    for c in {r["connections"] for r in later}:  # whole rounds: every instance in each
+        assert len(_at(records, "base", c)) == len(_at(records, "slow", c))
+    per = [_at(records, n, peak) for n in ("base", "slow")]
+    assert plan.stop_rule(cfg) == (5, 8) and all(5 <= len(v) <= 8 for v in per)
+    assert not any(search.more_iterations(v, 0.02, 5, 8) for v in per)  # it stopped when narrow
+    # the order within each round rotates, as the grid's does
+    firsts = [next(r["instance"] for r in later if r["iteration"] == k) for k in (1, 2)]
+    assert firsts == ["slow", "base"]
+
+
+def test_a_ladder_point_high_by_luck_gets_iterations_until_the_focus_comes_back() -> None:
+    """A flat top (1000 req/s from 64 on) with noise ±1%; the first measurements at 128 and 256 are 10%
+    and 5% high. The search's best, 128, gets iterations and its mean falls below 256's one value:
+    the report would call 256 the peak on that value, so the plan measures 256 again too."""
+    cfg = _cfg(until_ci=0.02)
+    rng = np.random.default_rng(5)
+
+    def measure(p: plan.Point) -> float:
+        luck = {(128, 0, "base"): 1.1, (256, 0, "base"): 1.05}
+        lucky = luck.get((p.connections, p.iteration, p.instance), 1.0)
+        return min(p.connections, 64) / 64 * 1000.0 * lucky * (1 + rng.normal(0, 0.01))
+    records = _bench(cfg, measure)
+    assert len(_at(records, "base", 128)) >= 5 and len(_at(records, "base", 256)) >= 2
+    means = {c: float(np.mean(_at(records, "base", c))) for c in {r["connections"] for r in records}}
+    top = max(means, key=lambda c: means[c])
+    assert len(_at(records, "base", top)) >= 5  # whatever holds the highest mean has its interval
+
+
+def test_a_noisy_peak_that_never_narrows_stops_at_max_iterations() -> None:
+    cfg = _cfg(until_ci=0.001, max_iterations=5)
+    records = _bench(cfg, _noisy(3, 0.05))
+    assert max(r["iteration"] for r in records) == 4
+
+
+def test_a_failed_point_is_not_asked_for_again_and_the_search_still_ends() -> None:
+    cfg = _cfg()
+    records = _bench(cfg, lambda p: None if p.connections == 64 else _curve(p.connections))
+    assert sum(r["key"] == "base/64/0" for r in records) == 1
+    assert plan.curve(cfg, records)[64] == 0.0
+
+
+def test_a_resumed_search_asks_for_what_the_uninterrupted_one_would() -> None:
+    cfg = _cfg()
+    whole = _bench(cfg, _noisy(4, 0.0))
+    for cut in (1, 5, 11):
+        nxt = plan.adaptive(cfg, whole[:cut])
+        assert nxt and nxt[0].key == whole[cut]["key"]
+
+
+def test_a_run_walks_the_ladder_in_the_baselines_boot_then_boots_each_other_instance_once() -> None:
+    cfg = config.with_control(config.run_from_json(
+        {"instance": [{"name": "base"}, {"name": "slow"}], "control": {"cap": 80},
+         "sweep": {"connections": "16:1536:16", "search": "adaptive", "iterations": 3}}))
+    assert isinstance(cfg, config.RunConfig) and [i.name for i in cfg.instance] == ["base", "slow", "control"]
+    riding = runner.rides(cfg)
+    records: list[dict[str, Any]] = []
+    boots: list[tuple[int, str]] = []
+    todo = plan.todo(cfg, records, set())
+    while todo:
+        for s in runner.sessions(todo, riding):
+            tried = {r["key"] for r in records}
+            if all(p.key in tried for p in s.points):
+                continue
+            boots.append((s.iteration, s.instance))
+            points = list(s.points)
+            while points:  # as Runner._more: what the search wants of this boot next
+                records += [_record(p, _curve(p.connections)) for p in points if p.key not in tried]
+                tried = {r["key"] for r in records}
+                points = [p for p in plan.adaptive(cfg, records)
+                          if p.iteration == s.iteration and riding.get(p.instance, p.instance) == s.instance]
+        todo = plan.adaptive(cfg, records)
+    assert boots[:2] == [(0, "base"), (0, "slow")]  # one boot each for the whole ladder
+    assert all(it > 0 for it, _ in boots[2:])
+    assert sorted(boots) == sorted(set(boots))  # never two boots of an instance in one iteration
+    ladder = [r["connections"] for r in records if r["instance"] == "base" and r["iteration"] == 0]
+    for other in ("slow", "control"):
+        # the control, in the baseline's boot, follows its ladder point by point; the other, in its own
+        got = sorted(r["connections"] for r in records if r["instance"] == other and r["iteration"] == 0)
+        assert got == sorted(ladder)

@@ -1,0 +1,163 @@
+"""Which points a sweep measures: the fixed grid (every count of sweep.connections, each iteration,
+and more iterations where sweep.until_ci asks for them), or the adaptive search (sweep.search =
+"adaptive": vmharness/bench/search.py's ladder and refinement on the baseline, then iterations only
+at its peak). Both are derived from the run's records alone, so `--resume` takes up where a run
+stopped and a guest session can ask again after each point what is left."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from vmharness import config
+from vmharness.bench import search
+from vmharness.config import BenchConfig
+
+TARGET = 0.02  # the adaptive search's relative interval width at the peak, unless sweep.until_ci names one
+
+
+@dataclass(frozen=True)
+class Point:
+    iteration: int
+    connections: int
+    instance: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance}/{self.connections}/{self.iteration}"
+
+
+def _order(cfg: BenchConfig, iteration: int) -> list[str]:
+    """The instances in the order of an iteration: rotated each time, so none is always first."""
+    names = [i.name for i in cfg.instance]
+    k = iteration % len(names)
+    return names[k:] + names[:k]
+
+
+def points(cfg: BenchConfig) -> list[Point]:
+    """The grid's measurement order."""
+    out = []
+    for it in range(cfg.sweep.iterations):
+        order = _order(cfg, it)
+        if config.interleave(cfg) == "point":
+            out += [Point(it, c, n) for c in cfg.counts for n in order]
+        else:
+            out += [Point(it, c, n) for n in order for c in cfg.counts]
+    return out
+
+
+def planned(cfg: BenchConfig) -> int | None:
+    """How many points the sweep plans at its start: the grid's; None for the adaptive search, which
+    decides as it goes."""
+    return len(points(cfg)) if cfg.sweep.search == "grid" else None
+
+
+def _measurements(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("kind") == "measurement"]
+
+
+def unsettled(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]:
+    """With sweep.until_ci: the next iteration of every grid point whose 95% t-interval is still wider
+    than ± until_ci of its mean (PTS's way), until max_iterations (the rule: stop_rule)."""
+    s = cfg.sweep
+    if s.until_ci <= 0:
+        return []
+    rps: dict[tuple[str, int], list[float]] = {}
+    tried: dict[tuple[str, int], int] = {}
+    for r in _measurements(records):
+        cell = (r["instance"], r["connections"])
+        tried[cell] = max(tried.get(cell, 0), r["iteration"] + 1)
+        if r.get("ok"):
+            rps.setdefault(cell, []).append(float(r["client"]["requests_per_s"]))
+    out = []
+    for c in cfg.counts:
+        for inst in (i.name for i in cfg.instance):
+            values, done = rps.get((inst, c), []), tried.get((inst, c), 0)
+            if done >= s.max_iterations:
+                continue
+            if search.more_iterations(values, s.until_ci, *stop_rule(cfg)):
+                out.append(Point(done, c, inst))
+    return out
+
+
+def stop_rule(cfg: BenchConfig) -> tuple[int, int]:
+    """(minimum, cap) of a point's iterations when they stop on its interval's width: at least
+    sweep.iterations, and never fewer than search.SEQUENTIAL_MINIMUM (an interval that decided when to
+    stop covers less often), at most max_iterations."""
+    s = cfg.sweep
+    return min(max(s.iterations, search.SEQUENTIAL_MINIMUM), s.max_iterations), s.max_iterations
+
+
+def spec(cfg: BenchConfig) -> search.Spec:
+    """The search's ladder spans sweep.connections: from its smallest count to its largest."""
+    counts = cfg.counts
+    return search.Spec(start=min(counts), limit=max(counts), factor=cfg.sweep.search_factor,
+                       resolution=cfg.sweep.search_resolution)
+
+
+def curve(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[int, float]:
+    """The baseline's first iteration, count by count: what the search has seen. A count whose point
+    failed after its retries stands at 0 (nothing was served), so the search never asks for it again."""
+    base = cfg.instance[0].name
+    out: dict[int, float] = {}
+    for r in _measurements(records):
+        if r["instance"] == base and r["iteration"] == 0:
+            out[r["connections"]] = float(r["client"]["requests_per_s"]) if r.get("ok") else 0.0
+    return out
+
+
+def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]:
+    """What the adaptive search measures next. While the search goes on: every instance at its next
+    count (iteration 0; in a run, the baseline's boot walks the ladder and the others follow in theirs).
+    Once the peak is located: every instance at every count the search measured, then further
+    iterations of every instance at the baseline's highest mean, round by round, while any instance's
+    interval there is wider than the target (stop_rule). Points already tried (even if they failed)
+    are not offered again."""
+    s = cfg.sweep
+    measured = _measurements(records)
+    tried = {r["key"] for r in measured}
+    seen = curve(cfg, measured)
+    if config.interleave(cfg) == "point":  # every instance at a count before the search goes on
+        behind = [p for c in sorted(seen) for n in _order(cfg, 0) if (p := Point(0, c, n)).key not in tried]
+        if behind:
+            return behind
+    following = search.next_count(seen, spec(cfg))
+    if following is not None:
+        return [p for n in _order(cfg, 0) if (p := Point(0, following, n)).key not in tried]
+    first = [Point(0, c, n) for n in _order(cfg, 0) for c in sorted(seen)]
+    if left := [p for p in first if p.key not in tried]:
+        return left
+    values: dict[tuple[str, int], list[float]] = {}
+    rounds: dict[int, set[int]] = {}  # count -> the iterations tried there
+    for r in measured:
+        rounds.setdefault(r["connections"], set()).add(r["iteration"])
+        if r.get("ok"):
+            values.setdefault((r["instance"], r["connections"]), []).append(float(r["client"]["requests_per_s"]))
+    # a round begun at a count is finished first: every instance has the same iterations there
+    for c, its in sorted(rounds.items()):
+        for k in sorted(its):
+            if left := [p for n in _order(cfg, k) if (p := Point(k, c, n)).key not in tried]:
+                return left
+    base = cfg.instance[0].name
+    means = {c: statistics.fmean(values[(base, c)]) for c in seen if (base, c) in values}
+    if not means:
+        return []
+    # The count with the highest mean gets the iterations. A ladder point measured once may be there by
+    # luck; its iterations then bring its mean down and the focus back, where it already stopped.
+    focus = min(means, key=lambda c: (-means[c], c))
+    if len(rounds[focus]) >= s.max_iterations or not any(
+            search.more_iterations(values.get((n, focus), []), s.until_ci or TARGET, *stop_rule(cfg))
+            for n in _order(cfg, 0)):
+        return []
+    k = max(rounds[focus]) + 1
+    return [Point(k, focus, n) for n in _order(cfg, k)]
+
+
+def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) -> list[Point]:
+    """The points a sweep or run starts with: the grid's not yet measured successfully (or its
+    unsettled ones), or the adaptive search's next."""
+    if cfg.sweep.search == "adaptive":
+        return adaptive(cfg, records)
+    return [p for p in points(cfg) if p.key not in done] or unsettled(cfg, records)

@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox
                 mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client \
                 ethtool chromium libhugetlbfs-bin
 
-.PHONY: deps venv test unit lint bench demo clean
+.PHONY: deps venv oha test unit lint bench demo clean
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -26,7 +26,18 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: deps venv
+# oha, the open-loop load generator (docs/load.md: measured against vegeta, autocannon and a paced wrk),
+# built from crates.io into the venv's bin/, where a local client finds it. --locked: the versions its
+# release was tested with (a newer dependency may want a newer rustc than the machine's).
+OHA_VERSION := 1.16.0
+CARGO := $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
+$(VENV)/bin/oha: | $(VENV)/.installed
+	@[ -x "$(CARGO)" ] || { echo "cargo is needed to build oha (rustup.rs, or apt-get install cargo)"; exit 1; }
+	PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --locked --quiet --root $(VENV) oha@$(OHA_VERSION)
+
+oha: $(VENV)/bin/oha
+
+test: deps venv oha
 	$(VENV)/bin/pytest
 
 unit: venv
@@ -35,14 +46,19 @@ unit: venv
 # The built-in experiment (vmharness run with no configuration): guests with mitigations=off, with
 # pti=on forced, and the positive control, under libvirt (started for the run if none answers), nginx
 # in them loaded by wrk here, and the report; it prints where the report is.
-demo: deps venv
+demo: deps venv oha
 	$(PY) -m vmharness.host.libvirtd $(VENV)/bin/vmharness run
 
 # Figures, not pass/fail: the fixed costs of a guest's life beside virtme-ng's (libvirtd is started if
 # none answers), how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
-# the adaptive search takes to the answer against the grid.
-bench: deps venv
+# the adaptive search takes to the answer against the grid, and the open-loop generators side by side.
+GENERATORS := .cache/generators
+bench: deps venv oha
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
+	PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --locked --quiet --root $(GENERATORS) oha@$(OHA_VERSION)
+	GOBIN=$(CURDIR)/$(GENERATORS)/bin go install github.com/tsenart/vegeta/v12@v12.13.0
+	npm install --silent --prefix $(GENERATORS) autocannon@8.0.0
+	$(PY) benchmarks/load_generators.py --bin $(GENERATORS)
 	$(PY) -m vmharness.cli image build
 	$(PY) -m vmharness.host.libvirtd $(PY) benchmarks/boot_to_agent.py --boots 3
 	$(PY) benchmarks/bench_fidelity.py

@@ -117,7 +117,7 @@ def main() -> int:
                     return rps
 
                 def measured() -> float:
-                    runs, _, _ = clients.run_together([client], HARNESS_URL, c, d, 10)
+                    runs, _, _ = clients.run_together(clients.wrk_runs([client], HARNESS_URL, c, d, 10))
                     return float(clients.merge(runs)["requests_per_s"])
 
                 def sampled() -> float:

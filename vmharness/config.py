@@ -207,6 +207,9 @@ class InstanceSection:
     # the share of one host CPU each vCPU may use, in percent (libvirt's <cputune> period and quota);
     # 0: no cap. What `run --control` uses to make a known cost.
     vcpu_cap: int = bounded(0, 0, 100)
+    # HTTP/1.1 requests each wrk connection sends back to back: syscall-heavy load from few connections.
+    # Compared as instances are (the same server, pipelined and not); no open-loop load (oha cannot)
+    pipeline: int = bounded(1, 1, 1024)
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ class ClientSection:
     host: str = checked(check_host, default="local")
     threads: int = bounded(0, 0, conn_spec.MAX_THREADS)  # 0: min(connections, the client's CPUs)
     wrk: str = checked(check_program, default="wrk")
+    oha: str = checked(check_program, default="oha")  # the open-loop generator ([load])
 
 
 @dataclass(frozen=True)
@@ -229,8 +233,6 @@ class SweepSection:
     restart_server_between_runs: bool = False
     interleave: Interleave = "auto"  # point: every instance at each point; iteration: a whole sweep each;
     # auto: point for bench, iteration for run (a guest boots once per instance and iteration)
-    # requests/s for wrk2's fixed-rate mode (client.wrk must be wrk2); 0: wrk's closed loop
-    rate: int = bounded(0, 0, 100_000_000)
     # > 0: more iterations until each point's 95% interval is within ± this share of the mean
     until_ci: float = bounded(0.0, 0, 0.99)
     max_iterations: int = bounded(10, 1, 1000)  # ... but never more than this many
@@ -239,6 +241,17 @@ class SweepSection:
     search: Search = "grid"
     search_factor: float = bounded(2.0, 1.1, 16.0)  # adaptive: each ladder step multiplies by this
     search_resolution: float = bounded(0.15, 0.01, 1.0)  # adaptive: the peak is located to within this share
+
+
+@dataclass(frozen=True)
+class LoadSection:
+    """Latency against load (docs/load.md): once the sweep has found the baseline's peak, each instance
+    (not the positive control) at fixed request rates, these percentages of that peak, from oha on the
+    clients; and before the sweep, what each client can generate."""
+
+    percents: tuple[int, ...] = bounded((25, 50, 75, 90), 1, 100)  # []: no open-loop load
+    duration: int = bounded(0, 0, DAY)  # seconds per point; 0: sweep.duration
+    capacity: int = bounded(2, 0, 600)  # seconds each client measures itself for; 0: not measured
 
 
 @dataclass(frozen=True)
@@ -301,6 +314,7 @@ class BenchConfig:
     instance: tuple[InstanceSection, ...] = (InstanceSection("baseline"),)
     client: tuple[ClientSection, ...] = (ClientSection(),)
     sweep: SweepSection = field(default_factory=SweepSection)
+    load: LoadSection = field(default_factory=LoadSection)
     samplers: SamplerSection = field(default_factory=SamplerSection)
     tuning: TuningSection = field(default_factory=TuningSection)
 
@@ -358,6 +372,7 @@ def validate(cfg: C) -> C:
     checks = [
         (s.max_iterations >= s.iterations, "sweep.max_iterations must be at least sweep.iterations"),
         (len({i.name for i in cfg.instance}) == len(cfg.instance), "instance names must be different"),
+        (len(set(cfg.load.percents)) == len(cfg.load.percents), "load.percents must be different"),
     ]
     for ok, message in checks:
         if not ok:

@@ -49,18 +49,32 @@ def shielded() -> Iterator[None]:
     if not _main_thread() or signal.getsignal(signal.SIGINT) is _hold:
         yield
         return
-    old = {s: signal.signal(s, _hold) for s in SIGNALS}
-    _held.clear()
+    # The handlers are swapped with the signals blocked: one arriving midway would otherwise find some
+    # handlers swapped and not others (and be lost, or leave a handler holding for ever); it waits,
+    # and is held once they are unblocked.
+    with _blocked():
+        _held.clear()
+        old = {s: signal.signal(s, _hold) for s in SIGNALS}
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        with _blocked():
+            for s, h in old.items():
+                signal.signal(s, h)
     if _held:
         raise Interrupted(_held[0])
 
 
 _held: list[int] = []
+
+
+@contextmanager
+def _blocked() -> Iterator[None]:
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _hold(signum: int, frame: FrameType | None) -> None:

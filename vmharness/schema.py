@@ -112,6 +112,12 @@ def value(where: str, kind: Any, data: Any, meta: Any = None) -> Any:
         if not isinstance(data, list | tuple) or not all(isinstance(v, str) for v in data):
             raise HarnessError(f"{where} must be an array of strings", "e.g. [\"eth0\"]")
         return tuple(_text(f"{where}[{i}]", v, meta.get("check")) for i, v in enumerate(data))
+    if origin is tuple and get_args(kind)[0] is int:
+        if not isinstance(data, list | tuple) or not all(type(v) is int for v in data):
+            raise HarnessError(f"{where} must be an array of whole numbers", "e.g. [25, 50]")
+        for i, v in enumerate(data):
+            _number(f"{where}[{i}]", v, meta.get("bounds"))
+        return tuple(data)
     if origin is tuple:
         item = get_args(kind)[0]
         if not isinstance(data, list | tuple) or not data:

@@ -34,8 +34,9 @@ JOURNAL = Path("/run/vmharness/journal.jsonl")
 def config(port: int, sweep: str, *, host: str = "127.0.0.1", url_host: str | None = None,
            clients: tuple[str, ...] = ("local",), extra: str = "") -> str:
     client_tables = "".join(f'[[client]]\nhost = "{c}"\nthreads = 1\n' for c in clients)
+    load = "" if "[load]" in extra else "[load]\npercents = []\ncapacity = 0\n"  # tests/integration/test_load.py
     return (f'[server]\nlisten = "{host}:{port}"\nurl = "http://{url_host or host}:{port}/"\nworkers = 1\n'
-            f"{client_tables}[sweep]\n{sweep}\n{extra}")
+            f"{client_tables}[sweep]\n{sweep}\n{load}{extra}")
 
 
 def bench(tmp_path: Path, text: str, *args: str, env: dict[str, str] | None = None,
@@ -251,11 +252,13 @@ def test_a_server_that_answers_wrongly_is_refused(tmp_path: Path) -> None:
     assert nginx_gone("baseline") and not JOURNAL.exists()
 
 
-def test_fixed_rate_needs_wrk2(tmp_path: Path) -> None:
-    text = config(18187, 'connections = "2"\niterations = 1\nduration = 1\nrate = 1000')
+def test_an_open_loop_load_without_oha_is_refused_before_the_sweep(tmp_path: Path) -> None:
+    text = config(18187, 'connections = "2"\niterations = 1\nduration = 1',
+                  extra='[load]\npercents = [50]\n[[client]]\noha = "/nonexistent/oha"\n', clients=())
     res = bench(tmp_path, text, "--out", str(tmp_path / "run"))
-    assert res.returncode == 2
-    assert "error: wrk on this machine has no --rate: sweep.rate needs wrk2" in res.stderr
+    assert res.returncode == 2, res.stderr
+    assert "error: client.oha '/nonexistent/oha' on this machine is not oha" in res.stderr
+    assert not (tmp_path / "run" / "records.jsonl").exists()  # nothing measured
     assert not JOURNAL.exists()
 
 

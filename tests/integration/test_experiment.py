@@ -122,7 +122,7 @@ def test_a_guest_that_does_not_boot_is_recorded_and_the_others_run(daemon: None,
                    'qemu_args = ["-smbios", "type=1,manufacturer=vmharness,product=instance-good"]\n'
                    f'profile = "{prof}"\n'
                    '[sweep]\nconnections = "4"\niterations = 1\nduration = 1\nwarmup = 0\nwait = 0\n'
-                   '[tuning]\nprofile = "none"\n')
+                   '[load]\npercents = []\ncapacity = 0\n[tuning]\nprofile = "none"\n')
     run = tmp_path / "run"
     res = vmh("run", str(cfg), "--out", str(run))
     assert res.returncode == 1, res.stderr[-3000:]
@@ -154,7 +154,7 @@ def test_killed_mid_run_then_resumed(daemon: None, tmp_path: Path) -> None:
     cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\n'
                    '[[instance]]\nname = "one"\n'
                    '[sweep]\nconnections = "2,4"\niterations = 2\nmax_iterations = 2\nsearch = "adaptive"\n'
-                   'duration = 1\nwarmup = 0\nwait = 0\n')
+                   'duration = 1\nwarmup = 0\nwait = 0\n[load]\npercents = [50]\ncapacity = 1\n')
     run = tmp_path / "run"
     p = proc.spawn([sys.executable, "-m", "vmharness.cli", "run", str(cfg), "--out", str(run)],
                    stderr=subprocess.PIPE)
@@ -173,6 +173,12 @@ def test_killed_mid_run_then_resumed(daemon: None, tmp_path: Path) -> None:
     got = [r["key"] for r in records(run) if r["kind"] == "measurement" and r["ok"]]
     assert {"one/2/0", "one/4/0"} <= set(got) <= {"one/2/0", "one/3/0", "one/4/0", "one/2/1", "one/3/1", "one/4/1"}
     assert any(k.endswith("/1") for k in got) and before <= set(got) and len(got) == len(set(got))
+    # the open-loop load: one target, each iteration's point at 50% of it, the client measured once
+    targets = [r for r in records(run) if r["kind"] == "load_target"]
+    loads = {r["key"]: r for r in records(run) if r["kind"] == "load" and r["ok"]}
+    assert len(targets) == 1 and set(loads) == {"one/@50%/0", "one/@50%/1"}
+    assert all(r["rate"] == targets[0]["rates"]["50"] for r in loads.values())
+    assert len([r for r in records(run) if r["kind"] == "capacity"]) == 1
     assert_nothing_left()
 
 

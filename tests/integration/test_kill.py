@@ -118,7 +118,7 @@ def _after_the_kill(before: dict[str, object], sig: signal.Signals, next_argv: l
     assert fingerprint() == before
 
 
-BENCH_STEPS = ("run directory:", "tuned ", "points to measure", "[1/2] baseline")
+BENCH_STEPS = ("run directory:", "tuned ", "points to measure", "measuring what it generates", "[1/2] baseline")
 
 
 @pytest.mark.parametrize("step", BENCH_STEPS)
@@ -129,7 +129,8 @@ def test_bench_killed_at_each_step_leaves_nothing_behind(pristine: dict[str, obj
     cfg = tmp_path / "bench.toml"
     cfg.write_text('[server]\nlisten = "127.0.0.1:18291"\nurl = "http://127.0.0.1:18291/"\nworkers = 1\n'
                    '[[client]]\nthreads = 1\n[sweep]\nconnections = "2"\niterations = 2\nduration = 1\n'
-                   f'warmup = 0\nwait = 0.5\n[tuning]\nprofile = "{tmp_path / "p.toml"}"\n')
+                   'warmup = 0\nwait = 0.5\n[load]\npercents = []\ncapacity = 1\n'
+                   f'[tuning]\nprofile = "{tmp_path / "p.toml"}"\n')
     said = kill_at(["bench", str(cfg), "--out", str(tmp_path / "killed")], step, sig)
     _after_the_kill(pristine, sig, ["bench", str(cfg), "--out", str(tmp_path / "next")], said)
 
@@ -156,6 +157,7 @@ def test_run_killed_at_each_step_leaves_nothing_behind(pristine: dict[str, objec
     cfg.write_text('[guest]\nvcpus = 1\nmemory = 512\ninit = "minimal"\nshutdown_grace = 5\n'
                    '[[instance]]\nname = "one"\n'
                    '[sweep]\nconnections = "2"\niterations = 1\nduration = 1\nwarmup = 0\nwait = 0\n'
+                   '[load]\npercents = []\ncapacity = 0\n'
                    f'[tuning]\nprofile = "{tmp_path / "p.toml"}"\n')
     killed = tmp_path / "killed"
     said = kill_at(["run", str(cfg), "--out", str(killed)], step, sig)

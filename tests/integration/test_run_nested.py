@@ -44,6 +44,7 @@ def config(rig: Rig) -> str:
             f'kernel = "{rig.kernel.boot_image}"\ninitrd = "{l2root.build(rig.kernel)}"\n'
             '[[client]]\nhost = "local"\nthreads = 1\n'
             '[sweep]\nconnections = "4"\niterations = 1\nduration = 3\nwarmup = 0\nwait = 0\n'
+            '[load]\npercents = []\ncapacity = 0\n'
             '[samplers]\ninterval = 5.0\n'  # each snapshot costs L2 seconds of its only vCPU
             '[tuning]\nprofile = "none"\n')
 

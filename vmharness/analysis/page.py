@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vmharness.analysis import report
+from vmharness.analysis import loadcurve, report
 from vmharness.analysis.saturation import PERCENTILES, Analysis
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
@@ -34,10 +34,20 @@ def render(a: Analysis, title: str, figures: list[Path]) -> str:
     head = "".join(f"<th>{html.escape(k)}</th>" for k in (rows[0] if rows else {}))
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r, k))}</td>" for k in r) + "</tr>" for r in rows)
     foot = f"<p>{html.escape(report.THIN_FOOT)}</p>" if any(r["thin_percentiles"] for r in rows) else ""
+    if a.load is not None and a.load.rows:
+        load_rows = loadcurve.rows(a.load)
+        keys = list(load_rows[0])
+        load_table = (f"<h2>{html.escape(loadcurve.title(a.load))}</h2><div style=overflow-x:auto><table><tr>"
+                      + "".join(f"<th>{html.escape(k)}</th>" for k in keys) + "</tr>"
+                      + "".join("<tr>" + "".join(f"<td>{html.escape('' if r[k] is None else str(r[k]))}</td>"
+                                                for k in keys) + "</tr>" for r in load_rows) + "</table></div>")
+    else:
+        load_table = ""
     svgs = "".join(f"<figure>{f.read_text().split('?>', 1)[-1]}</figure>" for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{warnings}{answer}{svgs}{method}"
             f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>{foot}"
+            f"{load_table}"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
 
 

@@ -3,7 +3,8 @@
 latency percentiles at the baseline's saturation point, with their t-intervals, and there the whole
 latency distribution of each instance as a CCDF (the share of requests slower than x, log-log, so
 that p99, p99.9 and p99.99 sit on evenly spaced lines): each iteration's curve faint, which shows the
-spread a single curve would hide, and all iterations' requests together bold."""
+spread a single curve would hide, and all iterations' requests together bold; and latency against the
+open-loop load, per instance."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
+from vmharness.analysis.loadcurve import LoadAnalysis
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis
 from vmharness.bench import histogram
 from vmharness.bench.histogram import Histogram
@@ -131,3 +133,34 @@ def _steps(h: Histogram) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float6
     share of zero has no place on a log axis."""
     values, slower = h.slower()
     return values / 1000, np.concatenate([[1.0], slower[:-1]])
+
+
+def latency_vs_load(la: LoadAnalysis, out: Path) -> list[Path]:
+    """p50 (dashed) and p99 (solid) against the load, as % of the baseline's peak, one colour per
+    instance, with the iterations' 95% intervals (geometric) as error bars; a point whose achieved
+    rate missed the requested one is drawn hollow."""
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    names = list(dict.fromkeys(r.instance for r in la.rows))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, name in enumerate(names):
+        mine = [r for r in la.rows if r.instance == name]
+        for q, style in (("50", "--"), ("99", "-")):
+            ivs = [r.latency[q] for r in mine]
+            x = [r.percent + 0.6 * i for r in mine]  # the instances side by side, not on top of each other
+            y = [iv.mean / 1000 for iv in ivs]
+            # the geometric intervals are not symmetric (docs: analysis/loadcurve.py)
+            errs = [[(iv.mean - iv.low) / 1000 if math.isfinite(iv.low) else 0.0 for iv in ivs],
+                    [(iv.high - iv.mean) / 1000 if math.isfinite(iv.high) else 0.0 for iv in ivs]]
+            colour = colours[i % len(colours)]
+            ax.errorbar(x, y, yerr=errs, fmt=style, color=colour, capsize=3, label=f"{name} p{q}")
+            missed = [(p, v) for r, p, v in zip(mine, x, y, strict=True) if r.missed]
+            if missed:
+                ax.plot(*zip(*missed, strict=True), "o", mfc="white", color=colour)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
+    ax.set_xlabel(f"load: % of {la.baseline}'s peak ({la.peak:,.0f} req/s), open loop (oha)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title("Latency against load (hollow: the achieved rate missed the requested one by over 2%)")
+    ax.legend(fontsize="small", ncol=2)
+    return _save(fig, out, "latency-load")

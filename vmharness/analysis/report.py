@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import variants
+from vmharness.analysis import loadcurve, variants
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis, Cell, Noise, vcpu_means
 from vmharness.bench import histogram
 from vmharness.stats import Change, Interval, Peak
@@ -155,7 +155,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
                 "basis": a.control.basis,
                 "recovered": a.control.recovered, "change": _change(a.control.change)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
-            "rows": _rows(a)}
+            "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load)}
 
 
 def _variant_lines(a: Analysis) -> list[str]:
@@ -194,7 +194,16 @@ def text(a: Analysis) -> str:
              "-" if r["client_busy_percent"] is None else f"{r['client_busy_percent']:.0f}%", str(r["errors"])]
             for r in rows]
     foot = [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
-    return "\n".join([*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body), *foot])
+    return "\n".join([*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body), *foot,
+                      *_load_text(a)])
+
+
+def _load_text(a: Analysis) -> list[str]:
+    if a.load is None or not a.load.rows:
+        return []
+    head, body = loadcurve.table(a.load)
+    thin = [loadcurve.THIN_FOOT] if any(r.thin(q) for r in a.load.rows for q in loadcurve.QS) else []
+    return ["", loadcurve.title(a.load), *table.render(head, body), *thin]
 
 
 def markdown(a: Analysis) -> str:
@@ -218,14 +227,23 @@ def markdown(a: Analysis) -> str:
         lines.append("")
     rows = _rows(a)
     if rows:
-        keys = list(rows[0])
-        lines += ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        lines += ["| " + " | ".join("" if r[k] is None else str(r[k]) for k in keys) + " |" for r in rows]
+        lines += _md_table(rows)
+    if a.load is not None and a.load.rows:
+        lines += ["", f"**{loadcurve.title(a.load)}**", "", *_md_table(loadcurve.rows(a.load))]
     return "\n".join(lines) + "\n"
 
 
+def _md_table(rows: list[dict[str, Any]]) -> list[str]:
+    keys = list(rows[0])
+    return (["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+            + ["| " + " | ".join("" if r[k] is None else str(r[k]) for k in keys) + " |" for r in rows])
+
+
 def to_csv(a: Analysis) -> str:
-    rows = _rows(a)
+    return _csv(_rows(a))
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     if rows:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
@@ -240,10 +258,15 @@ def publish(a: Analysis, out: Path, title: str) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, content in (("report.txt", text(a) + "\n"), ("report.md", markdown(a)), ("report.csv", to_csv(a)),
-                          ("report.json", json.dumps(to_json(a), indent=2, sort_keys=True) + "\n")):
+    forms = [("report.txt", text(a) + "\n"), ("report.md", markdown(a)), ("report.csv", to_csv(a)),
+             ("report.json", json.dumps(to_json(a), indent=2, sort_keys=True) + "\n")]
+    if a.load is not None and a.load.rows:
+        forms.append(("report-load.csv", _csv(loadcurve.rows(a.load))))
+    for name, content in forms:
         (out / name).write_text(content)
         written.append(out / name)
     figures = plots.throughput(a, out) + (plots.latency(a, out) + plots.ccdf(a, out) if a.peak is not None else [])
+    if a.load is not None and a.load.rows:
+        figures += plots.latency_vs_load(a.load, out)
     (out / "report.html").write_text(page.render(a, title, figures))
     return [*written, *figures, out / "report.html"]

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import packets, variants
+from vmharness.analysis import loadcurve, packets, variants
+from vmharness.analysis.loadcurve import LoadAnalysis
 from vmharness.analysis.variants import Control, Diff
 from vmharness.bench import histogram
 from vmharness.bench.histogram import Histogram
@@ -153,6 +154,7 @@ class Analysis:
     design: Design = Design()
     variants: list[Diff] = field(default_factory=list)  # each instance's facts against the baseline's
     control: Control | None = None  # the positive control's check (`run --control`)
+    load: LoadAnalysis | None = None  # latency against load (the open-loop points), if the run has any
 
 
 def session_flags(run: RunDir, prefix: str = "") -> list[str]:
@@ -199,6 +201,9 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     if a.control is not None and (flag := variants.control_flag(a.control)):
         extra.append(flag)
     a.flags[:0] = extra
+    a.load = loadcurve.analyse(run.records(), a.baseline, run.path / RECORDS)
+    if a.load is not None:
+        a.flags += a.load.flags
     return a
 
 

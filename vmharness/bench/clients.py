@@ -1,7 +1,10 @@
-"""wrk on one or more client machines at once. Each client's wrk waits behind `read go`, and all of
-them are released together once every one has reported ready, so several clients start loading the
-server within milliseconds of each other whatever their ssh set-up time. A client that has not
-finished `duration + timeout + margin` after the start is killed (its PID came with `ready`)."""
+"""The load generators on one or more client machines at once: wrk (closed loop, the sweep) or oha (a
+fixed rate, the open-loop load: vmharness/bench/openloop.py). Each client's generator waits behind
+`read go`, and all of them are released together once every one has reported ready, so several clients
+start loading the server within milliseconds of each other whatever their ssh set-up time. Connections
+and a fixed rate are shared out between them alike, and their latency histograms are summed. A client
+that has not finished `duration + timeout + margin` after the start is killed (its PID came with
+`ready`; oha's pipeline is killed by that parent PID)."""
 
 from __future__ import annotations
 
@@ -13,14 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness import proc
-from vmharness.bench import histogram, wrk
+from vmharness.bench import histogram, openloop, wrk
 from vmharness.bench.server import write_file
 from vmharness.errors import HarnessError
 from vmharness.host import files, journal
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
-# $@: the wrk command. Open-file limit raised to the hard one (seed 004's `ulimit -n`); `ready PID`
+Load = wrk.WrkRun | openloop.OpenRun
+
+# $@: the generator's command. Open-file limit raised to the hard one (seed 004's `ulimit -n`); `ready PID`
 # once the shell runs; wrk replaces it (same PID) after `go`.
 _GATE = 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; echo "ready $$"; read go; exec "$@"'
 
@@ -30,29 +35,38 @@ class Client:
     machine: Machine
     threads: int | None = None  # None: min(connections, the client's CPUs)
     binary: str = "wrk"
+    oha: str = openloop.DEFAULT
     cpus: int = 0
     script: str = ""
     seq: int = 0  # its journal record
     pin: tuple[int, ...] = ()  # the CPUs wrk may run on (taskset); empty: any
 
-    def command(self, run: wrk.WrkRun) -> list[str]:
-        argv = run.argv(self.binary)
+    def command(self, run: Load) -> list[str]:
+        argv = run.argv(self.binary) if isinstance(run, wrk.WrkRun) else run.argv(self.oha)
         return ["taskset", "--cpu-list", ",".join(map(str, self.pin)), *argv] if self.pin else argv
 
-    def prepare(self, root: HostRoot, owner: str, rate: int = 0) -> None:
+    def prepare(self, root: HostRoot, owner: str, open_loop: bool = False) -> None:
         """Learn the CPU count and put report.lua on the machine (journaled for `owner`, removed by
-        `done`); with a fixed rate, check that the binary is wrk2 (wrk has no --rate)."""
+        `done`); with an open-loop load to come, check that client.oha is oha."""
         res = self.machine.run(["nproc"], timeout=30, check=False)
         if not res.ok:
             why = (res.stderr.strip().splitlines() or ["no output"])[-1]
             raise HarnessError(f"client {self.machine.label} is unreachable: {why}",
                                f"check that `ssh {self.machine.label} true` works without a password")
         self.cpus = len(self.pin) or int(res.stdout)
-        if rate:
-            usage = self.machine.run([self.binary, "--help"], timeout=30, check=False)
-            if "--rate" not in usage.stdout + usage.stderr:
-                raise HarnessError(f"{self.binary} on {self.machine.label} has no --rate: sweep.rate needs wrk2",
-                                   "set client.wrk to a wrk2 binary, or sweep.rate = 0")
+        if open_loop:
+            if self.machine.local:
+                self.oha = openloop.local_binary(self.oha)
+            try:
+                said = self.machine.run([self.oha, "--version"], timeout=30, check=False)
+                ok, what = said.ok and said.stdout.startswith("oha "), (said.stdout + said.stderr).strip()
+            except HarnessError as exc:  # not there at all (on this machine)
+                ok, what = False, exc.message
+            if not ok:
+                raise HarnessError(f"client.oha {self.oha!r} on {self.machine.label} is not oha: "
+                                   f"{what[-120:] or 'no output'}",
+                                   "install it (make test does, into .venv/bin), set client.oha to its path, "
+                                   "or load.percents = [] to measure no open-loop load")
         script = f"/tmp/vmharness-report-{owner.removeprefix(journal.RUN_PREFIX)}-{os.getpid()}.lua"
         self.seq = files.made(root, self.machine, script, owner)
         self.script = script
@@ -69,7 +83,7 @@ class Client:
 @dataclass
 class ClientRun:
     client: Client
-    run: wrk.WrkRun
+    run: Load
     stdout: str = ""
     stderr: str = ""
     result: dict[str, Any] | None = None
@@ -95,8 +109,8 @@ def _read_ready(p: subprocess.Popen[bytes], deadline: float) -> int:
         chunk = os.read(p.stdout.fileno(), 1)
         if not chunk:
             err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
-            raise HarnessError(f"a client exited before starting wrk: {err[-200:] or 'no output'}",
-                               "check that the client is reachable and wrk is installed there")
+            raise HarnessError(f"a client exited before starting its load generator: {err[-200:] or 'no output'}",
+                               "check that the client is reachable and wrk (and oha) are installed there")
         line += chunk
     word, _, pid = line.decode().partition(" ")
     if word != "ready" or not pid.strip().isdigit():
@@ -104,17 +118,28 @@ def _read_ready(p: subprocess.Popen[bytes], deadline: float) -> int:
     return int(pid)
 
 
-def run_together(clients: list[Client], url: str, connections: int, duration: float, timeout: float,
-                 margin: float = 15.0, setup: float = 30.0, rate: int = 0) -> tuple[list[ClientRun], float, float]:
-    """Run wrk on every client at once; returns the runs and the wall-clock start and end. A fixed
-    `rate` is shared out like the connections."""
-    runs = []
-    shares = split(connections, clients)
-    for client, conns in zip(clients, shares, strict=True):
+def wrk_runs(clients: list[Client], url: str, connections: int, duration: float, timeout: float,
+             pipeline: int = 1) -> list[ClientRun]:
+    """wrk on every client, the connections shared out."""
+    out = []
+    for client, conns in zip(clients, split(connections, clients), strict=True):
         threads = client.threads or wrk.default_threads(conns, client.cpus)
-        client_rate = rate * conns // connections if rate else None
-        runs.append(ClientRun(client, wrk.WrkRun(url, conns, threads, duration, timeout, client.script,
-                                                 client_rate)))
+        out.append(ClientRun(client, wrk.WrkRun(url, conns, threads, duration, timeout, client.script, pipeline)))
+    return out
+
+
+def open_runs(clients: list[Client], url: str, connections: int, rate: float, duration: float,
+              timeout: float) -> list[ClientRun]:
+    """oha on every client, the connections and the rate (requests/s; 0: as fast as it can) shared out
+    alike."""
+    return [ClientRun(client, openloop.OpenRun(url, rate * conns / connections, conns, duration, timeout))
+            for client, conns in zip(clients, split(connections, clients), strict=True)]
+
+
+def run_together(runs: list[ClientRun], margin: float = 15.0, setup: float = 30.0
+                 ) -> tuple[list[ClientRun], float, float]:
+    """Start every run's generator at once; returns the runs and the wall-clock start and end."""
+    duration, timeout = max(r.run.duration_s for r in runs), max(r.run.timeout_s for r in runs)
     try:
         for r in runs:
             argv = r.client.machine.argv(["sh", "-c", _GATE, "sh", *r.client.command(r.run)])
@@ -150,17 +175,24 @@ def _finish(r: ClientRun, deadline: float) -> None:
         out, err = r.popen.communicate(timeout=30)
     r.stdout, r.stderr = out.decode(errors="replace"), err.decode(errors="replace")
     if r.hung:
-        r.error = f"wrk on {r.client.machine.label} did not finish in time: killed"
+        r.error = f"{_name(r.run)} on {r.client.machine.label} did not finish in time: killed"
         return
     try:
-        r.result = wrk.parse(r.stdout, r.stderr)
+        r.result = r.run.parse(r.stdout, r.stderr)
     except HarnessError as exc:
         r.error = f"{r.client.machine.label}: {exc.message}"
 
 
+def _name(run: Load) -> str:
+    return "wrk" if isinstance(run, wrk.WrkRun) else "oha"
+
+
 def _kill(r: ClientRun) -> None:
-    """The wrk itself (by the PID it reported), then our side of the connection to it."""
+    """The generator by the PID it reported (and, for oha's pipeline, that PID's children), then our
+    side of the connection to it."""
     if r.pid:
+        if isinstance(r.run, openloop.OpenRun):
+            r.client.machine.run(["pkill", "-KILL", "-P", str(r.pid)], timeout=15, check=False)
         r.client.machine.run(["kill", "-KILL", str(r.pid)], timeout=15, check=False)
     if r.popen is not None:
         proc.stop(r.popen, grace=5)
@@ -173,7 +205,7 @@ def merge(runs: list[ClientRun]) -> dict[str, Any]:
     results = [r.result for r in runs if r.result is not None]
     if len(results) != len(runs):
         return {"ok": False, "errors": [r.error for r in runs if r.error]}
-    latency, how = _latency([r["latency_us"] for r in results])
+    latency, how = _latency([r["latency_us"] for r in results], _name(runs[0].run))
     merged: dict[str, Any] = {
         "ok": True,
         "clients": len(results),
@@ -181,23 +213,28 @@ def merge(runs: list[ClientRun]) -> dict[str, Any]:
         "bytes": sum(r["bytes"] for r in results),
         "requests_per_s": sum(r["requests_per_s"] for r in results),
         "duration_us_max": max(r["duration_us"] for r in results),
-        "errors": {k: sum(r["errors"][k] for r in results) for k in (*wrk.ERROR_KINDS, "total")},
+        "errors": {k: sum(r["errors"].get(k, 0) for r in results) for k in dict.fromkeys(
+            key for r in results for key in r["errors"])},
         "latency_us": latency,
         "latency_merge": how,
     }
+    if all("requested_per_s" in r for r in results):
+        merged["requested_per_s"] = sum(r["requested_per_s"] for r in results)
+        merged["unanswered"] = sum(r["unanswered"] for r in results)
     merged["clients_detail"] = [
-        {"machine": r.client.machine.label, "connections": r.run.connections, "threads": r.run.threads,
+        {"machine": r.client.machine.label, "connections": r.run.connections,
+         **({"threads": r.run.threads} if isinstance(r.run, wrk.WrkRun) else {}),
          **{k: v for k, v in (r.result or {}).items() if k != "latency_us"},
          "latency_us": {k: v for k, v in (r.result or {}).get("latency_us", {}).items() if k != "histogram"}}
         for r in runs]
     return merged
 
 
-def _latency(each: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+def _latency(each: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], str]:
     """The point's latency from each client's, and how it was had."""
     if all(lat.get("histogram") is not None for lat in each):
         h = histogram.merge([histogram.Histogram.decode(lat["histogram"]) for lat in each])
-        how = "exact: wrk's histogram" if len(each) == 1 else f"exact: {len(each)} clients' histograms summed"
+        how = f"exact: {name}'s histogram" if len(each) == 1 else f"exact: {len(each)} clients' histograms summed"
         return {**h.summary(), "histogram": h.encode()}, how
     why = next(str(lat.get("no_histogram", "none kept")) for lat in each if lat.get("histogram") is None)
     if len(each) == 1:

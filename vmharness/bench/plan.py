@@ -23,9 +23,12 @@ class Point:
     iteration: int
     connections: int
     instance: str
+    percent: int = 0  # > 0: an open-loop point at this percentage of the baseline's peak (load_points)
 
     @property
     def key(self) -> str:
+        if self.percent:
+            return f"{self.instance}/@{self.percent}%/{self.iteration}"
         return f"{self.instance}/{self.connections}/{self.iteration}"
 
 
@@ -49,9 +52,10 @@ def points(cfg: BenchConfig) -> list[Point]:
 
 
 def planned(cfg: BenchConfig) -> int | None:
-    """How many points the sweep plans at its start: the grid's; None for the adaptive search, which
-    decides as it goes."""
-    return len(points(cfg)) if cfg.sweep.search == "grid" else None
+    """How many points the sweep plans at its start: the grid's and the open-loop load's; None for the
+    adaptive search, which decides as it goes."""
+    load = len(loaded(cfg)) * len(cfg.load.percents) * cfg.sweep.iterations
+    return len(points(cfg)) + load if cfg.sweep.search == "grid" else None
 
 
 def _measurements(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -161,3 +165,52 @@ def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) ->
     if cfg.sweep.search == "adaptive":
         return adaptive(cfg, records)
     return [p for p in points(cfg) if p.key not in done] or unsettled(cfg, records)
+
+
+def load_target(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The open-loop load's target, as written once (new_target); None before."""
+    return next((r for r in records if r.get("kind") == "load_target"), None)
+
+
+def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The load's target from the sweep so far: the baseline's count with the highest mean requests/s,
+    and load.percents of that mean. Fixed once written, so that every instance and iteration (and a
+    resumed run) is loaded at the same rates; in a run that is after the baseline's first boot. None
+    without a load to measure, or before the baseline has a successful point."""
+    if not cfg.load.percents:
+        return None
+    records = list(records)
+    base = cfg.instance[0].name
+    values: dict[int, list[float]] = {}
+    for r in _measurements(records):
+        if r["instance"] == base and r.get("ok"):
+            values.setdefault(r["connections"], []).append(float(r["client"]["requests_per_s"]))
+    if not values:
+        return None
+    means = {c: statistics.fmean(v) for c, v in values.items()}
+    top = min(means, key=lambda c: (-means[c], c))
+    return {"kind": "load_target", "instance": base, "connections": top, "requests_per_s": means[top],
+            "iterations": len(values[top]), "rates": {str(p): means[top] * p / 100 for p in cfg.load.percents},
+            "from": f"the baseline's highest mean, {len(values[top])} iteration(s) at {top} connections"}
+
+
+def loaded(cfg: BenchConfig) -> list[str]:
+    """The instances the open-loop load measures: all but a run's positive control (whose cap is a known
+    cost at saturation, not a latency to compare) and pipelined ones (oha does not pipeline)."""
+    control = cfg.control if isinstance(cfg, config.RunConfig) and cfg.control.cap else None
+    return [i.name for i in cfg.instance if (control is None or i.name != control.name) and i.pipeline == 1]
+
+
+def load_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
+    """The open-loop points not yet measured successfully: each loaded instance at each percentage, in
+    iterations 0..sweep.iterations-1 (or just `iteration`), the instances rotated as the sweep's; none
+    before the target is written."""
+    records = list(records)
+    target = load_target(records)
+    if target is None:
+        return []
+    done = {r["key"] for r in records if r.get("kind") == "load" and r.get("ok")}
+    names = loaded(cfg)
+    its = range(cfg.sweep.iterations) if iteration is None else [iteration]
+    return [p for it in its for n in _order(cfg, it) if n in names for pct in cfg.load.percents
+            if (p := Point(it, int(target["connections"]), n, pct)).key not in done]

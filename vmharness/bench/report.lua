@@ -5,6 +5,8 @@
 -- microseconds. wrk hands out its non-empty microseconds one by one (latency(i) -> value, count),
 -- each call scanning from the fastest, so reading is cut short after BUDGET_S seconds of CPU, and the
 -- histogram is then left out with the reason, as it is for wrk2 (whose latency cannot be called).
+-- An argument after wrk's `--` is a pipeline depth: each connection then sends that many requests
+-- back to back (wrk counts the requests in what request() returns, and waits for all their answers).
 local marker = "VMHARNESS-WRK "
 local quantiles = { 50, 75, 90, 99, 99.9, 99.99 }
 local GAP = 3
@@ -32,6 +34,14 @@ local function histogram(latency)
   end
   if run then runs[#runs + 1] = "[" .. table.concat(run, ",") .. "]" end
   return "[" .. table.concat(runs, ",") .. "]"
+end
+
+init = function(args)
+  local depth = tonumber(args[1] or "1") or 1
+  if depth > 1 then
+    local batch = string.rep(wrk.format(), depth)
+    request = function() return batch end
+  end
 end
 
 done = function(summary, latency, requests)

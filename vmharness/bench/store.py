@@ -25,6 +25,7 @@ from vmharness.errors import HarnessError
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
+POINTS = ("measurement", "load")  # the kinds of record that are a measured point, with a key
 MAX_MANIFEST = 64 << 20  # bytes: the configuration and the provenance of each boot
 
 log = logging.getLogger("vmharness.store")
@@ -189,12 +190,12 @@ class RunDir:
 
     def completed(self) -> set[str]:
         """Keys of the points measured successfully: what --resume does not measure again."""
-        return {r["key"] for r in self.records() if r.get("kind") == "measurement" and r.get("ok")}
+        return {r["key"] for r in self.records() if r.get("kind") in POINTS and r.get("ok")}
 
 
 def _fault(rec: dict[str, Any]) -> str | None:
     """What a record lacks of what this module relies on (a measurement's key: see `completed`)."""
-    if rec.get("kind") == "measurement" and not isinstance(rec.get("key"), str):
+    if rec.get("kind") in POINTS and not isinstance(rec.get("key"), str):
         return "without a key"
     return None
 

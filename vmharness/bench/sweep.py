@@ -1,7 +1,9 @@
 """A sweep: every (iteration, connections, instance) point measured with wrk on all clients at once,
 the instances interleaved so that drift over time is shared out instead of landing on one of them,
 samplers running on every machine, and each point written to the run directory as soon as it is
-measured. A point that fails is retried, then recorded as failed, and the sweep goes on."""
+measured. A point that fails is retried, then recorded as failed, and the sweep goes on. Then the
+open-loop load (docs/load.md): each instance at load.percents of the baseline's peak, from oha; and
+before all, what each client can generate against a trivial nginx on itself (`capacity` records)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import proc, progress
+from vmharness.bench import capacity, plan, sampler, server
 from vmharness.bench import clients as clients_mod
-from vmharness.bench import plan, sampler, server
 from vmharness.bench.plan import Point
 from vmharness.bench.store import RunDir
 from vmharness.config import BenchConfig, InstanceSection
@@ -111,10 +113,11 @@ class Sweep:
     current: server.Server | None = None
     serving: str | None = None  # the instance `current` serves
     warmed: bool = False
+    target: dict[str, Any] | None = None  # the run's load_target record, once read
 
     def __post_init__(self) -> None:
         self.server_machine = self.server_on or machine(self.cfg.server.host)
-        self.clients = [clients_mod.Client(m, c.threads or None, c.wrk, pin=self.local_cpus if m.local else ())
+        self.clients = [clients_mod.Client(m, c.threads or None, c.wrk, c.oha, pin=self.local_cpus if m.local else ())
                         for c in self.cfg.client for m in (machine(c.host),)]
 
     def _server_config(self, inst: InstanceSection) -> server.ServerConfig:
@@ -141,14 +144,33 @@ class Sweep:
             self.current.stop(self.root)
             self.current, self.serving = None, None
 
+    def _runs(self, point: Point) -> list[clients_mod.ClientRun]:
+        s, url = self.cfg.sweep, self.cfg.server.url
+        if not point.percent:
+            depth = next(i.pipeline for i in self.cfg.instance if i.name == point.instance)
+            return clients_mod.wrk_runs(self.clients, url, point.connections, s.duration, s.timeout, depth)
+        return clients_mod.open_runs(self.clients, url, point.connections, self._rate(point.percent),
+                                     self.cfg.load.duration or s.duration, s.timeout)
+
+    def _rate(self, percent: int) -> float:
+        """The open-loop rate at `percent` of the target (load_points offers none before it is written)."""
+        if self.target is None:
+            self.target = plan.load_target(self.run.records())
+        try:
+            assert self.target is not None
+            return float(self.target["rates"][str(percent)])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HarnessError(f"the run's load_target has no rate for {percent}%",
+                               "load.percents changed since the run began: resume with the configuration "
+                               "it began with") from exc
+
     def _measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]:
         s = self.cfg.sweep
         attempts: list[dict[str, Any]] = []
         for attempt in range(1, s.retries + 2):
             since = samplers.offsets()
             before = self._vcpus()
-            runs, start, end = clients_mod.run_together(self.clients, self.cfg.server.url, point.connections,
-                                                        s.duration, s.timeout, s.margin, rate=s.rate)
+            runs, start, end = clients_mod.run_together(self._runs(point), s.margin)
             host = self._vcpu_busy(before)
             merged = clients_mod.merge(runs)
             raw = [{"machine": r.client.machine.label, "argv": r.client.command(r.run), "stdout": r.stdout,
@@ -180,8 +202,8 @@ class Sweep:
         s = self.cfg.sweep
         if self.warmed or s.warmup <= 0:
             return
-        runs, start, end = clients_mod.run_together(self.clients, self.cfg.server.url, self.cfg.counts[0],
-                                                    s.warmup, s.timeout, s.margin)
+        runs, start, end = clients_mod.run_together(
+            clients_mod.wrk_runs(self.clients, self.cfg.server.url, self.cfg.counts[0], s.warmup, s.timeout), s.margin)
         self.run.append({"kind": "warmup", "start": start, "end": end, "client": clients_mod.merge(runs)})
         self.warmed = True
 
@@ -191,10 +213,20 @@ class Sweep:
         srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
         self._warm_up(samplers)
         result = self._measure(samplers, point, srv)
-        self.run.append({"kind": "measurement", "key": point.key, "instance": point.instance,
-                         "connections": point.connections, "iteration": point.iteration, **result})
-        rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
-        self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}: {rps}")
+        where = {"key": point.key, "instance": point.instance, "connections": point.connections,
+                 "iteration": point.iteration}
+        if point.percent:
+            rate = self._rate(point.percent)
+            self.run.append({"kind": "load", **where, "percent": point.percent, "rate": rate, **result})
+            got = result["client"] if result["ok"] else None
+            said = (f"{got['requests_per_s']:,.0f} req/s, p99 {got['latency_us']['percentiles'].get('99', '-')} us"
+                    if got else "FAILED")
+            self.say(f"{label} {point.instance} at {point.percent}% of the peak ({rate:,.0f} req/s) "
+                     f"it={point.iteration}: {said}")
+        else:
+            self.run.append({"kind": "measurement", **where, **result})
+            rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
+            self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}: {rps}")
         time.sleep(self.cfg.sweep.wait)
         return bool(result["ok"])
 
@@ -211,11 +243,30 @@ class Sweep:
             self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
         return todo
 
-    def execute(self, only: list[Point] | None = None, more: Callable[[], list[Point]] | None = None
-                ) -> dict[str, int]:
+    def _loads(self, only: list[Point] | None, loads: Callable[[], list[Point]] | None) -> list[Point]:
+        """The open-loop points, once the sweep is done (or, given `only`, what `loads` offers: a run's
+        session asks for its iteration's); the target is written first if it is not yet."""
+        if not self.cfg.load.percents:
+            return []
+        records = list(self.run.records())
+        if plan.load_target(records) is None:
+            target = plan.new_target(self.cfg, records)
+            if target is None:
+                self.say("no open-loop load yet: the baseline has no successful point to take its peak from")
+                return []
+            self.run.append(target)
+            self.say(f"open-loop load at {', '.join(map(str, self.cfg.load.percents))}% of the baseline's peak, "
+                     f"{target['requests_per_s']:,.0f} req/s ({target['from']})")
+        if only is None:
+            return plan.load_points(self.cfg, self.run.records())
+        return loads() if loads is not None else []
+
+    def execute(self, only: list[Point] | None = None, more: Callable[[], list[Point]] | None = None,
+                loads: Callable[[], list[Point]] | None = None) -> dict[str, int]:
         """Measure every point not yet in the run directory (or just `only`, as given, then whatever
-        `more` offers after each round: a run's guest session asks the adaptive search); returns
-        counts of ok and failed points. What a dead run left is reclaimed before (experiment.reclaim)."""
+        `more` offers after each round: a run's guest session asks the adaptive search), then the
+        open-loop load (`loads`: a session's); returns counts of ok and failed points. What a dead run
+        left is reclaimed before (experiment.reclaim)."""
         if only is None:
             done = self.run.completed()
             todo = plan.todo(self.cfg, self.run.records(), done)
@@ -226,14 +277,18 @@ class Sweep:
         tally = {"ok": 0, "failed": 0}
         try:
             for c in self.clients:
-                c.prepare(self.root, self.owner, self.cfg.sweep.rate)
+                c.prepare(self.root, self.owner, open_loop=bool(self.cfg.load.percents))
+            capacity.measure(self.clients, self.cfg, self.run, self.root, self.owner, self.say)
             samplers.start([self.server_machine, *(c.machine for c in self.clients)])
+            loading = False
             with progress.Progress("points measured", len(todo)) as bar:
                 while todo:
                     for n, point in enumerate(todo, 1):
                         tally["ok" if self._one(samplers, point, f"[{n}/{len(todo)}]") else "failed"] += 1
                         bar.advance()
-                    todo = self._next(only, more)
+                    todo = [] if loading else self._next(only, more)
+                    if not todo and not loading:
+                        todo, loading = self._loads(only, loads), True
                     if todo:
                         bar.grow(len(todo))
         finally:

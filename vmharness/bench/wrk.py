@@ -25,15 +25,16 @@ class WrkRun:
     duration_s: float
     timeout_s: float
     script: str  # path of report.lua on the client machine
-    rate: int | None = None  # requests/s for wrk2's fixed-rate mode
+    pipeline: int = 1  # requests each connection sends back to back (HTTP/1.1 pipelining)
 
     def argv(self, binary: str = "wrk") -> list[str]:
         argv = [binary, "--threads", str(self.threads), "--connections", str(self.connections),
                 "--duration", f"{self.duration_s:g}s", "--timeout", f"{self.timeout_s:g}s", "--latency",
-                "--script", self.script]
-        if self.rate is not None:
-            argv += ["--rate", str(self.rate)]
-        return [*argv, self.url]
+                "--script", self.script, self.url]
+        return [*argv, "--", str(self.pipeline)] if self.pipeline > 1 else argv
+
+    def parse(self, stdout: str, stderr: str = "") -> dict[str, Any]:
+        return parse(stdout, stderr)
 
 
 def parse(stdout: str, stderr: str = "") -> dict[str, Any]:

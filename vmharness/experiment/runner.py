@@ -18,7 +18,7 @@ from typing import Any
 
 from vmharness import cpus, progress, provenance
 from vmharness.bench import bench, plan, sweep, tuning
-from vmharness.bench.store import RunDir
+from vmharness.bench.store import POINTS, RunDir
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
@@ -175,9 +175,10 @@ class Runner:
         done = self.run.completed()
         for p in s.points:
             if p.key not in done:
-                self.run.append({"kind": "measurement", "key": p.key, "instance": p.instance,
-                                 "connections": p.connections, "iteration": p.iteration, "ok": False,
-                                 "attempts": 0, "error": error, "failed_attempts": []})
+                load = {"kind": "load", "percent": p.percent} if p.percent else {"kind": "measurement"}
+                self.run.append({**load, "key": p.key, "instance": p.instance, "connections": p.connections,
+                                 "iteration": p.iteration, "ok": False, "attempts": 0, "error": error,
+                                 "failed_attempts": []})
                 self.tally["failed"] += 1
 
     def _note_guest(self, b: session.Booted, inst: str, booted: str) -> None:
@@ -218,6 +219,12 @@ class Runner:
         return lambda: [p for p in plan.adaptive(self.cfg, self.run.records())
                         if p.iteration == s.iteration and riding.get(p.instance, p.instance) == s.instance]
 
+    def _loads(self, s: Session) -> Callable[[], list[plan.Point]]:
+        """After a session's sweep: the open-loop points of its iteration and instances."""
+        riding = rides(self.cfg)
+        return lambda: [p for p in plan.load_points(self.cfg, self.run.records(), s.iteration)
+                        if riding.get(p.instance, p.instance) == s.instance]
+
     def _session(self, s: Session, label: str) -> None:
         self.say(f"{label} {s.instance}, iteration {s.iteration}: booting its guest")
         inst = self._instance(s.instance)
@@ -246,7 +253,8 @@ class Runner:
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: vm.vcpu_seconds(b.guest),
-                                  before_point=self._capper(b, inst.vcpu_cap)).execute(list(s.points), self._more(s))
+                                  before_point=self._capper(b, inst.vcpu_cap)).execute(list(s.points), self._more(s),
+                                                                                        self._loads(s))
             self.tally["ok"] += got["ok"]
             self.tally["failed"] += got["failed"]
         except HarnessError as exc:
@@ -256,14 +264,15 @@ class Runner:
 
     def _measure(self) -> None:
         done = self.run.completed()
-        todo = plan.todo(self.cfg, self.run.records(), done)
+        todo = plan.todo(self.cfg, self.run.records(), done) + plan.load_points(self.cfg, self.run.records())
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
+        offered = False  # the open-loop points left after the sweep (a failed boot's), offered once more
         with progress.Progress("guest sessions", None) as bar:
             while todo:
                 groups = sessions(todo, rides(self.cfg))
                 bar.grow(len(groups))
                 for n, s in enumerate(groups, 1):
-                    tried = {r["key"] for r in self.run.records() if r.get("kind") == "measurement"}
+                    tried = {r["key"] for r in self.run.records() if r.get("kind") in POINTS}
                     if all(p.key in tried for p in s.points):  # an earlier session measured them
                         bar.advance()
                         continue
@@ -275,6 +284,8 @@ class Runner:
                     todo = sweep.Sweep(self.cfg, self.run, self.root, self.say, self.owner).unsettled()
                     if todo:
                         self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+                if not todo and not offered:
+                    todo, offered = plan.load_points(self.cfg, self.run.records()), True
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""

@@ -96,10 +96,7 @@ def test_failed_points_are_flagged_and_a_small_sample_is_thin() -> None:
 ])
 def test_the_capacity_warning(closed: float | None, opened: float | None, warned: list[str]) -> None:
     cap = {"kind": "capacity", "machine": "c1", "closed_per_s": closed, "open_per_s": opened, "error": None}
-    recs = [target(1000.0), load("base", 45, 0, 450, 450, [100]), cap]
-    la = loadcurve.analyse(recs, "base", WHERE)
-    assert la is not None
-    said = [f for f in la.flags if f.startswith("client c1")]
+    said = loadcurve.capacity_flags([cap], 1000.0, 450.0)
     assert len(said) == len(warned) and all(w in s for w, s in zip(warned, said, strict=True))
 
 
@@ -107,10 +104,9 @@ def test_a_client_not_measured_is_said_and_two_clients_share_the_peak() -> None:
     caps: list[dict[str, Any]] = [
         {"kind": "capacity", "machine": "a", "closed_per_s": 600.0, "open_per_s": None, "error": None},
         {"kind": "capacity", "machine": "b", "error": "nginx is not installed"}]
-    la = loadcurve.analyse([target(1000.0), *caps], "base", WHERE)
-    assert la is not None
-    assert any(f.startswith("client a: the baseline's peak on it, 500 req/s, is 83%") for f in la.flags)
-    assert "client b: its capacity was not measured (nginx is not installed)" in la.flags
+    flags = loadcurve.capacity_flags(caps, 1000.0, 0.0)
+    assert any(f.startswith("client a: the baseline's peak on it, 500 req/s, is 83%") for f in flags)
+    assert "client b: its capacity was not measured (nginx is not installed)" in flags
 
 
 @pytest.mark.parametrize("damage", [
@@ -153,12 +149,14 @@ def test_every_form_of_the_report_shows_it(tmp_path: Path) -> None:
                         "iteration": it, "ok": True,
                         "client": {"requests_per_s": rps + it, "requests": h.count, "errors": {"total": 0},
                                    "latency_us": {**h.summary(), "histogram": h.encode()}}})
+    run.append({"kind": "capacity", "machine": "local", "closed_per_s": 1100.0, "open_per_s": 5000.0, "error": None})
     run.append(target(1000.5))
     for it in range(2):
         run.append(load("base", 50, it, 500, 500, spread(100 + it)))
         run.append(load("pti", 50, it, 500, 470, spread(200 + it)))
     a = saturation.analyse(run)
     assert a.load is not None and any("pti at 50% of the peak" in f for f in a.flags)
+    assert any(f.startswith("client local: the baseline's peak on it, 1,000 req/s, is 91%") for f in a.flags)
     text = report.text(a)
     assert "LATENCY AGAINST LOAD" in text and "470 !" in text
     assert text.index("WARNING: pti at 50%") < text.index("LATENCY AGAINST LOAD")  # warnings first

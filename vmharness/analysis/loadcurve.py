@@ -11,9 +11,10 @@ instance and percentage of the baseline's peak.
   histograms are merged, and a percentile that the merged count cannot support is marked thin.
 - **Changes.** Every other instance's change in p50 and p99 against the baseline at the same
   percentage: a ratio paired by iteration (stats.ratio_change), like the sweep's.
-- **Capacity.** For each client's `capacity` record, a warning when the baseline's peak share on that
-  client comes within CAPACITY_SHARE (80%) of what wrk generated there, or the highest requested rate
-  within 80% of what oha did. A record with an error is a warning that the client was not measured.
+- **Capacity** (any run, with or without an open-loop load). For each client's `capacity` record, a
+  warning when the baseline's peak share on that client comes within CAPACITY_SHARE (80%) of what wrk
+  generated there, or the highest requested rate within 80% of what oha did. A record with an error is
+  a warning that the client was not measured.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ class LoadAnalysis:
     peak: float  # the target's requests/s
     connections: int
     rows: list[Row]
-    capacity: list[dict[str, Any]]
     flags: list[str]
 
 
@@ -95,10 +95,7 @@ def analyse(records: Iterable[dict[str, Any]], baseline: str, where: Path) -> Lo
     rows = [_row(name, pct, recs, where) for (name, pct), recs in sorted(points.items())]
     base = {r.percent: r for r in rows if r.instance == baseline}
     rows = [_with_changes(r, base.get(r.percent)) if r.instance != baseline else r for r in rows]
-    capacity = [r for r in records if r.get("kind") == "capacity"]
-    highest = max((r.requested for r in rows), default=0.0)
-    flags = _row_flags(rows) + capacity_flags(capacity, peak, highest)
-    return LoadAnalysis(baseline, peak, conns, rows, capacity, flags)
+    return LoadAnalysis(baseline, peak, conns, rows, _row_flags(rows))
 
 
 def _row(name: str, pct: int, recs: list[dict[str, Any]], where: Path) -> Row:
@@ -157,7 +154,9 @@ def _row_flags(rows: list[Row]) -> list[str]:
 
 
 def capacity_flags(capacity: list[dict[str, Any]], peak: float, highest: float) -> list[str]:
-    """Warnings on what each client could generate against the load put on it (see the docstring)."""
+    """Warnings on what each client could generate (its `capacity` records) against the load put on it:
+    the baseline's peak (requests/s, from the sweep) and the highest open-loop rate, each shared
+    evenly between the clients."""
     out = []
     share = 1 / max(1, len(capacity))
     for c in capacity:
@@ -209,8 +208,7 @@ def rows(la: LoadAnalysis) -> list[dict[str, Any]]:
 
 def to_json(la: LoadAnalysis) -> dict[str, Any]:
     return {"baseline": la.baseline, "peak_requests_per_s": la.peak, "connections": la.connections,
-            "miss_threshold": MISS, "capacity_share": CAPACITY_SHARE, "warnings": la.flags,
-            "capacity": la.capacity,
+            "miss_threshold": MISS, "warnings": la.flags,
             "points": [{**row, "achieved": _interval(r.achieved),
                         "latency_us": {q: _interval(r.latency[q]) for q in QS},
                         "changes": {k: {"change": c.change, "low": c.low if math.isfinite(c.low) else None,

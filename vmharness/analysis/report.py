@@ -155,7 +155,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
                 "basis": a.control.basis,
                 "recovered": a.control.recovered, "change": _change(a.control.change)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
-            "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load)}
+            "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
+            "capacity": a.capacity}
 
 
 def _variant_lines(a: Analysis) -> list[str]:

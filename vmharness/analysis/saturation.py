@@ -155,6 +155,7 @@ class Analysis:
     variants: list[Diff] = field(default_factory=list)  # each instance's facts against the baseline's
     control: Control | None = None  # the positive control's check (`run --control`)
     load: LoadAnalysis | None = None  # latency against load (the open-loop points), if the run has any
+    capacity: list[dict[str, Any]] = field(default_factory=list)  # what each client could generate
 
 
 def session_flags(run: RunDir, prefix: str = "") -> list[str]:
@@ -201,9 +202,12 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     if a.control is not None and (flag := variants.control_flag(a.control)):
         extra.append(flag)
     a.flags[:0] = extra
-    a.load = loadcurve.analyse(run.records(), a.baseline, run.path / RECORDS)
-    if a.load is not None:
-        a.flags += a.load.flags
+    records = list(run.records())
+    a.load = loadcurve.analyse(records, a.baseline, run.path / RECORDS)
+    a.capacity = [r for r in records if r.get("kind") == "capacity"]
+    peak = a.peak_interval.mean if a.peak_interval is not None else 0.0
+    highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0
+    a.flags += (a.load.flags if a.load is not None else []) + loadcurve.capacity_flags(a.capacity, peak, highest)
     return a
 
 

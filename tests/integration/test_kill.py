@@ -118,7 +118,8 @@ def _after_the_kill(before: dict[str, object], sig: signal.Signals, next_argv: l
     assert fingerprint() == before
 
 
-BENCH_STEPS = ("run directory:", "tuned ", "points to measure", "measuring what it generates", "[1/2] baseline")
+CAPACITY_STEP = "measuring what it generates"
+BENCH_STEPS = ("run directory:", "tuned ", "points to measure", CAPACITY_STEP, "[1/2] baseline")
 
 
 @pytest.mark.parametrize("step", BENCH_STEPS)
@@ -129,7 +130,8 @@ def test_bench_killed_at_each_step_leaves_nothing_behind(pristine: dict[str, obj
     cfg = tmp_path / "bench.toml"
     cfg.write_text('[server]\nlisten = "127.0.0.1:18291"\nurl = "http://127.0.0.1:18291/"\nworkers = 1\n'
                    '[[client]]\nthreads = 1\n[sweep]\nconnections = "2"\niterations = 2\nduration = 1\n'
-                   'warmup = 0\nwait = 0.5\n[load]\npercents = []\ncapacity = 1\n'
+                   'warmup = 0\nwait = 0.5\n[load]\npercents = []\n'
+                   f'capacity = {1 if step == CAPACITY_STEP else 0}\n'  # only where it is killed
                    f'[tuning]\nprofile = "{tmp_path / "p.toml"}"\n')
     said = kill_at(["bench", str(cfg), "--out", str(tmp_path / "killed")], step, sig)
     _after_the_kill(pristine, sig, ["bench", str(cfg), "--out", str(tmp_path / "next")], said)

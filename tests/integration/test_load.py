@@ -1,6 +1,7 @@
 """The open-loop load for real: oha against nginx on this machine at fractions of the peak wrk found
-(the rate held within 2%), through a proxy that delays every answer by a known time (the percentiles
-follow it), and a client throttled by a CPU quota (the capacity warning fires)."""
+(the rate held within 2% where the client has room, flagged where not), through a proxy that delays
+every answer by a known time (the percentiles follow it), and a client throttled by a CPU quota (the
+capacity warning fires)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ def report(run: Path) -> dict[str, Any]:
     return data
 
 
-def test_the_requested_rate_is_held_within_two_percent_at_each_fraction_of_the_peak(tmp_path: Path) -> None:
+def test_the_requested_rate_is_held_where_the_client_has_room_and_flagged_where_not(tmp_path: Path) -> None:
+    # oha, nginx and wrk share this machine's cores: at a quarter and a half of wrk's peak oha has room
+    # (it reaches about 0.9 of wrk's rate alone); at 75% and 90% it competes with nginx for the CPU, and
+    # on a 2-core machine may fall 2% short, which the harness must then say (a 2-core CI machine did).
     text = config(18311, 'connections = "8"\niterations = 1\nduration = 2\nwarmup = 0\nwait = 0.2',
                   extra="[load]\npercents = [25, 50, 75, 90]\ncapacity = 1\n")
     run = tmp_path / "run"
@@ -43,20 +47,24 @@ def test_the_requested_rate_is_held_within_two_percent_at_each_fraction_of_the_p
     assert target["requests_per_s"] == peak["client"]["requests_per_s"] and target["connections"] == 8
     got = {r["percent"]: r for r in loads(run)}
     assert sorted(got) == [25, 50, 75, 90]
+    off = {}
     for pct, r in got.items():
         c = r["client"]
         assert r["ok"] and r["rate"] == pytest.approx(target["requests_per_s"] * pct / 100)
         assert c["requested_per_s"] == pytest.approx(r["rate"])
-        assert abs(c["requests_per_s"] / r["rate"] - 1) <= 0.02, (pct, c["requests_per_s"], r["rate"])
-        assert c["errors"]["total"] == 0 and c["unanswered"] <= 0.02 * c["requests"]
+        off[pct] = c["requests_per_s"] / r["rate"] - 1
+        assert c["errors"]["total"] == 0 and c["unanswered"] == max(0, round(r["rate"] * 2) - c["requests"])
         h = Histogram.decode(c["latency_us"]["histogram"])
         assert h.count == c["requests"] and c["latency_merge"] == "exact: oha's histogram"
+    assert abs(off[25]) <= 0.02 and abs(off[50]) <= 0.02, off
     (cap,) = [r for r in records(run) if r["kind"] == "capacity"]
     assert cap["error"] is None and cap["closed_per_s"] > 0 and cap["open_per_s"] > 0
     data = report(run)
     assert [p["percent_of_peak"] for p in data["load"]["points"]] == [25, 50, 75, 90]
-    assert not [p for p in data["load"]["points"] if p["rate_missed"]]
-    assert not [f for f in data["warnings"] if "did not hold" in f], data["warnings"]
+    missed = {p["percent_of_peak"] for p in data["load"]["points"] if p["rate_missed"]}
+    assert missed == {pct for pct, x in off.items() if abs(x) > 0.02 + 1e-9}, (missed, off)
+    held = [w for w in data["warnings"] if "did not hold" in w]
+    assert bool(held) == bool(missed), (data["warnings"], off)
     assert (tmp_path / "run").exists() and not JOURNAL.exists()
 
 

@@ -27,6 +27,16 @@ class AgentError(HarnessError):
         super().__init__(f"guest agent: {message}", "is the guest still up? `vmharness vm console NAME` shows it")
 
 
+TCG_PATIENCE = 10.0  # a guest under TCG runs its commands several to a hundred times slower
+
+
+def patience(kvm: bool) -> float:
+    """How many times longer than under KVM a guest's commands may take: under TCG (and TCG inside
+    TCG, in the nested rig) a fork and exec while the guest is still starting its services takes
+    seconds, and a short shell loop over sysfs can take over a minute."""
+    return 1.0 if kvm else TCG_PATIENCE
+
+
 def command(dom: libvirt.virDomain, execute: str, timeout: int = 10, **arguments: Any) -> Any:
     message: dict[str, Any] = {"execute": execute}
     if arguments:
@@ -83,7 +93,7 @@ def _decoded(data: str | None) -> str:
     return base64.b64decode(data).decode(errors="replace") if data else ""
 
 
-def put_file(dom: libvirt.virDomain, local: Path, remote: str, mode: int | None = None) -> int:
+def put_file(dom: libvirt.virDomain, local: Path, remote: str, mode: int | None = None, timeout: float = 60) -> int:
     """Copy a local file into the guest; returns the bytes written."""
     try:
         data = local.read_bytes()
@@ -100,7 +110,7 @@ def put_file(dom: libvirt.virDomain, local: Path, remote: str, mode: int | None 
     finally:
         command(dom, "guest-file-close", handle=handle)
     if mode is not None:
-        run(dom, ["/bin/chmod", f"{mode:o}", remote])
+        run(dom, ["/bin/chmod", f"{mode:o}", remote], timeout=timeout)
     return len(data)
 
 

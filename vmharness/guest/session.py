@@ -23,6 +23,8 @@ STATE_DIR = f"{instance.VM_DIR}/_run"  # the overlay and console log of a run's 
 MINIMAL_INIT = "init=/usr/local/sbin/vmh-init"
 
 # The guest's NICs that are not virtio: the passed-through ones, in PCI order.
+AGENT_TIMEOUT = 60.0  # seconds for one command through the agent while the guest is set up (under KVM)
+
 _PASSED = r"""
 for d in /sys/class/net/*; do
     [ -e "$d/device/driver" ] || continue
@@ -62,18 +64,19 @@ def request(cfg: RunConfig, inst: InstanceSection, owner: str, default_image: st
         cpu_features=inst.cpu_features, qemu_args=inst.qemu_args, vcpu_cap=inst.vcpu_cap)
 
 
-def _run(dom: Any, argv: list[str], timeout: float = 60) -> str:
+def _run(dom: Any, argv: list[str], timeout: float) -> str:
     res = agent.run(dom, argv, timeout=timeout)
     if not res.ok:
         raise res.failure("in the guest: ")
     return res.stdout
 
 
-def _address_passed_nic(dom: Any, address: str, timeout: float = 60) -> str:
-    """Put the run's address on the first passed-through NIC (its driver may still be loading)."""
+def _address_passed_nic(dom: Any, address: str, timeout: float) -> str:
+    """Put the run's address on the first passed-through NIC (its driver may still be loading); each
+    command, and the wait for the driver, within `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        found = _run(dom, ["/bin/sh", "-c", _PASSED]).split("\n")[0].split()
+        found = _run(dom, ["/bin/sh", "-c", _PASSED], timeout).split("\n")[0].split()
         if found or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -81,8 +84,8 @@ def _address_passed_nic(dom: Any, address: str, timeout: float = 60) -> str:
         raise HarnessError("the guest sees no passed-through NIC with a driver (every interface is virtio)",
                            "does the guest kernel have the NIC's driver? `vmharness vm console` shows its boot")
     _, iface, _ = found
-    _run(dom, ["/sbin/ip", "addr", "add", address, "dev", iface])
-    _run(dom, ["/sbin/ip", "link", "set", "dev", iface, "up"])
+    _run(dom, ["/sbin/ip", "addr", "add", address, "dev", iface], timeout)
+    _run(dom, ["/sbin/ip", "link", "set", "dev", iface, "up"], timeout)
     return iface
 
 
@@ -121,8 +124,9 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
         assert guest.link is not None
         conn, dom = vm.domain(guest)
         try:
-            ssh.authorize(dom)
-            iface = _address_passed_nic(dom, cfg.guest.address) if cfg.guest.bdf else ""
+            timeout = AGENT_TIMEOUT * agent.patience(guest.kvm)
+            ssh.authorize(dom, timeout)
+            iface = _address_passed_nic(dom, cfg.guest.address, timeout) if cfg.guest.bdf else ""
         finally:
             conn.close()
         m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)

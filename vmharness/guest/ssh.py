@@ -29,16 +29,13 @@ def harness_key() -> Path:
     return KEY
 
 
-def authorize(dom: libvirt.virDomain) -> None:
+def authorize(dom: libvirt.virDomain, timeout: float = 60) -> None:
     """Let the harness's key log in as root."""
     pub = harness_key().with_suffix(".pub")
-    res = agent.run(dom, ["/bin/mkdir", "-p", "-m", "700", "/root/.ssh"], timeout=60)
+    res = agent.run(dom, ["/bin/mkdir", "-p", "-m", "700", "/root/.ssh"], timeout=timeout)
     if not res.ok:
         raise res.failure("in the guest: ")
-    agent.put_file(dom, pub, "/root/.ssh/authorized_keys", mode=0o600)
-
-
-TCG_PATIENCE = 10.0  # a guest under TCG runs its commands several to a hundred times slower
+    agent.put_file(dom, pub, "/root/.ssh/authorized_keys", mode=0o600, timeout=timeout)
 
 
 def machine(address: str, uri: str, kvm: bool = True) -> Machine:
@@ -54,7 +51,7 @@ def machine(address: str, uri: str, kvm: bool = True) -> Machine:
     if not host.local:
         options += ["-o", f"ProxyJump={host.ssh}"]
     return Machine(f"root@{address}", tuple(options), name="guest", guest=True,
-                   patience=1.0 if kvm else TCG_PATIENCE)
+                   patience=agent.patience(kvm))
 
 
 def close(m: Machine) -> None:

@@ -188,7 +188,7 @@ def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, n
     if ifname is None:
         raise HarnessError(f"the guest has no interface with MAC {spec.link.mac}", "is virtio_net in its kernel?")
     for argv in (["ip", "addr", "add", guest_addr, "dev", ifname], ["ip", "link", "set", "dev", ifname, "up"]):
-        res = agent.run(guest_dom, ["/sbin/" + argv[0], *argv[1:]], timeout=30)
+        res = agent.run(guest_dom, ["/sbin/" + argv[0], *argv[1:]], timeout=30 * agent.patience(spec.kvm))
         if not res.ok:
             raise HarnessError(f"in the guest, {' '.join(argv)} failed: {res.stderr.strip()}", "see the console log")
 

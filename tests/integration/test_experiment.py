@@ -61,14 +61,15 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout
     got = records(run)
     points = [r for r in got if r["kind"] == "measurement"]
-    assert len(points) == 27 and all(r["ok"] for r in points)
+    assert len(points) == 45 and all(r["ok"] for r in points)
     assert all(r["client"]["requests"] > 0 and r["client"]["errors"]["total"] == 0 for r in points)
     assert all(r["samples"]["guest"]["process"]["pids_last"] >= 2 for r in points)  # nginx's tree in the guest
     sessions = [r for r in got if r["kind"] == "session"]
-    # the control rides on the baseline's boots (capped live): six boots for three instances
+    # the control rides on the baseline's boots (capped live): ten boots for three instances
     assert [(s["instance"], s["iteration"], s["riders"]) for s in sessions] == [
         ("baseline", 0, ["control"]), ("pti", 0, []), ("pti", 1, []), ("baseline", 1, ["control"]),
-        ("baseline", 2, ["control"]), ("pti", 2, [])]
+        ("baseline", 2, ["control"]), ("pti", 2, []), ("baseline", 3, ["control"]), ("pti", 3, []),
+        ("pti", 4, []), ("baseline", 4, ["control"])]
     for s in sessions:
         words = s["cmdline"].split()  # the image's, the minimal init's init=, then the instance's
         assert s["ok"] and words[-1] == ("pti=on" if s["instance"] == "pti" else "mitigations=off")

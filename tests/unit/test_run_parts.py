@@ -34,12 +34,14 @@ def test_run_sessions_follow_the_rotated_order() -> None:
     cfg = config.load_run(None)
     assert [(s.iteration, s.instance) for s in runner.sessions(plan.points(cfg))] == [
         (0, "baseline"), (0, "pti"), (0, "control"), (1, "pti"), (1, "control"), (1, "baseline"),
-        (2, "control"), (2, "baseline"), (2, "pti")]
+        (2, "control"), (2, "baseline"), (2, "pti"), (3, "baseline"), (3, "pti"), (3, "control"),
+        (4, "pti"), (4, "control"), (4, "baseline")]
     # the control rides on the baseline's boots: before or after the baseline's own points, as rotated
     assert runner.rides(cfg) == {"control": "baseline"}
     groups = runner.sessions(plan.points(cfg), runner.rides(cfg))
     assert [(s.iteration, s.instance) for s in groups] == [
-        (0, "baseline"), (0, "pti"), (1, "pti"), (1, "baseline"), (2, "baseline"), (2, "pti")]
+        (0, "baseline"), (0, "pti"), (1, "pti"), (1, "baseline"), (2, "baseline"), (2, "pti"), (3, "baseline"),
+        (3, "pti"), (4, "pti"), (4, "baseline")]
     assert [(p.instance, p.connections) for p in groups[0].points] == [
         ("baseline", 2), ("baseline", 8), ("baseline", 32), ("control", 2), ("control", 8), ("control", 32)]
     assert [p.instance for p in groups[3].points][:3] == ["control"] * 3

@@ -228,3 +228,29 @@ def test_a_kernel_package_is_read_with_dpkg_deb(tmp_path: Path) -> None:
         image.kernel_input(str(headers), None)
     with pytest.raises(HarnessError, match="is not a Debian package"):
         image.kernel_input(str(_bzimage(tmp_path / "fake.deb", "1.0")), None)
+
+
+def test_a_second_build_waits_for_the_first_and_finds_its_image(tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import threading
+
+    recipe = image.load_recipe()
+    images = tmp_path / "images"
+    images.mkdir()
+    said: list[str] = []
+    got: list[tuple[image.Image, bool]] = []
+    holder = os.open(images / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # the first build, still running
+    waiter = threading.Thread(target=lambda: got.append(image.build(recipe, images, said.append)))
+    waiter.start()
+    waiter.join(timeout=2)
+    assert waiter.is_alive() and said == [f"waiting for another image build in {images}"]
+    done = images / recipe.key()  # what the first build leaves, then lets go
+    done.mkdir()
+    for name in ("disk.qcow2", "vmlinuz"):
+        (done / name).write_bytes(b"x")
+    (done / "image.json").write_text('{"cmdline": "root=/dev/vda", "kernel_release": "6.1.0"}')
+    os.close(holder)
+    waiter.join(timeout=10)
+    assert got and got[0][1] is False and got[0][0].folder == done  # found, not built again

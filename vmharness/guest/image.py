@@ -8,12 +8,15 @@ and renamed into place only when complete, so a folder with a key in its name is
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,19 +275,39 @@ def build(recipe: Recipe, images: Path, say: Say) -> tuple[Image, bool]:
         raise HarnessError("image build needs root (mmdebstrap --mode=root, file ownership in the image)",
                            "run it with sudo")
     images.mkdir(parents=True, exist_ok=True)
-    _stale_builds(images)
-    work = images / f".build-{recipe.key()}-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    started = time.monotonic()
-    try:
-        with Progress("building the guest image", None):
-            image = _build_in(recipe, work, say, started)
-        final = images / recipe.key()
-        work.rename(final)
-        return Image(final, image.meta), True
-    finally:
+    with _one_builder(images, say):
+        existing = find(recipe, images)  # built while this one waited
+        if existing is not None:
+            return existing, False
+        _stale_builds(images)
+        work = images / f".build-{recipe.key()}-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        started = time.monotonic()
+        try:
+            with Progress("building the guest image", None):
+                image = _build_in(recipe, work, say, started)
+            final = images / recipe.key()
+            work.rename(final)
+            return Image(final, image.meta), True
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def _one_builder(images: Path, say: Say) -> Iterator[None]:
+    """One build at a time in a folder: a second `image build` of the same recipe waits for the first
+    and then finds its image (both building would cost twice the time and the loser's rename fails)."""
+    fd = os.open(images / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another image build in {images}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _build_in(recipe: Recipe, work: Path, say: Say, started: float) -> Image:

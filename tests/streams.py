@@ -1,0 +1,119 @@
+"""`make test`: the whole suite as two pytest processes side by side, because on the 2-core CI machine
+most of its time is spent in two kinds of work that each leave a CPU idle:
+
+- **rig**: the tests that boot the nested-VM rig (tests/rig, the `l1` fixture) and run the harness
+  inside it, an L2 under double TCG among them. L1 has two vCPUs but, while an L2 or the harness
+  runs in it, mostly keeps one busy. Then the linters.
+- **host**: everything that changes this machine, one at a time as before: the unit tier (its hostile
+  cases check that nothing appears in /run/vmharness or /tmp, which the harness's own runs would
+  write) and the integration tests on this machine (libvirt guests under TCG, nginx, wrk and oha:
+  one harness at a time changes a host, and the libvirtd they start is theirs).
+
+Run one after the other they took 49 minutes here; the budget is 45 in CI (docs/testing.md).
+
+What the two share is set up first, once, so that they do not race for it: the guest image (two
+concurrent builds would each build it; `image build` also takes a lock), the harness's ssh key, and
+what an earlier, killed session left in the host's journal (given back by `host-restore`, which must
+not run while the host stream measures). Tests that time what they measure (the open-loop rate held
+within 2%, percentiles against an injected delay) take the rig's lock exclusively
+(`quiet_machine`), so they wait until the rig's tests are done instead of measuring a shared CPU.
+
+    python -m tests.streams [PYTEST ARGS...]     # the extra arguments go to every pytest
+
+Each stream writes its log to .cache/test-streams/; each log is printed whole when its stream ends,
+and the exit code is the first failing stream's (0 when all passed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from tests.rig.paths import REPO
+
+LOGS = REPO / ".cache" / "test-streams"
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+RIG = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.py"]]
+# The unit tier, then the host's integration tests, the longest first; the timed ones (test_load)
+# last, where they wait for the rig least.
+HOST_FIRST = ("test_experiment.py", "test_kill.py", "test_guest.py")
+HOST_LAST = ("test_load.py",)
+ENV = {"VMHARNESS_TEST_STREAMS": "1"}  # tests/integration/conftest.py: the set-up below is done
+
+
+def host_args() -> list[str]:
+    names = sorted(p.name for p in (REPO / "tests" / "integration").glob("test_*.py"))
+    middle = [n for n in names if n not in HOST_FIRST + HOST_LAST]
+    return ["tests/unit", *(f"tests/integration/{n}" for n in (*HOST_FIRST, *middle, *HOST_LAST) if n in names),
+            "-m", "not rig"]
+
+
+def set_up() -> None:
+    """What both streams use, made once: leftovers given back, the image built, the ssh key made."""
+    from tests.integration.conftest import give_back_leftovers
+    from vmharness.guest import ssh
+
+    give_back_leftovers()
+    subprocess.run([sys.executable, "-m", "vmharness.cli", "image", "build"], check=True, cwd=REPO)
+    ssh.harness_key()
+
+
+def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[str, int]) -> None:
+    """The stream's commands one after the other, its output in its log; the first non-zero exit code
+    (or 0) into `codes`."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    code = 0
+    with (LOGS / f"{name}.log").open("wb") as log:
+        for cmd in commands:
+            p = subprocess.Popen([*cmd, *extra], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **ENV})
+            CHILDREN.append(p)
+            returned = p.wait()
+            code = code or returned
+    codes[name] = code
+
+
+CHILDREN: list[subprocess.Popen[bytes]] = []  # the pytests started, stopped with the launcher
+
+
+def main(extra: list[str]) -> int:
+    began = time.monotonic()
+    set_up()
+    codes: dict[str, int] = {}
+    threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes), daemon=True)
+               for name, commands in (("rig", RIG), ("host", [[*PYTEST, *host_args()]]))}
+    for t in threads.values():
+        t.start()
+    try:
+        wait(threads, codes, began)
+    finally:
+        for p in CHILDREN:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)  # as Ctrl-C: pytest tears its fixtures down (the rig's QEMU)
+        for p in CHILDREN:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    print(f"\n===== all streams: {codes} in {(time.monotonic() - began) / 60:.1f} min =====")
+    return next((c for c in codes.values() if c != 0), 0)
+
+
+def wait(threads: dict[str, threading.Thread], codes: dict[str, int], began: float) -> None:
+    """Each stream's log, printed whole as soon as it ends."""
+    while threads:
+        for name, t in list(threads.items()):
+            if not t.is_alive():
+                del threads[name]
+                minutes = (time.monotonic() - began) / 60
+                print(f"\n===== stream {name}: exit {codes[name]} after {minutes:.1f} min =====", flush=True)
+                sys.stdout.write((LOGS / f"{name}.log").read_text(errors="replace"))
+                sys.stdout.flush()
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -45,8 +45,9 @@ class FakeHost:
         self.write("proc/modules", "e1000e 286720 0 - Live 0x0000000000000000\n")
         self.write("proc/meminfo", "MemTotal:       16384000 kB\nHugepagesize:       2048 kB\n")
         self.write("proc/mounts", "sysfs /sys sysfs rw 0 0\nproc /proc proc rw 0 0\n")
-        chip = "IR-PCI-MSI" if interrupt_remapping else "PCI-MSI"
-        self.write("proc/interrupts", f"           CPU0       CPU1\n 24:  10  0  {chip} 1048576-edge  eth0\n")
+        self.chip = "IR-PCI-MSI" if interrupt_remapping else "PCI-MSI"
+        self.irqs: dict[int, str] = {}
+        self.interrupt(24, "eth0")
         self.write(f"lib/modules/{release}/modules.dep",
                    "kernel/drivers/vfio/pci/vfio-pci.ko.xz: kernel/drivers/vfio/vfio.ko.xz\n"
                    "kernel/drivers/vfio/vfio_iommu_type1.ko.xz: kernel/drivers/vfio/vfio.ko.xz\n")
@@ -97,6 +98,30 @@ class FakeHost:
         if path.is_symlink():
             path.unlink()
         path.symlink_to(os.path.relpath(self.p(target_rel), path.parent))
+
+    # interrupts ------------------------------------------------------------------------------
+    def interrupt(self, number: int, name: str, cpus: str = "0-1") -> None:
+        """An IRQ as /proc/interrupts lists it (counts per CPU, chip, hardware IRQ, two spaces, its
+        handlers' names), and its /proc/irq/N/smp_affinity_list. A number already listed is freed
+        and handed out again, as the kernel does."""
+        self.irqs[number] = name
+        self.write(f"proc/irq/{number}/smp_affinity_list", cpus + "\n")
+        self._interrupts()
+
+    def free_interrupt(self, number: int) -> None:
+        """The IRQ is freed: gone from /proc/interrupts, and its /proc/irq/N with it."""
+        del self.irqs[number]
+        for f in self.p(f"proc/irq/{number}").iterdir():
+            f.unlink()
+        self.p(f"proc/irq/{number}").rmdir()
+        self._interrupts()
+
+    def _interrupts(self) -> None:
+        lines = ["           CPU0       CPU1"]
+        lines += [f"{n:4}:  10  0  {self.chip} {1048576 + n}-edge  {name}" for n, name in sorted(self.irqs.items())]
+        lines += [" NMI:          0          0   Non-maskable interrupts",
+                  " LOC:     123     456   Local timer interrupts"]
+        self.write("proc/interrupts", "\n".join(lines) + "\n")
 
     # devices ---------------------------------------------------------------------------------
     def pci(

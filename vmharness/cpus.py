@@ -33,6 +33,17 @@ def parse_cpulist(text: str, where: str = "cpu list") -> tuple[int, ...]:
     return tuple(cpus)
 
 
+def format_cpulist(cpus: tuple[int, ...] | set[int]) -> str:
+    """(0, 1, 2, 3, 8, 10, 11) -> `0-3,8,10-11`, as the kernel writes lists (e.g. smp_affinity_list)."""
+    runs: list[list[int]] = []
+    for c in sorted(set(cpus)):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def format_mask(cpus: set[int] | frozenset[int], nr_cpus: int) -> str:
     bad = sorted(c for c in cpus if c < 0 or c >= nr_cpus)
     if bad:

@@ -356,6 +356,8 @@ def cases() -> list[Case]:
              both(snapshot_host, with_file("p.toml", NON_UTF8))),
         Case("tune-profile-unknown-knob", ("tune", "plan", *S, "--profile", "p.toml"), ("p.toml",),
              both(snapshot_host, with_file("p.toml", "frobnicate = 1\n"))),
+        Case("tune-profile-bad-vfio-irqs", ("tune", "plan", *S, "--profile", "p.toml"), ("p.toml", "vfio_irqs"),
+             both(snapshot_host, with_file("p.toml", 'vfio_irqs = "all"\n'))),
         Case("tune-apply-on-a-snapshot", ("tune", "apply", *S), ("--host-root",), snapshot_host),
         Case("tune-revert-on-a-snapshot", ("tune", "revert", *S), ("--host-root",), snapshot_host),
         Case("tune-target-unknown", ("tune", "plan", "--target", "toaster"), ("toaster",)),

@@ -206,6 +206,7 @@ def test_a_manifest_with_hostile_values_is_refused_on_resume() -> None:
     ("channels = -1\n", "channels"),
     ("rfs = 2147483648\n", "rfs"),
     ("rps = 1\n", "rps"),
+    ('vfio_irqs = "everywhere"\n', "vfio_irqs must be off-vcpus or keep"),
     ('[sysctl]\n"../../etc/x" = 1\n', "is not a sysctl name"),
     ('[sysctl]\n"net.core.somaxconn" = 1.5\n', "net.core.somaxconn must be int or str"),
     ('[sysctl]\n"net.core.somaxconn" = "1\\n2"\n', "control character"),

@@ -226,7 +226,7 @@ def test_a_local_wrk_is_kept_off_the_guests_vcpus(tmp_path: Path) -> None:
     r = runner.Runner(config.load_run(None), None, HostRoot(host.base), lambda _: None)  # type: ignore[arg-type]
 
     def booted(vcpus: list[int]) -> session.Booted:
-        return session.Booted(None, None, "", "", {}, "", {"planned_vcpus": vcpus})  # type: ignore[arg-type]
+        return session.Booted(None, None, "", "", {}, "", {"planned_vcpus": vcpus}, None)  # type: ignore[arg-type]
 
     assert r._off_vcpus(booted([1, 2])) == (0, 3)
     assert r._off_vcpus(booted([0, 1, 2, 3])) == ()  # no CPU left over: wrk goes where the scheduler puts it

@@ -4,6 +4,7 @@ local side of the same promise: proc pins the locale and says how a child ended.
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -131,3 +132,30 @@ def test_remote_reads_of_process_state_go_through_the_one_reader(monkeypatch: py
     monkeypatch.setattr(Machine, "run", fake_run)
     assert machine.start_time(Machine("h"), 1) is not None
     assert seen and seen[0][:2] == ["sh", "-c"] and seen[0][-2:] == ["/proc/1/stat", str(MAX_READ + 1)]
+
+
+SS_LINK_ONLY = "LISTEN 0      128       198.18.1.2:22        0.0.0.0:*\n"
+SS_EVERYWHERE = ("LISTEN 0      128          0.0.0.0:22        0.0.0.0:*\n"
+                 "LISTEN 0      128             [::]:22           [::]:*\n")
+
+
+def test_sshd_in_the_guest_must_listen_on_the_management_link_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vmharness.guest import agent, ssh
+
+    assert ssh.listeners(SS_EVERYWHERE) == ["0.0.0.0:22", "[::]:22"]
+    ran: list[list[str]] = []
+    answer = {"out": SS_LINK_ONLY}
+
+    def fake_run(dom: object, argv: list[str], timeout: float = 60) -> proc.Result:
+        ran.append(argv)
+        return proc.Result(tuple(argv), 0, answer["out"], "")
+
+    monkeypatch.setattr(agent, "run", fake_run)
+    ssh.listen(None, "198.18.1.2")
+    assert ran[0][:2] == ["/bin/sh", "-c"] and ran[0][-1] == "198.18.1.2"  # the address as data, $1
+    for out, shown in ((SS_EVERYWHERE, "0.0.0.0:22, [::]:22"), ("", "nothing"),
+                       (SS_LINK_ONLY + "LISTEN 0 128 198.19.0.2:22 0.0.0.0:*\n", "198.18.1.2:22, 198.19.0.2:22")):
+        answer["out"] = out
+        with pytest.raises(HarnessError, match=f"sshd in the guest listens on {re.escape(shown)}, not on "
+                                               "198.18.1.2:22 alone"):
+            ssh.listen(None, "198.18.1.2")

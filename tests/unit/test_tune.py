@@ -18,9 +18,10 @@ from vmharness.tune.access import HostTarget
 NIC = "0000:b3:00.0"
 
 
-def nic_host(tmp_path: Path, nodes: int, per_node: int, nic_node: int, queues: int) -> FakeHost:
+def nic_host(tmp_path: Path, nodes: int, per_node: int, nic_node: int, queues: int,
+             labels: tuple[str, ...] = ()) -> FakeHost:
     """A host whose eth0 (an mlx5-like NIC on `nic_node`) has `queues` RX queues, one MSI-X vector
-    each, plus an async vector that is not a queue's."""
+    each, plus an async vector that is not a queue's (or the vectors `labels` name, from IRQ 99)."""
     h = FakeHost(tmp_path / "root", nodes=nodes, cpus_per_node=per_node)
     total = nodes * per_node
     h.write("sys/devices/system/cpu/possible", f"0-{total - 1}\n")
@@ -32,6 +33,8 @@ def nic_host(tmp_path: Path, nodes: int, per_node: int, nic_node: int, queues: i
     everyone = format_mask(set(range(total)), total)
     lines = ["  " + " ".join(f"CPU{c}" for c in range(total))]
     vectors = {99: "mlx5_async0@pci:0000:b3:00.0"} | {100 + q: f"mlx5_comp{q}@pci:0000:b3:00.0" for q in range(queues)}
+    if labels:
+        vectors = {99 + i: label for i, label in enumerate(labels)}
     for irq, label in vectors.items():
         h.write(f"{d}/msi_irqs/{irq}", "msix\n")
         h.write(f"proc/irq/{irq}/smp_affinity", everyone + "\n")
@@ -80,6 +83,39 @@ def test_seed_000_two_nodes_of_16_irq_on_cpu_16(tmp_path: Path) -> None:
     assert not any("/proc/irq/99/" in c.path for c in plan.changes)  # the async vector stays put
     assert _after(plan, "rx-0/rps_flow_cnt") == "32768"
     assert _after(plan, "rps_sock_flow_entries") == "32768"
+
+
+@pytest.mark.parametrize(("label", "queue"), [
+    ("eth0-rx-0", 0), ("eth0-tx-1", 1), ("eth0-TxRx-3", 3), ("eth0", None),  # e1000e, igb, igbvf, ixgbe
+    ("eth7-rx-0", 0), ("eth7", None),  # named before the interface was renamed eth0
+    ("virtio2-input.1", 1), ("virtio2-output.1", 1), ("virtio2-config", None), ("virtio2-virtqueues", 0),
+    ("mlx5_comp7@pci:0000:b3:00.0", 7), ("mlx5_async0@pci:0000:b3:00.0", None), ("mlx5_async_eq", None),
+    ("mlx5_cmd_eq", None), ("mlx5_pages_eq", None), ("mlx4-2@0000:b3:00.0", 2), ("mlx4-async@pci:0000:b3:00.0", None),
+    ("i40e-eth0-TxRx-5", 5), ("i40e-0000:b3:00.0:misc", None), ("iavf-0000:b3:02.0:mbx", None),
+    ("ice-eth0-TxRx-0", 0), ("eth0-Tx-Rx-2", 2), ("ena-mgmnt@pci:0000:00:05.0", None),
+    ("eth0-rxtx-1", 1), ("eth0-event-2", None), ("gve-ntfy-blk3@pci:0000:00:04.0", 3),
+])
+def test_queue_vectors_are_told_from_misc_ones_by_their_names(label: str, queue: int | None) -> None:
+    assert knobs.vector_queue(label, "eth0") == queue
+
+
+def test_e1000e_rx_and_tx_vectors_of_a_queue_share_its_cpu_and_the_other_vector_stays(tmp_path: Path) -> None:
+    plan = _plan(nic_host(tmp_path, nodes=1, per_node=4, nic_node=0, queues=1,
+                          labels=("eth0-rx-0", "eth0-tx-0", "eth0")))
+    assert _after(plan, "/proc/irq/99/smp_affinity") == _after(plan, "/proc/irq/100/smp_affinity") == "00000001"
+    assert not any("/proc/irq/101/" in c.path for c in plan.changes + plan.kept)
+    assert any(s.knob == "irq_affinity" and s.why == "eth0: left where they are, serving no queue: eth0 (IRQ 101)"
+               for s in plan.skips)
+    assert _after(plan, "rx-0/rps_cpus") == "0000000e"
+
+
+def test_virtio_queues_each_on_a_cpu_of_their_own_and_rps_follows_its_queue(tmp_path: Path) -> None:
+    labels = ("virtio1-config", "virtio1-input.0", "virtio1-output.0", "virtio1-input.1", "virtio1-output.1")
+    plan = _plan(nic_host(tmp_path, nodes=1, per_node=4, nic_node=0, queues=2, labels=labels))
+    irq_cpu = {c.path.split("/")[3]: c.after for c in plan.changes if c.knob == "irq_affinity"}
+    assert irq_cpu == {"100": "00000001", "101": "00000001", "102": "00000002", "103": "00000002"}
+    assert _after(plan, "rx-1/rps_cpus") == "0000000d"  # the node without queue 1's CPU (1)
+    assert any(s.why.endswith("serving no queue: virtio1-config (IRQ 99)") for s in plan.skips)
 
 
 def test_128_cpus_16_queues_masks_in_groups(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from vmharness.experiment import hostprep, ops
 from vmharness.guest import domain, image, session, vm
 from vmharness.host.root import HostRoot
 from vmharness.machine import for_uri
-from vmharness.tune import access
+from vmharness.tune import access, profile
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,7 @@ class Runner:
     say: progress.Say
     tally: dict[str, int] = dataclasses.field(default_factory=lambda: {"ok": 0, "failed": 0})
     image: str | None = None  # the recipe's image, for instances that name none
+    said: set[str] = dataclasses.field(default_factory=set)  # notes that are the same at every boot, said once
 
     @property
     def owner(self) -> str:
@@ -242,14 +243,19 @@ class Runner:
             cfg = dataclasses.replace(self.cfg, server=dataclasses.replace(
                 self.cfg.server, listen=f"{b.address}:{g.port}", url=f"http://{b.address}:{g.port}/"))
             target = access.guest_target(b.guest.uri, b.guest.uuid, b.guest.name)
+            vfio = profile.load(cfg.tuning.profile).vfio_irqs == "off-vcpus"  # the host's profile: its IRQs
             with tuning.tuned(inst.profile or cfg.tuning.profile, [tuning.Place("guest", target, (b.iface,))],
-                              self.root, self.say, self.owner) as tuned:
+                              self.root, self.say, self.owner) as tuned, \
+                    session.host_irqs(self.root, cfg, b, self.say, self.owner, vfio) as irqs:
+                if irqs.get("note") and irqs["note"] not in self.said and cfg.guest.bdf:
+                    self.said.add(irqs["note"])
+                    self.say(f"note: {irqs['note']}")
                 self.run.append({"kind": "session", "instance": s.instance, "iteration": s.iteration, "ok": True,
                                  "riders": sorted({p.instance for p in s.points} - {s.instance}),
                                  "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
-                                 "pinning": b.pinning, "tuning": tuned})
+                                 "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs})
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: vm.vcpu_seconds(b.guest),

@@ -66,3 +66,17 @@ def check_hugepages(root: HostRoot, node: int | None, size_kib: int, memory_mib:
             f"the guest needs {need} free {label} hugepages on {where}, there are {free}",
             f"reserve them: vmharness host-prepare --hugepages {memory_mib}M --hugepage-size {label}"
             + (f" --node {node}" if node is not None else "") + ", or give the guest less --memory")
+
+
+def irq_cpus(node: tuple[int, ...], placed: Placement) -> tuple[tuple[int, ...], str]:
+    """Where the host delivers the passed-through NIC's interrupts: the CPUs of its node (`node`) that
+    hold no vCPU, and no QEMU emulator thread either when there are such CPUs. None: every CPU of
+    the node runs a vCPU, and an interrupt anywhere there takes a vCPU's time (the why says so)."""
+    free = tuple(c for c in node if c not in placed.vcpu_cpus)
+    quiet = tuple(c for c in free if c not in placed.emulator_cpus)
+    where = f"node {placed.node}" if placed.node is not None else "this host"
+    if quiet:
+        return quiet, f"the CPUs of {where} that hold no vCPU and no QEMU emulator thread"
+    if free:
+        return free, f"the CPUs of {where} that hold no vCPU (each also holds QEMU's emulator threads)"
+    return (), f"every CPU of {where} holds a vCPU of the guest"

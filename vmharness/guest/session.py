@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from vmharness import cpus, progress, provenance
 from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
-from vmharness.guest import agent, domain, instance, ssh, vm
-from vmharness.host import journal
+from vmharness.guest import agent, domain, instance, placement, ssh, vm
+from vmharness.host import irqs, journal
 from vmharness.host.root import HostRoot
-from vmharness.machine import Machine
+from vmharness.machine import Machine, for_uri
 
 STATE_DIR = f"{instance.VM_DIR}/_run"  # the overlay and console log of a run's guest (one at a time: the
 # run holds the host lock; a name `vm up` cannot take)
@@ -24,6 +26,10 @@ MINIMAL_INIT = "init=/usr/local/sbin/vmh-init"
 
 # The guest's NICs that are not virtio: the passed-through ones, in PCI order.
 AGENT_TIMEOUT = 60.0  # seconds for one command through the agent while the guest is set up (under KVM)
+# Seconds (times the agent's patience) for vfio-pci's host IRQs of the passed-through NICs to appear:
+# QEMU asks for each when the guest unmasks its vector, which the guest's driver did when the NIC was
+# brought up, before the guest was tuned; so they are normally there at the first look.
+IRQ_WAIT = 15.0
 
 _PASSED = r"""
 for d in /sys/class/net/*; do
@@ -43,6 +49,7 @@ class Booted:
     facts: dict[str, Any]
     xml: str  # the domain as defined
     pinning: dict[str, Any]  # planned and found CPUs of the vCPU and emulator threads
+    placement: domain.Placement  # the plan itself: the node, the vCPUs' and the emulator's CPUs
 
 
 def guest_name(owner: str) -> str:
@@ -142,7 +149,7 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
             address = guest.link["guest"].split("/")[0]
             iface = _iface_with(m, address)
         return Booted(guest, m, address, iface, provenance.facts(m), xml,
-                      pinning(planned.spec.placement, vm.affinity(guest)))
+                      pinning(planned.spec.placement, vm.affinity(guest)), planned.spec.placement)
     except BaseException:
         shutdown(root, guest, m, cfg, say)
         raise
@@ -152,3 +159,45 @@ def shutdown(root: HostRoot, guest: vm.Guest, m: Machine | None, cfg: RunConfig,
     if m is not None:
         ssh.close(m)
     vm.down(root, guest, say, grace=cfg.guest.shutdown_grace)
+
+
+@contextmanager
+def host_irqs(root: HostRoot, cfg: RunConfig, b: Booted, say: progress.Say, owner: str,
+              wanted: bool) -> Iterator[dict[str, Any]]:
+    """For the block: the host interrupts of the passed-through NICs on their node's CPUs that hold
+    no vCPU (placement.irq_cpus), journaled, and given back after it, before the guest goes. Yields
+    what goes into the session record; `note` says what was left alone and why (the caller says it
+    once a run: it is the same for every boot)."""
+    g = cfg.guest
+    if not g.bdf or not wanted:
+        yield {"note": "no NIC passed through" if not g.bdf else "left alone: the profile keeps them "
+               "(vfio_irqs = keep)"}
+        return
+    if not for_uri(g.uri).local:
+        yield {"note": f"the guest runs at {g.uri}: its NIC's host interrupts are there, and left alone"}
+        return
+    timeout = IRQ_WAIT * agent.patience(b.guest.kvm)
+    found = irqs.wait(root, g.bdf, timeout)
+    where, why = placement.irq_cpus(placement.node_cpus(root, b.placement.node), b.placement)
+    report: dict[str, Any] = {"cpus": list(where), "why": why,
+                              "irqs": [{"irq": i.number, "name": i.name, "before": None, "after": None}
+                                       for i in found]}
+    if not found or not where:
+        report["note"] = (f"{why}: the host interrupts of {', '.join(g.bdf)} stay where they are" if found else
+                          f"vfio-pci holds no MSI or MSI-X interrupt of {', '.join(g.bdf)} on this host "
+                          f"{timeout:g} s after the guest brought it up: nothing to move")
+        yield report
+        return
+    made: list[journal.Record] = []
+    try:
+        try:
+            made, report["irqs"] = irqs.pin(root, found, where, owner)
+            say(f"host interrupts of {', '.join(g.bdf)} (IRQ {', '.join(str(i.number) for i in found)}) on "
+                f"CPUs {cpus.format_cpulist(where)}: {why}")
+        except HarnessError as exc:
+            report["error"] = exc.message
+            say(f"WARNING: the host interrupts of {', '.join(g.bdf)} stay where they are: {exc.message}")
+        yield report
+    finally:
+        for problem in irqs.give_back(root, made, say):
+            say(f"NOT RESTORED: {problem}")

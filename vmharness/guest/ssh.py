@@ -2,7 +2,8 @@
 its samplers there as on any other machine. The image ships no key: at each boot the harness's own
 key (made once, kept in KEY_DIR on the machine running the harness) is written into the guest's
 /root/.ssh/authorized_keys through the guest agent. Host keys are the guest's own, made at its first
-boot, so they are not checked (the link is a private /24 on a tap of this host)."""
+boot, so they are not checked (the link is a private /24 on a tap of this host). sshd listens on the
+link's address alone (`listen`): the image starts no sshd, the harness does once the link is up."""
 
 from __future__ import annotations
 
@@ -36,6 +37,44 @@ def authorize(dom: libvirt.virDomain, timeout: float = 60) -> None:
     if not res.ok:
         raise res.failure("in the guest: ")
     agent.put_file(dom, pub, "/root/.ssh/authorized_keys", mode=0o600, timeout=timeout)
+
+
+# Run in the guest through the agent: $1 is the management link's address there. sshd (re)starts
+# listening on it alone, the same way under either init: systemd restarts its unit; the minimal init
+# ends an sshd an older image started at boot (on every address), then starts one. Prints what
+# listens on port 22 afterwards.
+_LISTEN = r"""
+printf 'ListenAddress %s\n' "$1" > /etc/ssh/sshd_config.d/vmharness-listen.conf || exit
+if [ -d /run/systemd/system ]; then
+    systemctl restart ssh.service || exit
+else
+    if read -r pid < /run/sshd.pid 2>/dev/null && kill "$pid" 2>/dev/null; then
+        n=0
+        while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+    fi
+    mkdir -p /run/sshd && /usr/sbin/sshd || exit
+fi
+exec ss -Hltn 'sport = :22'
+"""
+
+
+def listeners(ss_output: str) -> list[str]:
+    """The local addresses in `ss -Hltn` output (`198.18.1.2:22`, `[::]:22`)."""
+    return [fields[3] for fields in (line.split() for line in ss_output.splitlines()) if len(fields) > 4]
+
+
+def listen(dom: libvirt.virDomain, address: str, timeout: float = 60) -> None:
+    """Start sshd in the guest listening on `address` (the management link's, no prefix) and nowhere
+    else, so that it never answers on a passed-through NIC, which carries the benchmark: checked
+    with `ss` in the guest, an error if anything else listens on port 22."""
+    res = agent.run(dom, ["/bin/sh", "-c", _LISTEN, "sh", address], timeout=timeout)
+    if not res.ok:
+        raise res.failure("in the guest, starting sshd on the management link: ")
+    found = listeners(res.stdout)
+    if found != [f"{address}:22"]:
+        raise HarnessError(f"sshd in the guest listens on {', '.join(found) or 'nothing'}, not on "
+                           f"{address}:22 alone", "does the image's sshd_config include sshd_config.d/? "
+                           "(`vmharness vm exec NAME -- ss -ltn` shows the listeners)")
 
 
 def machine(address: str, uri: str, kvm: bool = True) -> Machine:

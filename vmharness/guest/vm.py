@@ -21,7 +21,7 @@ from typing import Any
 import libvirt
 
 from vmharness.errors import HarnessError
-from vmharness.guest import agent
+from vmharness.guest import agent, ssh
 from vmharness.guest.domain import CAP_PERIOD_US, DomainSpec, cap_quota
 from vmharness.host import files, journal, libvirt_conn
 from vmharness.host.journal import Op
@@ -179,7 +179,8 @@ def _indent(text: str) -> str:
 
 
 def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, net: tuple[str, str]) -> None:
-    """Address both ends of the management link: the host's tap and the guest's virtio-net."""
+    """Address both ends of the management link (the host's tap and the guest's virtio-net), then start
+    sshd in the guest on its end alone."""
     assert spec.link is not None
     host_addr, guest_addr = net
     machine.run(["ip", "addr", "add", host_addr, "dev", spec.link.tap], timeout=10)
@@ -191,6 +192,7 @@ def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, n
         res = agent.run(guest_dom, ["/sbin/" + argv[0], *argv[1:]], timeout=30 * agent.patience(spec.kvm))
         if not res.ok:
             raise HarnessError(f"in the guest, {' '.join(argv)} failed: {res.stderr.strip()}", "see the console log")
+    ssh.listen(guest_dom, guest_addr.split("/")[0], timeout=30 * agent.patience(spec.kvm))
 
 
 def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say, owner: str,

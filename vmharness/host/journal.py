@@ -5,10 +5,11 @@ happened — the process was killed between the two — undoes to a no-op.
 
 Every kind of record (its `op`) is a row of one table, `OPS`: how to describe it and how to undo
 it. Each subsystem registers the ops it writes when it is imported (the host's in host/restore.py,
-tuning's in tune/apply.py, guests' in guest/vm.py, servers' in bench/server.py), so the host layer
-never reaches up into the others, and `record` refuses an op that no one registered: a record that
-nothing could undo is never written. A record of an op unknown to the reading process (a newer
-harness wrote it) is never dropped: `unknown` reports it and the journal stays.
+host/files.py and host/irqs.py, tuning's in tune/apply.py, guests' in guest/vm.py, servers' in
+bench/server.py), so the host layer never reaches up into the others, and `record` refuses an
+op that no one registered: a record that nothing could undo is never written. A record of an op
+unknown to the reading process (a newer harness wrote it) is never dropped: `unknown` reports it
+and the journal stays.
 
 Owners: a record names who took the resource — `run:ID` for a run or bench (given back when it
 ends), `host-prepare`, `vm:NAME` or `tune` for what a command leaves in place on purpose until its

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.cpus import format_mask, parse_cpulist, parse_mask
+from vmharness.host import irqs
 from vmharness.tune.access import Target
 from vmharness.tune.profile import SEED_SYSCTLS, Profile
 
@@ -18,7 +19,6 @@ CLOCK = "/sys/devices/system/clocksource/clocksource0"
 # Integer sysctls where more is more room: a profile's value is a floor, never lowered to.
 FLOORS = {"net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog", "net.core.netdev_max_backlog", "fs.file-max",
           "fs.nr_open"}
-NOT_QUEUE_IRQ = ("config", "async", "ctrl", "cmd", "aux")
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,33 @@ def same(a: str, b: str, knob: str = "") -> bool:
 
 
 @dataclass(frozen=True)
+class Vector:
+    """One MSI/MSI-X interrupt of a NIC, as /proc/interrupts names it."""
+
+    irq: int
+    label: str
+    queue: int | None  # the queue its label numbers; None: a misc vector (link, mailbox, async events)
+
+
+@dataclass(frozen=True)
 class Nic:
     name: str
     node: int | None
     rx_queues: tuple[str, ...]
-    irqs: tuple[int, ...]  # its queue interrupts, in order
+    vectors: tuple[Vector, ...] = ()  # in IRQ order
+
+    @property
+    def queues(self) -> dict[int, tuple[int, ...]]:
+        """Queue number -> its vectors' IRQs (an RX and a TX vector, or one for both), by queue."""
+        out: dict[int, list[int]] = {}
+        for v in self.vectors:
+            if v.queue is not None:
+                out.setdefault(v.queue, []).append(v.irq)
+        return {q: tuple(out[q]) for q in sorted(out)}
+
+    @property
+    def misc(self) -> tuple[Vector, ...]:
+        return tuple(v for v in self.vectors if v.queue is None)
 
 
 @dataclass(frozen=True)
@@ -94,21 +116,44 @@ class Facts:
         return next((n for n, cpus in self.nodes.items() if cpu in cpus), None)
 
 
-def _irqs(t: Target, iface: str) -> tuple[int, ...]:
+# What drivers call the vectors that carry no queue: virtio's `virtio0-config`, mlx5's
+# `mlx5_async0@pci:…` (older: `mlx5_cmd_eq`, `mlx5_pages_eq`), mlx4's `mlx4-async@…`, i40e's and
+# ice's `…:misc`, iavf's `…:mbx`, vmxnet3's `eth0-event-N`, ena's and gve's `…-mgmnt@…`. e1000e,
+# igb, igbvf and ixgbe name theirs after the interface alone (`eth0`: link state and "other" causes).
+MISC_WORDS = frozenset({"config", "control", "ctrl", "async", "cmd", "pages", "aux", "misc", "mbx", "event",
+                        "mgmnt", "mgmt", "other", "link", "lsc", "err", "eq"})
+# A queue's vector ends in its number, after the queue's word or a separator: `eth0-rx-0`,
+# `eth0-TxRx-3`, ena's `eth0-Tx-Rx-1`, `virtio0-input.2`, `mlx5_comp7`, `mlx4-1`, `gve-ntfy-blk0`.
+_QUEUE = re.compile(r"(?:^|[-_.])(?:(?:tx-?rx|rx-?tx|rx|tx|input|output|comp|queue|blk|fp)[-_.]?)?(\d{1,5})$",
+                    re.IGNORECASE)
+
+
+def vector_queue(label: str, iface: str) -> int | None:
+    """The queue a vector of `iface` serves, from its label; None for a misc vector. A shared
+    `virtioN-virtqueues` vector carries every queue: it counts as queue 0's."""
+    base = label.split("@", 1)[0]
+    if base.startswith(iface) and base[len(iface):len(iface) + 1] in ("-", "_", "."):
+        base = base[len(iface) + 1:]  # the interface's own name may hold a misc word or digits
+    elif base == iface:
+        return None
+    words = {w.rstrip("0123456789") for w in re.split(r"[^a-z0-9]+", base.lower())}
+    if words & MISC_WORDS:
+        return None
+    if base.endswith("-virtqueues"):
+        return 0
+    m = _QUEUE.search(base)
+    return int(m.group(1)) if m else None
+
+
+def _vectors(t: Target, iface: str) -> tuple[Vector, ...]:
     msi: list[str] = []
     for where in (f"{NET}/{iface}/device/msi_irqs", f"{NET}/{iface}/device/../msi_irqs"):
         msi = t.listdir(where)
         if msi:
             break
     numbers = {int(n) for n in msi if n.isdigit()}
-    queue = []
-    for line in (t.read("/proc/interrupts") or "").splitlines():
-        irq, _, rest = line.partition(":")
-        if irq.strip().isdigit() and int(irq) in numbers:
-            label = rest.split()[-1] if rest.split() else ""
-            if not any(word in label.lower() for word in NOT_QUEUE_IRQ):
-                queue.append(int(irq))
-    return tuple(sorted(queue))
+    listed = irqs.names(t.read("/proc/interrupts") or "")
+    return tuple(Vector(n, listed[n], vector_queue(listed[n], iface)) for n in sorted(numbers & set(listed)))
 
 
 def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
@@ -124,14 +169,15 @@ def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
         node = int(node_text) if node_text and node_text.lstrip("-").isdigit() and int(node_text) >= 0 else None
         rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if q.startswith("rx-")),
                           key=lambda q: int(q[3:])))
-        nics.append(Nic(iface, node, rx, _irqs(t, iface)))
+        nics.append(Nic(iface, node, rx, _vectors(t, iface)))
     return Facts(max(possible) + 1, online, nodes or {0: online}, tuple(nics))
 
 
-def _irq_cpus(f: Facts, nic: Nic) -> dict[int, int]:
-    """Queue interrupt i on CPU i of the NIC's node (wrapping round)."""
+def _queue_cpus(f: Facts, nic: Nic) -> dict[int, int]:
+    """The i-th queue's vectors (its RX and TX ones, or its one for both) on CPU i of the NIC's node
+    (wrapping round): a queue's interrupts and its packets' processing stay on one CPU."""
     cpus = f.node_cpus(nic.node)
-    return {irq: cpus[i % len(cpus)] for i, irq in enumerate(nic.irqs)}
+    return {q: cpus[i % len(cpus)] for i, q in enumerate(nic.queues)}
 
 
 def _rps_mask(f: Facts, rule: str, irq_cpu: int | None, nic: Nic) -> set[int] | None:
@@ -150,16 +196,22 @@ def _rps_mask(f: Facts, rule: str, irq_cpu: int | None, nic: Nic) -> set[int] | 
 
 def _network(t: Target, f: Facts, p: Profile, plan: Plan) -> None:
     for nic in f.nics:
-        affinity = _irq_cpus(f, nic)
+        queue_cpu = _queue_cpus(f, nic)
         if p.irq_affinity == "spread":
-            if not nic.irqs:
+            if not nic.queues:
                 plan.skips.append(Skip("irq_affinity", f"{nic.name}: no MSI queue interrupts found (a virtual NIC "
                                                        "without them, or no /proc/interrupts)"))
-            for irq, cpu in affinity.items():
-                plan.want("irq_affinity", f"/proc/irq/{irq}/smp_affinity", t.read(f"/proc/irq/{irq}/smp_affinity"),
-                          format_mask({cpu}, f.nr_cpus), f"{nic.name} queue interrupt {irq} on CPU {cpu} alone "
-                          "(seed 000: pin the NIC's interrupts yourself instead of guessing)")
-        irq_of_queue = dict(zip(nic.rx_queues, affinity.values(), strict=False))
+            for queue, cpu in queue_cpu.items():
+                for irq in nic.queues[queue]:
+                    plan.want("irq_affinity", f"/proc/irq/{irq}/smp_affinity",
+                              t.read(f"/proc/irq/{irq}/smp_affinity"), format_mask({cpu}, f.nr_cpus),
+                              f"{nic.name} queue {queue}'s interrupt {irq} on CPU {cpu} alone "
+                              "(seed 000: pin the NIC's interrupts yourself instead of guessing)")
+            if nic.misc:
+                misc = ", ".join(f"{v.label} (IRQ {v.irq})" for v in nic.misc)
+                plan.skips.append(Skip("irq_affinity", f"{nic.name}: left where they are, serving no queue: {misc}"))
+        # the i-th RX queue is served by the i-th queue's vectors
+        irq_of_queue = dict(zip(nic.rx_queues, queue_cpu.values(), strict=False))
         if p.rps != "keep":
             for q in nic.rx_queues:
                 cpus = _rps_mask(f, p.rps, irq_of_queue.get(q), nic)

@@ -46,6 +46,8 @@ class Profile:
     governor: Literal["performance", "powersave", "schedutil", "ondemand", "keep"] = "keep"
     thp: Literal["never", "madvise", "always", "keep"] = "keep"
     ksm: Literal["off", "keep"] = "keep"
+    # `run` with a NIC passed through: vfio-pci's host interrupts of it on its node's CPUs that hold no vCPU
+    vfio_irqs: Literal["off-vcpus", "keep"] = "keep"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -55,7 +57,7 @@ BUILTIN = {
     "none": Profile("none"),
     "seeds": Profile("seeds", irqbalance="stop", irq_affinity="spread", rps="node-except-irq", rfs=32768,
                      coalescing="adaptive", sysctl=dict(SEED_SYSCTLS), clocksource="tsc", governor="performance",
-                     thp="never", ksm="off"),
+                     thp="never", ksm="off", vfio_irqs="off-vcpus"),
 }
 
 

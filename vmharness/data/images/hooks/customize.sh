@@ -18,6 +18,9 @@ chroot "$root" passwd -l root >/dev/null
 rm -f "$root"/etc/ssh/ssh_host_*
 : > "$root/etc/machine-id"
 chroot "$root" systemctl enable ssh-hostkeys.service >/dev/null 2>&1
+# Nor does sshd start at boot, on every address: the harness starts it through the agent once the
+# management link has its address, listening there alone (not on a passed-through benchmark NIC).
+chroot "$root" systemctl disable ssh.service >/dev/null 2>&1
 
 # Units that only add noise to a benchmark or time to a boot.
 for unit in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer e2scrub_reap.service \

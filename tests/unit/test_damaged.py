@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,7 +121,7 @@ def test_a_damaged_record_in_the_middle_names_its_line(cli, tmp_path: Path, bad:
     {"client": {"clients_detail": ["x", {"threads_cpu": {"percent_of_one": [float("nan"), "97"]}}]}},
 ])
 def test_damaged_saturation_figures_are_left_out_and_the_rest_reported(cli, tmp_path: Path,
-                                                                        damage: dict[str, object]) -> None:
+                                                                        damage: dict[str, Any]) -> None:
     """The figures of each side are optional (old records lack them): a damaged one is as if absent."""
     run = a_run(tmp_path)
     records = [json.loads(line) for line in (run.path / "records.jsonl").read_text().splitlines()]

@@ -112,7 +112,8 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         cell.histograms.append(latency.histogram)
         cell.errors += errors
         cell.requests += requests
-        samples = r.get("samples") if isinstance(r.get("samples"), dict) else {}  # optional: damaged is absent
+        given = r.get("samples")
+        samples: dict[str, Any] = given if isinstance(given, dict) else {}  # optional: damaged is as absent
         busy, _ = sides.cpu_of(samples, server)
         if busy is not None:
             cell.server_busy.append(busy)

@@ -21,7 +21,7 @@ import pytest
 from tests.integration.netns_host import NetnsHost, netns_host
 from vmharness import proc
 from vmharness.analysis import saturation
-from vmharness.bench import wrk
+from vmharness.bench import sampler, threads, wrk
 from vmharness.bench.histogram import Histogram
 from vmharness.bench.store import RunDir
 from vmharness.machine import SSH_CONFIG_ENV
@@ -102,6 +102,46 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
     cmp = proc.run([sys.executable, "-m", "vmharness.cli", "compare", str(run), str(again)], timeout=60, check=False)
     assert cmp.returncode == 0, cmp.stderr
     assert "again/tmpl vs run/tmpl at " in cmp.stdout and "throughput +0.0%" in cmp.stdout
+
+
+def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_load(tmp_path: Path) -> None:
+    """wrk with two threads on loopback for 3 s, sampled every 0.2 s: each of its threads' share of a
+    core read by the gate inside the load, which adds up to what the sampler saw the wrk process use;
+    the samplers' summary taken from the snapshots inside wrk's own measured time alone."""
+    text = config(18192, 'connections = "8"\niterations = 1\nduration = 3\nwait = 0\nwarmup = 0',
+                  extra="[samplers]\ninterval = 0.2\n").replace("threads = 1", "threads = 2")
+    run = tmp_path / "run"
+    res = bench(tmp_path, text, "--out", str(run))
+    assert res.ok, res.stderr
+    (point,) = measurements(run)
+    measured = point["client"]["duration_us_max"] / 1e6
+    assert point["measured_end"] == pytest.approx(point["start"] + measured, abs=1e-5)
+    assert point["end"] > point["measured_end"]  # wrk's done() hook and its exit come after what it measured
+    window = point["samples"]["local"]["window"]
+    assert window["how"] == "inside" and window["load_s"] == pytest.approx(measured, abs=1e-3)
+    assert 0.8 * measured <= window["covered_s"] <= measured
+    (detail,) = point["client"]["clients_detail"]
+    cpu = detail["threads_cpu"]
+    _, span = threads.instants(3)
+    assert cpu["seconds"] == pytest.approx(span, abs=0.3) and len(cpu["percent_of_one"]) == 2
+    assert all(5 < v <= 101 for v in cpu["percent_of_one"]) and cpu["main_percent_of_one"] <= 2, cpu
+    assert "@vmh-threads" not in point["raw"][0]["stderr"]
+    # the same wrk process, seen by the sampler over its own (slightly different) window
+    _, snaps = sampler.parse(next((run / "samples").glob("local-*.txt")).read_text())
+    chosen, _ = sampler.choose(snaps, point["start"], point["measured_end"])
+    (pid,) = {p for p, proc_ in chosen[-1].procs.items() if proc_.comm == "wrk" and p in chosen[0].procs}
+    seen = 100.0 * (chosen[-1].procs[pid].ticks - chosen[0].procs[pid].ticks) / sampler.USER_HZ / (
+        chosen[-1].t - chosen[0].t)
+    said = sum(cpu["percent_of_one"]) + cpu["main_percent_of_one"]
+    print(f"wrk threads {cpu}; the sampler saw wrk at {seen:.1f}% over {chosen[-1].t - chosen[0].t:.2f} s")
+    assert said == pytest.approx(seen, rel=0.15, abs=5)
+    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run)], timeout=60, check=False)
+    assert rep.returncode == 0, rep.stderr
+    shown = ", ".join(f"{v:.0f}%" for v in cpu["percent_of_one"])
+    assert f"wrk threads on this machine {shown} of a core" in rep.stdout
+    data = json.loads(proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--format", "json"],
+                               timeout=60).stdout)
+    assert data["rows"][0]["client_thread_max_percent"] == max(cpu["percent_of_one"])
 
 
 def _histogram_is_wrks(point: dict[str, Any]) -> None:

@@ -133,6 +133,9 @@ def test_a_guest_that_does_not_boot_is_recorded_and_the_others_run(daemon: None,
     assert "the guest kernel panicked while booting" in failed[0]["error"]
     points = {r["key"]: r["ok"] for r in got if r["kind"] == "measurement"}
     assert points == {"broken/4/0": False, "good/4/0": True}
+    host = next(r for r in got if r.get("key") == "good/4/0")["host"]  # read inside the 1 s load: 0.1 s to 0.9 s
+    assert len(host["vcpu_busy_percent"]) == 1 and host["window_s"] == pytest.approx(0.8, abs=0.2), host
+    assert "vfio_interrupts_per_s" not in host  # nothing passed through
     warnings = [line for line in res.stdout.splitlines() if line.startswith("WARNING: ")]
     assert warnings[:2] == ["WARNING: the baseline 'broken' has no successful measurement",
                             "WARNING: broken iteration 0 measured nothing: the guest did not boot: the guest kernel "

@@ -103,7 +103,8 @@ def test_warnings_come_first(tmp_path: Path) -> None:
     a = saturation.analyse(run)
     joined = "\n".join(a.flags)
     assert "not saturated: the server was 45% busy" in joined
-    assert "client-bound: a client was 97% busy" in joined
+    assert ("client-bound: client cli was 97% busy at the peak (128 connections), while the server was 45% busy: "
+            "this measures the client (seed 003)") in joined
     assert "peaks at the largest count (128)" in joined
     assert "the peak is not distinct: 64 connections" in joined
     assert "errors: base at 64 connections had 4.3% errors" in joined

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,6 +112,26 @@ def test_a_damaged_record_in_the_middle_names_its_line(cli, tmp_path: Path, bad:
     lines = (run.path / "records.jsonl").read_text().splitlines(keepends=True)
     (run.path / "records.jsonl").write_text("".join([*lines[:2], bad + "\n", *lines[2:]]))
     assert_one_line_error(cli("report", str(run.path)), str(run.path / "records.jsonl"), fault)
+
+
+@pytest.mark.parametrize("damage", [
+    {"samples": {"local": "busy"}}, {"samples": {"local": {"cpu": {"cpu": {"idle": "x", "steal": [1]}}}}},
+    {"samples": ["local"]}, {"host": "hot"}, {"host": {"vfio_interrupts_per_s": {"0000:b3:00.0": None}}},
+    {"host": {"vcpu_busy_percent": "all"}},
+    {"client": {"clients_detail": ["x", {"threads_cpu": {"percent_of_one": [float("nan"), "97"]}}]}},
+])
+def test_damaged_saturation_figures_are_left_out_and_the_rest_reported(cli, tmp_path: Path,
+                                                                        damage: dict[str, Any]) -> None:
+    """The figures of each side are optional (old records lack them): a damaged one is as if absent."""
+    run = a_run(tmp_path)
+    records = [json.loads(line) for line in (run.path / "records.jsonl").read_text().splitlines()]
+    for r in records:
+        for key, value in damage.items():
+            r[key] = {**r[key], **value} if key == "client" else value
+    (run.path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    data = cli.json("report", str(run.path))
+    assert data["_exit"] == 0 and data["peak_connections"] == 2
+    assert data["at_peak"]["vfio_interrupts_per_s"] is None and data["at_peak"]["client_threads_percent_of_one"] == {}
 
 
 def test_records_that_are_not_utf8_name_the_line(cli, tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ SLACK = 0.5  # pure ACKs and the odd retransmission: tolerated up to half a pack
 def per_request(samples: dict[str, Any], server: str, rps: float) -> tuple[float, bool] | None:
     """Packets the server sent per request, and whether they were counted on loopback (both
     directions); None without the server's network samples."""
-    net = samples.get(server, {}).get("net", {})
+    here = samples.get(server)
+    net = here.get("net", {}) if isinstance(here, dict) else None
     if rps <= 0 or not isinstance(net, dict):
         return None
     wired = [v.get("tx_packets_per_s", 0) for k, v in net.items() if k != "lo" and isinstance(v, dict)]

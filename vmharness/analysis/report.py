@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import loadcurve, variants
+from vmharness.analysis import loadcurve, sides, variants
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis, Cell, Noise, vcpu_means
 from vmharness.bench import histogram
 from vmharness.stats import Change, Interval, Peak
@@ -99,9 +99,12 @@ def _rows(a: Analysis) -> list[dict[str, Any]]:
                 **{f"p{q}_us": _latency_us(c.latency[q]) for q in PERCENTILES},
                 "thin_percentiles": " ".join(f"p{q}" for q in _thin(c)) or None,
                 "server_busy_percent": round(statistics.fmean(c.server_busy), 1) if c.server_busy else None,
+                "server_steal_percent": round(statistics.fmean(c.sides.steal), 1) if c.sides.steal else None,
                 "client_busy_percent": round(statistics.fmean(c.client_busy), 1) if c.client_busy else None,
+                "client_thread_max_percent": None if (hot := c.sides.thread_max()) is None else round(hot, 1),
                 "packets_per_request": round(statistics.fmean(p for p, _ in c.packets), 2) if c.packets else None,
                 "vcpu_busy_percent": [round(v, 1) for v in vcpus] if (vcpus := vcpu_means(c)) else None,
+                "vfio_interrupts_per_s": round(statistics.fmean(c.sides.vfio), 1) if c.sides.vfio else None,
                 "errors": c.errors, "requests": c.requests,
             })
     return rows
@@ -155,7 +158,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
                 "basis": a.control.basis,
                 "recovered": a.control.recovered, "change": _change(a.control.change)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
-            "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
+            "at_peak": a.at_peak, "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
             "capacity": a.capacity}
 
 
@@ -175,6 +178,8 @@ def answer(a: Analysis) -> list[str]:
         out.append(variants.control_line(a.control))
     if a.peak is not None:
         out.append(f"baseline {a.baseline}: {_peak(a)}")
+        if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
+            out.append(said)
         for name, ch in sorted(a.changes.items()):
             out.append(f"{name} vs {a.baseline} at {a.peak} connections ({_method(a, name)}):")
             out.append(f"  throughput {_pct(ch['throughput'])}")
@@ -191,12 +196,20 @@ def text(a: Analysis) -> str:
     body = [[str(r["instance"]), str(r["connections"]), str(r["iterations"]), f"{r['requests_per_s']:,.0f}",
              "-" if r["ci_low"] is None else f"{r['ci_low']:,.0f}-{r['ci_high']:,.0f}",
              *(latency_cell(r, q) for q in PERCENTILES),
-             "-" if r["server_busy_percent"] is None else f"{r['server_busy_percent']:.0f}%",
+             _server_cell(r),
              "-" if r["client_busy_percent"] is None else f"{r['client_busy_percent']:.0f}%", str(r["errors"])]
             for r in rows]
     foot = [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
     return "\n".join([*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body), *foot,
                       *_load_text(a)])
+
+
+def _server_cell(row: dict[str, Any]) -> str:
+    """The server's busy share (without steal), and the steal beside it when there was any to speak of."""
+    busy, steal = row["server_busy_percent"], row["server_steal_percent"]
+    if busy is None:
+        return "-"
+    return f"{busy:.0f}%" + (f" st {steal:.0f}%" if steal is not None and steal >= 1 else "")
 
 
 def _load_text(a: Analysis) -> list[str]:
@@ -211,6 +224,8 @@ def markdown(a: Analysis) -> str:
     lines = [f"> **Warning:** {f}" for f in a.flags]
     if a.peak is not None:
         lines += ["", f"Baseline `{a.baseline}`: **{_peak(a)}**.", ""]
+        if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
+            lines += [f"{said[0].upper()}{said[1:]}.", ""]
         if a.changes:
             lines += ["| instance | method | throughput | " + " | ".join(f"p{q}" for q in PERCENTILES) + " |",
                       "|---|---|---|" + "---|" * len(PERCENTILES)]

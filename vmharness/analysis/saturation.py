@@ -1,8 +1,9 @@
 """The answer to the researcher's question, from a run directory: the baseline's saturation point
 (where its highest mean throughput lies and how high, each with a bootstrap interval), each other
 instance's throughput and latency change there as a ratio (paired by block where the runner took
-turns), where the noise comes from and what would tame it, and the reasons not to trust the answer,
-listed first. The methods are in vmharness/stats.py and docs/statistics.md."""
+turns), where the noise comes from and what would tame it, what every side (server, host, clients)
+was doing at the peak (vmharness/analysis/sides.py), and the reasons not to trust the answer, listed
+first. The methods are in vmharness/stats.py and docs/statistics.md."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import loadcurve, packets, variants
+from vmharness.analysis import loadcurve, packets, sides, variants
 from vmharness.analysis.loadcurve import LoadAnalysis
+from vmharness.analysis.sides import SATURATED, Sides
 from vmharness.analysis.variants import Control, Diff
 from vmharness.bench import histogram
 from vmharness.bench.histogram import Histogram
@@ -23,7 +25,6 @@ from vmharness.errors import HarnessError
 from vmharness.stats import Change, Interval, Peak, Plan, Split, mean_interval, ratio_change
 
 LEVEL = stats.LEVEL
-SATURATED = 90.0  # % busy
 ERROR_SHARE = 0.01
 NOISY = 0.10  # relative half-width of the throughput interval
 TARGET = 0.02  # the interval a plan aims for (± of the mean), unless sweep.until_ci names one
@@ -41,11 +42,12 @@ class Cell:
     latency_n: list[int] = field(default_factory=list)  # the requests each iteration's latency rests on
     histograms: list[Histogram | None] = field(default_factory=list)  # None: a record from before histograms
     blocks: list[Block] = field(default_factory=list)
-    server_busy: list[float] = field(default_factory=list)  # the server machine, all CPUs
+    server_busy: list[float] = field(default_factory=list)  # the server machine, all CPUs, without steal
     worker_busy: list[float] = field(default_factory=list)  # the server's process tree, per worker
-    client_busy: list[float] = field(default_factory=list)
+    client_busy: list[float] = field(default_factory=list)  # the busiest client machine's (not the server's)
     vcpu_busy: list[list[float]] = field(default_factory=list)  # a run's guest: each vCPU thread, from the host
     packets: list[tuple[float, bool]] = field(default_factory=list)  # the server's packets per request, on lo?
+    sides: Sides = field(default_factory=Sides)  # steal, each client and generator thread, the host's vfio
     errors: int = 0
     requests: int = 0
 
@@ -75,11 +77,6 @@ class Noise:
     split: Split
     plan: Plan | None
     target: float
-
-
-def _busy(samples: dict[str, Any], key: str) -> float | None:
-    value = samples.get(key, {}).get("cpu", {}).get("cpu", {}).get("busy")
-    return float(value) if value is not None else None
 
 
 def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
@@ -115,19 +112,24 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         cell.histograms.append(latency.histogram)
         cell.errors += errors
         cell.requests += requests
-        busy = _busy(r.get("samples", {}), server)
+        given = r.get("samples")
+        samples: dict[str, Any] = given if isinstance(given, dict) else {}  # optional: damaged is as absent
+        busy, _ = sides.cpu_of(samples, server)
         if busy is not None:
             cell.server_busy.append(busy)
-        process = r.get("samples", {}).get(server, {}).get("process")
-        if process and workers:
+        cell.sides.add(r, server, clients)
+        here = samples.get(server)
+        process = here.get("process") if isinstance(here, dict) else None
+        if isinstance(process, dict) and isinstance(process.get("cpu_percent_of_one"), int | float) and workers:
             cell.worker_busy.append(min(100.0, process["cpu_percent_of_one"] / workers))
-        loads = [b for b in (_busy(r.get("samples", {}), c) for c in clients if c != server) if b is not None]
+        loads = [b for c in clients if c != server and (b := sides.cpu_of(samples, c)[0]) is not None]
         if loads:
             cell.client_busy.append(max(loads))
-        sent = packets.per_request(r.get("samples", {}), server, rps)
+        sent = packets.per_request(samples, server, rps)
         if sent is not None:
             cell.packets.append(sent)
-        vcpus = r.get("host", {}).get("vcpu_busy_percent")
+        host = r.get("host")
+        vcpus = host.get("vcpu_busy_percent") if isinstance(host, dict) else None
         if isinstance(vcpus, list) and vcpus and all(isinstance(v, int | float) for v in vcpus):
             cell.vcpu_busy.append([float(v) for v in vcpus])
     return out, failed
@@ -156,6 +158,7 @@ class Analysis:
     control: Control | None = None  # the positive control's check (`run --control`)
     load: LoadAnalysis | None = None  # latency against load (the open-loop points), if the run has any
     capacity: list[dict[str, Any]] = field(default_factory=list)  # what each client could generate
+    at_peak: dict[str, Any] | None = None  # every side's figures at the baseline's peak (sides.at_peak)
 
 
 def session_flags(run: RunDir, prefix: str = "") -> list[str]:
@@ -286,7 +289,15 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
     changes = {name: changes_at(cell, by_count[peak], d.block) for name, by_count in table.items()
                if name != base and peak in by_count}
     split = {name: n for name, by_count in table.items() if (n := noise(by_count, d)) is not None}
-    return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d)
+    return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d,
+                    at_peak=sides.at_peak(cell.sides, server_busy(cell), vcpu_means(cell), curve[peak].mean))
+
+
+def server_busy(cell: Cell) -> float | None:
+    """The server's busy percent at a point: its machine's (without steal) or its workers' per worker,
+    whichever is higher (its workers saturated count, even on a larger machine)."""
+    known = [statistics.fmean(v) for v in (cell.server_busy, cell.worker_busy) if v]
+    return max(known) if known else None
 
 
 def _reaches(point: Interval, top: Peak) -> bool:
@@ -297,24 +308,19 @@ def _reaches(point: Interval, top: Peak) -> bool:
 
 def _flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[int, Interval],
            plausible: list[int], table: dict[str, dict[int, Cell]], flags: list[str]) -> None:
-    machine_busy = statistics.fmean(cell.server_busy) if cell.server_busy else None
-    worker_busy = statistics.fmean(cell.worker_busy) if cell.worker_busy else None
-    known = [b for b in (machine_busy, worker_busy) if b is not None]
-    server_busy = max(known) if known else None  # its workers saturated count, even on a larger machine
-    if server_busy is not None and server_busy < SATURATED:
-        flags.append(f"not saturated: the server was {server_busy:.0f}% busy at the peak ({peak} connections); "
+    busy = server_busy(cell)
+    if busy is not None and busy < SATURATED:
+        flags.append(f"not saturated: the server was {busy:.0f}% busy at the peak ({peak} connections); "
                      "overhead is hidden by idle CPU (seed 001)")
     vcpus = vcpu_means(cell)
-    if vcpus is not None and (server_busy is None or server_busy >= SATURATED) and min(vcpus) < SATURATED:
-        flags.append(f"the guest looks busy ({server_busy:.0f}%) but its vCPU threads ran "
+    if vcpus is not None and (busy is None or busy >= SATURATED) and min(vcpus) < SATURATED:
+        flags.append(f"the guest looks busy ({busy:.0f}%) but its vCPU threads ran "
                      f"{', '.join(f'{v:.0f}%' for v in vcpus)} of the time on the host at the peak: the rest they "
                      "waited (for QEMU's I/O thread, or preempted); the guest's CPU is not all that limits it"
-                     if server_busy is not None else
+                     if busy is not None else
                      f"the guest's vCPU threads ran {', '.join(f'{v:.0f}%' for v in vcpus)} of the time on the "
                      "host at the peak")
-    if cell.client_busy and statistics.fmean(cell.client_busy) >= SATURATED and (server_busy or 0) < SATURATED:
-        flags.append(f"client-bound: a client was {statistics.fmean(cell.client_busy):.0f}% busy at the peak while "
-                     "the server was not; this measures the client (seed 003)")
+    flags += sides.flags(cell.sides, peak, busy, curve[peak].mean)
     for manifest in manifests:
         machines = manifest.get("machines", {})
         server = machines.get("server", {}).get("machine")

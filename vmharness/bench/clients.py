@@ -4,7 +4,8 @@ fixed rate, the open-loop load: vmharness/bench/openloop.py). Each client's gene
 start loading the server within milliseconds of each other whatever their ssh set-up time. Connections
 and a fixed rate are shared out between them alike, and their latency histograms are summed. A client
 that has not finished `duration + timeout + margin` after the start is killed (its PID came with
-`ready`; oha's pipeline is killed by that parent PID)."""
+`ready`; oha's pipeline is killed by that parent PID). A measured point also reads each of the
+generator's threads' CPU at two instants inside its load (vmharness/bench/threads.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import os
 import select
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness import proc
-from vmharness.bench import histogram, openloop, wrk
+from vmharness.bench import histogram, openloop, threads, wrk
 from vmharness.bench.server import write_file
 from vmharness.errors import HarnessError
 from vmharness.host import files, journal
@@ -25,9 +27,10 @@ from vmharness.machine import Machine
 
 Load = wrk.WrkRun | openloop.OpenRun
 
-# $@: the generator's command. Open-file limit raised to the hard one (seed 004's `ulimit -n`); `ready PID`
-# once the shell runs; wrk replaces it (same PID) after `go`.
-_GATE = 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; echo "ready $$"; read go; exec "$@"'
+# $1 $2: the thread reader's instants (threads.PROBE; "- -": none), then the generator's command. Open-file
+# limit raised to the hard one (seed 004's `ulimit -n`); `ready PID` once the shell runs; wrk replaces it
+# (same PID) after `go`.
+GATE = f'ulimit -n "$(ulimit -Hn)" 2>/dev/null; echo "ready $$"; read go; {threads.PROBE}; exec "$@"'
 
 
 @dataclass
@@ -90,6 +93,7 @@ class ClientRun:
     error: str | None = None
     hung: bool = False
     pid: int = 0
+    threads: dict[str, Any] | None = None  # its threads' CPU inside the load (threads.shares), if read
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
 
@@ -136,13 +140,17 @@ def open_runs(clients: list[Client], url: str, connections: int, rate: float, du
             for client, conns in zip(clients, split(connections, clients), strict=True)]
 
 
-def run_together(runs: list[ClientRun], margin: float = 15.0, setup: float = 30.0
-                 ) -> tuple[list[ClientRun], float, float]:
-    """Start every run's generator at once; returns the runs and the wall-clock start and end."""
+def run_together(runs: list[ClientRun], margin: float = 15.0, setup: float = 30.0, probe: bool = False,
+                 on_go: Callable[[float], None] | None = None) -> tuple[list[ClientRun], float, float]:
+    """Start every run's generator at once; returns the runs and the wall-clock start and end. With
+    `probe`, each wrk's threads are read inside its load (ClientRun.threads; oha runs as a pipeline
+    under a shell, whose own threads would say nothing); `on_go` is told the wall-clock start as the
+    generators are released."""
     duration, timeout = max(r.run.duration_s for r in runs), max(r.run.timeout_s for r in runs)
     try:
         for r in runs:
-            argv = r.client.machine.argv(["sh", "-c", _GATE, "sh", *r.client.command(r.run)])
+            at = [f"{x:.3f}" for x in threads.instants(r.run.duration_s)] if _probed(r, probe) else ["-", "-"]
+            argv = r.client.machine.argv(["sh", "-c", GATE, "sh", *at, *r.client.command(r.run)])
             r.popen = proc.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  die_with_parent=True)
         ready_by = time.monotonic() + setup
@@ -155,9 +163,11 @@ def run_together(runs: list[ClientRun], margin: float = 15.0, setup: float = 30.
             r.popen.stdin.write(b"go\n")
             r.popen.stdin.close()
             r.popen.stdin = None  # so communicate() below does not flush it
+        if on_go is not None:
+            on_go(start)
         deadline = time.monotonic() + duration + timeout + margin
         for r in runs:
-            _finish(r, deadline)
+            _finish(r, deadline, _probed(r, probe))
         return runs, start, time.time()
     finally:
         for r in runs:
@@ -165,7 +175,13 @@ def run_together(runs: list[ClientRun], margin: float = 15.0, setup: float = 30.
                 _kill(r)
 
 
-def _finish(r: ClientRun, deadline: float) -> None:
+def _probed(r: ClientRun, probe: bool) -> bool:
+    return probe and isinstance(r.run, wrk.WrkRun)
+
+
+def _finish(r: ClientRun, deadline: float, probed: bool) -> None:
+    """Wait for the generator's output (a generator that fails at once is waited for until its thread
+    reader's second instant, which holds the pipe: at most its duration)."""
     assert r.popen is not None
     try:
         out, err = r.popen.communicate(timeout=max(0.1, deadline - time.monotonic()))
@@ -173,7 +189,10 @@ def _finish(r: ClientRun, deadline: float) -> None:
         r.hung = True
         _kill(r)
         out, err = r.popen.communicate(timeout=30)
-    r.stdout, r.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    r.stdout = out.decode(errors="replace")
+    r.stderr, readings = threads.split(err.decode(errors="replace"))
+    if probed:
+        r.threads = threads.shares(readings, r.pid)
     if r.hung:
         r.error = f"{_name(r.run)} on {r.client.machine.label} did not finish in time: killed"
         return
@@ -225,7 +244,8 @@ def merge(runs: list[ClientRun]) -> dict[str, Any]:
         {"machine": r.client.machine.label, "connections": r.run.connections,
          **({"threads": r.run.threads} if isinstance(r.run, wrk.WrkRun) else {}),
          **{k: v for k, v in (r.result or {}).items() if k != "latency_us"},
-         "latency_us": {k: v for k, v in (r.result or {}).get("latency_us", {}).items() if k != "histogram"}}
+         "latency_us": {k: v for k, v in (r.result or {}).get("latency_us", {}).items() if k != "histogram"},
+         **({"threads_cpu": r.threads} if r.threads is not None else {})}
         for r in runs]
     return merged
 

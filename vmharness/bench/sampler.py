@@ -1,6 +1,8 @@
-"""Samplers: a fixed shell loop on every machine of a run (server, clients) prints a snapshot of
-/proc every `interval` seconds; the harness keeps the stream in the run directory and summarises the
-window of each measurement. Nothing is installed on the machine: sh, cat, date and sleep do it.
+"""Samplers: a fixed shell loop on every machine of a run (server, clients, and under `run` the host
+that runs the guest) prints a snapshot of /proc every `interval` seconds; the harness keeps the stream
+in the run directory and summarises the window of each measurement: what the load generator measured,
+from the snapshots inside it where they cover it (`choose`). Nothing is installed on the machine: sh,
+cat, date and sleep do it.
 
 A snapshot: wall time, then /proc/stat (CPU per CPU), /proc/net/dev, /proc/interrupts, /proc/softirqs
 and the stat line of every process — from which the server's whole process tree, workers started later
@@ -49,7 +51,9 @@ class Snapshot:
     procs: dict[int, Proc] = field(default_factory=dict)
 
 
-def _proc_line(line: str) -> tuple[int, Proc] | None:
+def proc_line(line: str) -> tuple[int, Proc] | None:
+    """A /proc/PID/stat (or /proc/PID/task/TID/stat) line: the PID or TID and its figures; None for
+    a line that is not one whole."""
     head, sep, tail = line.rpartition(")")
     if not sep:
         return None
@@ -136,7 +140,7 @@ def parse(text: str) -> tuple[int | None, list[Snapshot]]:
             name, _, rest = line.partition(":")
             snap.softirq[name.strip()] = tuple(int(v) for v in rest.split())
         elif section == "procs":
-            parsed = _proc_line(line)
+            parsed = proc_line(line)
             if parsed:
                 snap.procs[parsed[0]] = parsed[1]
     return pid, snaps
@@ -157,27 +161,59 @@ def tree(snap: Snapshot, roots: set[int]) -> set[int]:
     return members
 
 
-def window(snaps: list[Snapshot], start: float, end: float) -> list[Snapshot]:
-    """The snapshots taken while the measurement ran."""
-    return [s for s in snaps if start <= s.t <= end]
+COVERED = 0.8  # the snapshots inside a load's window are used alone when they span this share of it
+_VFIO = re.compile(r"\bvfio-(?:msix?\[\d+\]|intx)\(([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\)")
+
+
+def choose(snaps: list[Snapshot], start: float, end: float) -> tuple[list[Snapshot], dict[str, Any]]:
+    """The snapshots to difference for a load that ran from `start` to `end`, and how they were
+    chosen. Those inside the window when at least two span COVERED of it: nothing from before or after
+    the load is mixed in. Otherwise (an interval not much shorter than the load) the last snapshot
+    before and the first after are added, which hold the whole load but also the idle time around it:
+    a machine busy all through the load then reads less busy than it was. `how` says which was done,
+    `covered_s` the seconds between the first and last snapshot used, `load_s` the window's."""
+    inside = [s for s in snaps if start <= s.t <= end]
+    load = end - start
+    if len(inside) >= 2 and inside[-1].t - inside[0].t >= COVERED * load:
+        chosen, how = inside, "inside"
+    else:
+        chosen, how = [s for s in snaps if s.t < start][-1:] + inside + [s for s in snaps if s.t > end][:1], "padded"
+    covered = chosen[-1].t - chosen[0].t if len(chosen) >= 2 else 0.0
+    return chosen, {"how": how, "load_s": round(load, 3), "covered_s": round(covered, 3)}
+
+
+def busy_share(shares: dict[str, Any]) -> float | None:
+    """A CPU's busy percent without steal, from its shares in a summary: 100 - idle - iowait - steal.
+    Steal is time a vCPU was ready to run but its host ran something else: neither idle nor work done,
+    so counted as busy it makes a starved guest look saturated. Summaries written before steal was
+    left out (their `busy` held it) are recomputed from their parts; one with `busy` alone gives it."""
+    try:
+        if "idle" in shares:
+            return round(100.0 - sum(float(shares.get(k, 0.0)) for k in ("idle", "iowait", "steal")), 2)
+        return float(shares["busy"]) if "busy" in shares else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _cpu_shares(a: tuple[int, ...], b: tuple[int, ...]) -> dict[str, float]:
     d = [y - x for x, y in zip(a, b, strict=False)]
     total = sum(d) or 1
     shares = {name: round(100.0 * v / total, 2) for name, v in zip(CPU_FIELDS, d, strict=False)}
-    shares["busy"] = round(100.0 - shares.get("idle", 0.0) - shares.get("iowait", 0.0), 2)
+    shares["busy"] = busy_share(shares) or 0.0  # without steal, which is kept beside it
     return shares
 
 
 def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid: int | None = None,
               interfaces: tuple[str, ...] = ()) -> dict[str, Any]:
-    """What the window's first and last snapshots say: CPU per CPU, process tree CPU and memory,
-    interrupts and softirqs per CPU, network rates, and the sampler's own CPU."""
+    """What the window's first and last snapshots say: CPU per CPU (busy without steal, steal beside
+    it), process tree CPU and memory, interrupts and softirqs per CPU (and per device passed through),
+    network rates, and the sampler's own CPU."""
     if len(snaps) < 2:
         return {"samples": len(snaps), "note": "fewer than two samples in the window: nothing to difference"}
     a, b = snaps[0], snaps[-1]
     dt = b.t - a.t
+    if dt <= 0:
+        return {"samples": len(snaps), "note": f"the window's snapshots are {dt:g} s apart: nothing to difference"}
     out: dict[str, Any] = {"samples": len(snaps), "seconds": round(dt, 3)}
     out["cpu"] = {name: _cpu_shares(a.cpus[name], b.cpus[name]) for name in b.cpus if name in a.cpus}
     out["ncpu"] = sum(1 for name in b.cpus if name != "cpu")
@@ -198,6 +234,9 @@ def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid:
         busy = {name: [round((y - x) / dt, 1) for x, y in zip(a.irq_lines[name], counts, strict=True)]
                 for name, counts in b.irq_lines.items() if name in a.irq_lines and counts != a.irq_lines[name]}
         out["interrupt_lines_per_s"] = dict(sorted(busy.items(), key=lambda kv: -sum(kv[1]))[:16])
+        vfio, vectors = vfio_rates(a, b, dt)
+        if vfio:
+            out["vfio_interrupts_per_s"], out["vfio_vectors"] = vfio, vectors
     out["softirqs_per_s_per_cpu"] = {
         name: [round((y - x) / dt, 1) for x, y in zip(a.softirq[name], b.softirq[name], strict=False)]
         for name in ("NET_RX", "NET_TX") if name in a.softirq and name in b.softirq}
@@ -217,9 +256,20 @@ def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid:
     return out
 
 
-def busiest(summary: dict[str, Any]) -> float | None:
-    """Overall busy % of the machine in a summary (all CPUs)."""
-    cpu = summary.get("cpu", {}).get("cpu")
-    return None if cpu is None else float(cpu["busy"])
-
-
+def vfio_rates(a: Snapshot, b: Snapshot, dt: float) -> tuple[dict[str, float], dict[str, int]]:
+    """Interrupts per second the host took for each device passed through with vfio-pci (its
+    /proc/interrupts lines are named vfio-msix[N](BDF), vfio-msi[N](BDF) or vfio-intx(BDF)), every
+    vector summed, and how many vectors each has. A vector that appeared during the window counts
+    from zero. With posted interrupts (VT-d PI) a device's interrupts go to the vCPU without the
+    host's handler, and these lines stand still."""
+    rates: dict[str, float] = {}
+    vectors: dict[str, int] = {}
+    for name, counts in b.irq_lines.items():
+        m = _VFIO.search(name)
+        if m is None:
+            continue
+        before = a.irq_lines.get(name, (0,) * len(counts))
+        bdf = m.group(1)
+        rates[bdf] = rates.get(bdf, 0.0) + max(0, sum(counts) - sum(before)) / dt
+        vectors[bdf] = vectors.get(bdf, 0) + 1
+    return {k: round(v, 1) for k, v in rates.items()}, vectors

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import proc, progress
-from vmharness.bench import capacity, plan, sampler, server
+from vmharness.bench import capacity, hostview, plan, sampler, server
 from vmharness.bench import clients as clients_mod
 from vmharness.bench.plan import Point
 from vmharness.bench.store import RunDir
@@ -71,6 +71,8 @@ class Samplers:
         return {label: path.stat().st_size for label, path in self.files.items()}
 
     def summaries(self, since: dict[str, int], start: float, end: float, roots: dict[str, set[int]]) -> dict[str, Any]:
+        """Each machine's summary of the load's window [start, end] (sampler.choose: the snapshots
+        inside it, or padded with one each side), with `window` saying which."""
         # until the snapshot after `end` has arrived from every machine (within an interval, mostly)
         deadline = time.monotonic() + min(self.interval, 2.0) + 1.0
         while not all(_arrived(path, end) for path in self.files.values()) and time.monotonic() < deadline:
@@ -84,11 +86,8 @@ class Samplers:
                 f.seek(max(0, since.get(label, 0) - (1 << 20)))
                 text = f.read()
             _, snaps = sampler.parse(text)
-            # The snapshots just around the run bound it, so its start and end are inside the window.
-            before = [s for s in snaps if s.t <= start][-1:]
-            after = [s for s in snaps if s.t >= end][:1]
-            chosen = before + sampler.window(snaps, start, end) + after
-            out[label] = sampler.summarize(chosen, roots.get(label), pid)
+            chosen, how = sampler.choose(snaps, start, end)
+            out[label] = {**sampler.summarize(chosen, roots.get(label), pid), "window": how}
         return out
 
     def stop(self) -> None:
@@ -108,7 +107,9 @@ class Sweep:
     server_on: Machine | None = None  # the server's machine, if not cfg.server.host (a guest)
     local_cpus: tuple[int, ...] = ()  # the CPUs wrk may use on this machine (a run keeps it off the
     # guest's vCPUs); empty: any
-    vcpu_probe: Callable[[], list[float]] | None = None  # a run's guest: its vCPU threads' CPU seconds
+    vcpu_probe: hostview.Probe | None = None  # a run's guest: its vCPU threads' CPU seconds
+    host_on: Machine | None = None  # a run's: the machine that runs the guest, sampled too
+    host_devices: tuple[str, ...] = ()  # a run's: the NICs passed through to the guest (BDFs)
     before_point: Callable[[Point], None] | None = None  # a run's: set the guest up for the point's instance
     current: server.Server | None = None
     serving: str | None = None  # the instance `current` serves
@@ -165,38 +166,34 @@ class Sweep:
                                "it began with") from exc
 
     def _measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]:
+        """One point, retried as configured. Every machine's figures cover what the generator measured:
+        from the release for wrk's own duration (its start-up is part of that; its done() hook and the
+        ssh teardown after are not), `measured_end` in the record; the host's vCPU threads and the
+        client's generator threads are read at two instants inside it."""
         s = self.cfg.sweep
         attempts: list[dict[str, Any]] = []
         for attempt in range(1, s.retries + 2):
             since = samplers.offsets()
-            before = self._vcpus()
-            runs, start, end = clients_mod.run_together(self._runs(point), s.margin)
-            host = self._vcpu_busy(before)
+            loads = self._runs(point)
+            vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads))
+            runs, start, end = clients_mod.run_together(loads, s.margin, probe=True, on_go=vcpus.begin)
+            host = vcpus.result()
             merged = clients_mod.merge(runs)
             raw = [{"machine": r.client.machine.label, "argv": r.client.command(r.run), "stdout": r.stdout,
                     "stderr": r.stderr[-2000:], "hung": r.hung} for r in runs]
             attempts.append({"attempt": attempt, "start": start, "end": end, "client": merged, "raw": raw})
             if merged["ok"]:
+                measured_end = start + merged["duration_us_max"] / 1e6
                 roots = {self.server_machine.key: {srv.pid}}
-                samples = samplers.summaries(since, start, end, roots)
-                return {"ok": True, "attempts": len(attempts), "start": start, "end": end, "client": merged,
-                        "raw": raw, "samples": samples, "failed_attempts": attempts[:-1], **host}
+                samples = samplers.summaries(since, start, measured_end, roots)
+                if self.host_on is not None:
+                    host.update(hostview.vfio(samples.get(self.host_on.key, {}), self.host_devices))
+                return {"ok": True, "attempts": len(attempts), "start": start, "end": end,
+                        "measured_end": round(measured_end, 6), "client": merged, "raw": raw, "samples": samples,
+                        "failed_attempts": attempts[:-1], **({"host": host} if host else {})}
             self.say(f"    attempt {attempt} failed: {'; '.join(merged['errors'])}")
             time.sleep(s.wait)
         return {"ok": False, "attempts": len(attempts), "failed_attempts": attempts}
-
-    def _vcpus(self) -> tuple[float, list[float]] | None:
-        return (time.monotonic(), self.vcpu_probe()) if self.vcpu_probe is not None else None
-
-    def _vcpu_busy(self, before: tuple[float, list[float]] | None) -> dict[str, Any]:
-        """Each vCPU thread's busy share over the load's window (wrk's start-up included: milliseconds
-        here, an ssh set-up for a remote client), from the host; {} without a probe."""
-        after = self._vcpus()
-        if before is None or after is None or after[0] <= before[0] or len(after[1]) != len(before[1]):
-            return {}
-        span = after[0] - before[0]
-        busy = [round(100 * (b - a) / span, 1) for a, b in zip(before[1], after[1], strict=True)]
-        return {"host": {"vcpu_busy_percent": busy, "window_s": round(span, 3)}}
 
     def _warm_up(self, samplers: Samplers) -> None:
         s = self.cfg.sweep
@@ -279,7 +276,8 @@ class Sweep:
             for c in self.clients:
                 c.prepare(self.root, self.owner, open_loop=bool(self.cfg.load.percents))
             capacity.measure(self.clients, self.cfg, self.run, self.root, self.owner, self.say)
-            samplers.start([self.server_machine, *(c.machine for c in self.clients)])
+            samplers.start([self.server_machine, *(c.machine for c in self.clients),
+                            *([self.host_on] if self.host_on is not None else [])])
             loading = False
             with progress.Progress("points measured", len(todo)) as bar:
                 while todo:

@@ -259,6 +259,7 @@ class Runner:
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: vm.vcpu_seconds(b.guest),
+                                  host_on=for_uri(b.guest.uri), host_devices=g.bdf,
                                   before_point=self._capper(b, inst.vcpu_cap)).execute(list(s.points), self._more(s),
                                                                                         self._loads(s))
             self.tally["ok"] += got["ok"]

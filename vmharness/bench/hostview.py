@@ -1,0 +1,88 @@
+"""The host's side of a `run` point, beside what the guest says of itself: how much of the time each
+vCPU thread actually ran (a guest counts as busy the time its vCPU waited for QEMU's I/O thread or was
+preempted), and how many interrupts the host took for the NICs passed through to it.
+
+The vCPU threads' runtime is read from libvirt at the same two instants inside the load as the client
+reads its generator's threads (vmharness/bench/threads.py), in a thread of the harness, so that
+neither wrk's start-up nor its done() hook nor the ssh round trips dilute it. The interrupts come from
+the host's own sampler (the same stream and window as every machine's)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vmharness.bench import threads
+
+Probe = Callable[[], list[float]]  # each vCPU thread's CPU seconds so far
+
+
+class VcpuReader:
+    """Reads `probe` at two instants after the load's release (`begin`); `result` stops waiting and
+    gives the busy share between the readings, or raises what a read raised (as a read in the
+    harness's own thread would have)."""
+
+    def __init__(self, probe: Probe | None, duration: float) -> None:
+        self.probe = probe
+        self.at = threads.instants(duration)
+        self.readings: list[tuple[float, list[float]]] = []
+        self.error: Exception | None = None
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def begin(self, _start: float) -> None:
+        if self.probe is None:
+            return
+        released = time.monotonic()
+        self.thread = threading.Thread(target=self._read, args=(released,), name="vcpu-reader", daemon=True)
+        self.thread.start()
+
+    def _read(self, released: float) -> None:
+        assert self.probe is not None
+        due = released
+        for wait in self.at:
+            due += wait
+            if self.stopped.wait(max(0.0, due - time.monotonic())):
+                return
+            try:
+                before = time.monotonic()
+                values = self.probe()
+            except Exception as exc:  # handed to the harness's thread by result()
+                self.error = exc
+                return
+            self.readings.append(((before + time.monotonic()) / 2, values))
+
+    def result(self) -> dict[str, Any]:
+        """{"vcpu_busy_percent": [...], "window_s": ...}, or {} when two readings were not had."""
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+        if self.error is not None:
+            raise self.error
+        return vcpu_busy(self.readings)
+
+
+def vcpu_busy(readings: list[tuple[float, list[float]]]) -> dict[str, Any]:
+    """Each vCPU thread's busy percent between the first and last reading (time, CPU seconds)."""
+    if len(readings) < 2:
+        return {}
+    (t0, a), (t1, b) = readings[0], readings[-1]
+    if t1 <= t0 or len(a) != len(b) or not a:
+        return {}
+    return {"vcpu_busy_percent": [round(100 * (y - x) / (t1 - t0), 1) for x, y in zip(a, b, strict=True)],
+            "window_s": round(t1 - t0, 3)}
+
+
+def vfio(summary: dict[str, Any], devices: tuple[str, ...]) -> dict[str, Any]:
+    """The interrupts per second the host took for each of the run's passed-through `devices` (0 for
+    one without a vfio line: its guest never enabled an interrupt) and their vector counts, from the
+    host's sampler summary of the point; {} when nothing is passed through or the host was not
+    sampled."""
+    if not devices or "cpu" not in summary:
+        return {}
+    rates, vectors = summary.get("vfio_interrupts_per_s", {}), summary.get("vfio_vectors", {})
+    return {"vfio_interrupts_per_s": {d: float(rates.get(d, 0.0)) for d in devices},
+            "vfio_vectors": {d: int(vectors.get(d, 0)) for d in devices},
+            "vfio_window": summary.get("window")}

@@ -5,8 +5,10 @@ hostile qemu.conf values and VMHARNESS_LIBVIRTD."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,7 +185,7 @@ def test_several_daemons_and_no_driver_pid_are_refused(host: FakeHost, monkeypat
 
 def test_no_daemon_running_says_nothing(host: FakeHost) -> None:
     assert lh.judge(_live(host), G1, "8G") is None
-    assert lh.judge(HostRoot(host.base), G1, "8G") is None, "a host root holds no processes"
+    assert lh.judge(HostRoot(host.base), G1, "8G") is None, "a snapshot that recorded nothing"
 
 
 def test_the_live_judgement_reads_mounts_and_qemu_conf(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,6 +202,40 @@ def test_the_live_judgement_reads_mounts_and_qemu_conf(host: FakeHost, monkeypat
     os.utime(host.p("etc/libvirt/qemu.conf"), (1.0, 1.0))
     v = lh.judge(_live(host), G1, "8G")
     assert v is not None and not v.sees and "qemu.conf names (/dev/hugepages)" in v.said
+
+
+def test_a_snapshot_answers_as_its_host_did(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """host-snapshot keeps the facts among its probes: --dry-run on the snapshot says the same line."""
+    monkeypatch.delenv(libvirtd.ENV, raising=False)
+    host.mount("vmharness /run/vmharness/hugepages-1G hugetlbfs rw,relatime,pagesize=1024M 0 0")
+    host.mkdir("run/vmharness/hugepages-1G")
+    _proc(host, 812, "libvirtd", 10, cmdline="libvirtd -d")
+    live = lh.judge(_live(host), G1, "8G")
+    assert live is not None and not live.sees
+    host.write("vmharness-probes.json", json.dumps({"libvirt": lh.measure(_live(host))}))
+    assert lh.judge(HostRoot(host.base), G1, "8G") == live
+
+
+@pytest.mark.parametrize(("entry", "what"), [
+    ([1], "not an object"),
+    ({"daemon": None, "several": "libvirtd[1]"}, "several"),
+    ({"daemon": {"pid": "812", "name": "libvirtd", "started": 1.0, "argv": [], "unit": None},
+      "conf": {"paths": None, "mtime": 0}, "mounts": {}}, "daemon"),
+    ({"daemon": {"pid": 812, "name": "libvirtd", "started": 1.0, "argv": ["a", 2], "unit": None},
+      "conf": {"paths": None, "mtime": 0}, "mounts": {}}, "daemon"),
+    ({"daemon": {"pid": 812, "name": "libvirtd", "started": 1.0, "argv": [], "unit": None},
+      "conf": {"paths": "/dev/hugepages", "mtime": 0}, "mounts": {}}, "conf"),
+    ({"daemon": {"pid": 812, "name": "libvirtd", "started": 1.0, "argv": [], "unit": None}, "mounts": {}}, "conf"),
+    ({"daemon": {"pid": 812, "name": "libvirtd", "started": 1.0, "argv": [], "unit": None},
+      "conf": {"paths": None, "mtime": 0}, "mounts": {"/dev/hugepages": [True, "yes"]}}, "mounts"),
+])
+def test_a_damaged_libvirt_entry_in_a_snapshot_is_one_error_naming_it(host: FakeHost, entry: Any, what: str) -> None:
+    host.write("vmharness-probes.json", json.dumps({"libvirt": entry}))
+    with pytest.raises(HarnessError) as err:
+        lh.judge(HostRoot(host.base), G1, "8G")
+    assert_one_line_error(err.value.render())
+    assert err.value.message.startswith("/vmharness-probes.json in the host root holds a damaged libvirt entry")
+    assert f"({what})" in err.value.message
 
 
 # qemu.conf and VMHARNESS_LIBVIRTD, as found -------------------------------------------------------

@@ -22,7 +22,8 @@ refuses when it cannot tell:
 Anything else is "does not see", with the fix: the command that restarts that daemon (its systemd
 unit, or its own command line again) and, where qemu.conf leaves the mount out, the line to set.
 A daemon that `python -m vmharness.host.libvirtd` started for this process runs no one else's guests:
-`ensure` restarts it instead of refusing. Read on the live host only (a host root holds no processes).
+`ensure` restarts it instead of refusing. These facts are live ones: host-snapshot keeps them among its
+probes (`measure`), so that `--dry-run` and `run --print-xml` on a snapshot say what they said on its host.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.host import hugepages, libvirtd
+from vmharness.host import hugepages, libvirtd, probes
 from vmharness.host.root import HostRoot
 
 DRIVER_PID = "/run/libvirt/qemu/driver.pid"
@@ -115,8 +116,8 @@ def decide(d: Daemon, size_kib: int, mounts: list[Mounted], conf: Conf, amount: 
     if conf.mtime > d.started:
         return no(f"{d.label} started before {QEMU_CONF} last changed: which hugetlbfs mounts it uses is not "
                   "known", f"restart it: {restart}")
-    if conf.paths is not None and not listed:
-        path = planned or (mounts[0].path if mounts else None)
+    path = planned or (mounts[0].path if mounts else None)
+    if conf.paths is not None and not listed and path not in conf.paths:
         if path is None:
             return no(f"no hugetlbfs of pagesize {label} is mounted", f"mount one: vmharness host-prepare "
                       f"--hugepages {amount} --hugepage-size {label}; then set it in {QEMU_CONF} and restart "
@@ -238,37 +239,100 @@ def read_conf(root: HostRoot) -> Conf:
     return Conf(parse_conf(root.read_optional(QEMU_CONF) or ""), mtime)
 
 
-def mounted(root: HostRoot, size_kib: int) -> list[Mounted]:
-    out = []
-    for m in hugepages.mounts(root):
-        if m.pagesize_kib != size_kib:
-            continue
-        try:
-            ctime = os.stat(root.path(m.path)).st_ctime
-        except OSError:
-            continue  # gone, or hidden: not a mount that can be judged
-        out.append(Mounted(m.path, ctime, root.is_dir(f"{m.path}/libvirt/qemu")))
-    return out
-
-
 def _boot_time() -> float:
     return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def judge(root: HostRoot, size_kib: int, amount: str, planned: str | None = None) -> Verdict | None:
-    """On the live host: whether the running daemon sees a hugetlbfs of `size_kib` (or will see the mount
-    `planned`). None when no daemon runs (the one started next lists the mounts then) or off the live host."""
-    if not root.live:
-        return None
+def measure(root: HostRoot) -> dict[str, Any]:
+    """What `judge` needs, read now, as JSON: host-snapshot keeps it among the probes, so that a
+    snapshot answers as its host did. The daemon (None: none runs), the daemons when several run and
+    none holds the driver, qemu.conf's setting, and each hugetlbfs mount's ctime and libvirt/qemu."""
     pids = _daemon_pids(root)
     if len(pids) > 1:
-        names = ", ".join(f"{_proc_field(root, p, 'comm')}[{p}]" for p in pids)
-        return Verdict(False, f"several libvirt daemons run ({names}) and {DRIVER_PID} names none of them: "
-                       "which one starts the guests is not known", "stop the one that should not run")
-    d = read_daemon(root, pids[0], _boot_time(), libvirtd.owned_pid()) if pids else None
+        return {"daemon": None, "several": [f"{_proc_field(root, p, 'comm')}[{p}]" for p in pids]}
+    d = read_daemon(root, pids[0], _boot_time(), None) if pids else None
     if d is None:
+        return {"daemon": None}
+    out: dict[str, Any] = {"daemon": {"pid": d.pid, "name": d.name, "started": d.started, "argv": list(d.argv),
+                                      "unit": d.unit}, "mounts": {}}
+    try:
+        conf = read_conf(root)
+        out["conf"] = {"paths": None if conf.paths is None else list(conf.paths), "mtime": conf.mtime}
+    except HarnessError as exc:
+        out["conf_error"] = exc.message
+    for m in hugepages.mounts(root):
+        try:
+            ctime = os.stat(root.path(m.path)).st_ctime
+        except OSError:
+            continue  # gone, or hidden: not a mount that can be judged
+        out["mounts"][m.path] = [ctime, root.is_dir(f"{m.path}/libvirt/qemu")]
+    return out
+
+
+def _damaged(what: str) -> HarnessError:
+    return HarnessError(f"{probes.PROBES_FILE} in the host root holds a damaged libvirt entry ({what})",
+                        "re-create the snapshot with vmharness host-snapshot")
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _facts(root: HostRoot) -> dict[str, Any] | None:
+    """Measured on the live host; a snapshot's as host-snapshot recorded them (None: it has none),
+    each value checked: a snapshot is input like any other."""
+    if root.live:
+        return measure(root)
+    found = (probes.load(root) or {}).get("libvirt")
+    if found is None:
         return None
-    return decide(d, size_kib, mounted(root, size_kib), read_conf(root), amount, planned)
+    if not isinstance(found, dict) or not (found.get("several") is None or _strings(found["several"])):
+        raise _damaged("not an object" if not isinstance(found, dict) else "several")
+    d, conf, mounts = found.get("daemon"), found.get("conf"), found.get("mounts")
+    if d is None:
+        return found
+    checks = {
+        "daemon": isinstance(d, dict) and isinstance(d.get("pid"), int) and isinstance(d.get("name"), str)
+        and _number(d.get("started")) and _strings(d.get("argv")) and isinstance(d.get("unit"), (str, type(None))),
+        "conf": isinstance(found.get("conf_error"), str) if conf is None else isinstance(conf, dict)
+        and _number(conf.get("mtime")) and (conf.get("paths") is None or _strings(conf["paths"])),
+        "mounts": isinstance(mounts, dict) and all(isinstance(v, list) and len(v) == 2 and _number(v[0])
+                                                   and isinstance(v[1], bool) for v in mounts.values()),
+    }
+    for name, ok in checks.items():
+        if not ok:
+            raise _damaged(name)
+    return found
+
+
+def judge(root: HostRoot, size_kib: int, amount: str, planned: str | None = None) -> Verdict | None:
+    """Whether the running daemon sees a hugetlbfs of `size_kib` (or will see the mount `planned`),
+    on the live host or as a snapshot recorded it. None when no daemon runs (the one started next
+    lists the mounts then), or the snapshot recorded nothing."""
+    found = _facts(root)
+    if found is None:
+        return None
+    if found.get("several"):
+        return Verdict(False, f"several libvirt daemons run ({', '.join(found['several'])}) and {DRIVER_PID} "
+                       "names none of them: which one starts the guests is not known",
+                       "stop the one that should not run")
+    if found["daemon"] is None:
+        return None
+    raw = found["daemon"]
+    d = Daemon(raw["pid"], raw["name"], float(raw["started"]), tuple(raw["argv"]), raw["unit"],
+               root.live and libvirtd.owned_pid() == raw["pid"])
+    if "conf_error" in found:
+        return Verdict(False, f"whether {d.label} sees a hugetlbfs is not known: {found['conf_error']}",
+                       "run as root (sudo)", d.owned, d.restart())
+    conf = Conf(None if found["conf"]["paths"] is None else tuple(found["conf"]["paths"]), found["conf"]["mtime"])
+    stat = found["mounts"]
+    mounts = [Mounted(m.path, *stat[m.path]) for m in hugepages.mounts(root)
+              if m.pagesize_kib == size_kib and m.path in stat]
+    return decide(d, size_kib, mounts, conf, amount, planned)
 
 
 def ensure(root: HostRoot, size_kib: int, amount: str) -> str | None:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -294,3 +297,41 @@ def test_vmharness_libvirtd_naming_other_files_claims_no_daemon(monkeypatch: pyt
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_the_wrapped_command_asks_the_wrapper_for_restarts_and_learns_each_new_pid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protocol between `python -m vmharness.host.libvirtd` and its command, through a shell as the
+    rig uses it; the restart itself (libvirtd stopped and started) is the rig's test_hugepages_1g.py."""
+
+    class Started:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+    def restart(started: list[Started]) -> int:
+        if started[-1].pid == 102:
+            raise HarnessError("the libvirtd vmharness started runs 1 guest(s): it is not restarted under them")
+        started[-1] = Started(started[-1].pid + 1)
+        return started[-1].pid
+
+    monkeypatch.setattr(libvirtd, "_restart", restart)
+    started = [Started(1), Started(100)]
+    asks, ask = os.pipe()
+    answer, answers = os.pipe()
+    busy = threading.Lock()
+    threading.Thread(target=libvirtd._serve, args=(started, busy, asks, answers), daemon=True).start()
+    env = {**os.environ, libvirtd.ENV: f"100:{ask}:{os.fstat(ask).st_ino}:{answer}:{os.fstat(answer).st_ino}"}
+    code = ("from vmharness.errors import HarnessError\nfrom vmharness.host import libvirtd as l\n"
+            "print(l.owned_pid(), l.restart_owned(), l.restart_owned(), l.owned_pid())\n"
+            "try:\n    l.restart_owned()\nexcept HarnessError as e:\n    print(e.message)\n")
+    try:
+        res = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$1"', "sh", code], env=env, pass_fds=(ask, answer),
+                             capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        os.close(ask)
+        os.close(answer)
+    with busy:
+        assert started[-1].pid == 102
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["100 101 102 102", "the libvirtd vmharness started was not restarted: the "
+                                       "libvirtd vmharness started runs 1 guest(s): it is not restarted under them"]

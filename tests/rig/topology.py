@@ -80,11 +80,15 @@ def qemu_argv(kernel: Path, initrd: Path, append: str, files: Files) -> list[str
         "-machine", "q35,accel=tcg,kernel-irqchip=split",
         "-cpu", "max",
         "-smp", "2,sockets=2,cores=1,threads=1",  # one socket per node: no shared LLC
-        "-m", "2560M",
+        "-m", "3584M",
         "-object", "memory-backend-ram,id=mem0,size=1G",
         # Node 1 holds the NIC, so an L2 guest's hugepages and its QEMU (memory-locked for VFIO,
-        # bound to the node) live there: 1 GiB was too little for both.
-        "-object", "memory-backend-ram,id=mem1,size=1536M",
+        # bound to the node) live there: 1 GiB was too little for both. 2.5 GiB: with 3.5 GiB in
+        # all, q35 puts RAM above 2 GiB at 4 GiB, so node 1 is [1 GiB, 2 GiB) and [4 GiB, 5.5 GiB),
+        # and the kernel's own allocations go to the upper part (ZONE_NORMAL) first: the lower,
+        # 1 GiB-aligned block stays free enough for a 1 GiB page at run time (test_hugepages_1g.py),
+        # which it never was with 1.5 GiB all below 4 GiB.
+        "-object", "memory-backend-ram,id=mem1,size=2560M",
         "-numa", "node,nodeid=0,cpus=0,memdev=mem0",
         "-numa", "node,nodeid=1,cpus=1,memdev=mem1",
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",

@@ -63,8 +63,8 @@ def test_a_mount_within_a_second_of_the_start_counts_as_newer() -> None:
 
 
 def test_the_daemons_libvirt_directory_in_the_mount_is_proof_it_lists_it() -> None:
-    """A daemon restarted after the mount made libvirt/qemu in it, which moved the mount's ctime past its
-    start: the directory says it lists the mount."""
+    """A guest the daemon started made libvirt/qemu in the mount, which moved the mount's ctime past the
+    daemon's start: the directory says it lists the mount."""
     v = lh.decide(daemon(), G1, [mount(T + 2, libvirt_dir=True)], NO_CONF, "8G")
     assert v.sees and "its libvirt/qemu directory is there" in v.said
 

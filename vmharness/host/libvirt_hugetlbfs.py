@@ -15,8 +15,8 @@ refuses when it cannot tell:
   is set when it is mounted and only ever moved later (a chmod, an entry made in it), so a ctime
   before the daemon's start proves the mount older than the daemon;
 - or a mount it has put its `libvirt/qemu` directory in: the driver makes it in every mount it
-  lists, when it starts and at each guest's start (it is the sign left by a daemon restarted after
-  the mount, whose start moved that ctime);
+  lists when a guest starts (libvirt 9.0 does not at its own start: in the rig a daemon restarted
+  after the mount left none), and that mkdir moves the ctime past the daemon's start;
 - with qemu.conf's hugetlbfs_mount set, only a mount it names counts, and only if qemu.conf has not
   changed since the daemon started (it is read at the start too).
 Anything else is "does not see", with the fix: the command that restarts that daemon (its systemd

@@ -142,12 +142,14 @@ def test_sigkill_half_way_is_recovered_by_restore(l1: Rig, pristine: list[str]) 
 
 
 def test_hugepages_falling_short_fail_cleanly(l1: Rig, pristine: list[str]) -> None:
-    # node 1 has 1.5 GiB in all: 1500 MiB of 2M pages cannot all be had at run time
-    res = tool(l1, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", "1500M")
+    # all of node 1's memory in 2M pages: it cannot all be had at run time (the kernel uses some)
+    meminfo = sh(l1, "cat /sys/devices/system/node/node1/meminfo").stdout
+    pages = int(next(line.split()[3] for line in meminfo.splitlines() if "MemTotal:" in line)) // 2048
+    res = tool(l1, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", f"{pages * 2}M")
     assert res.returncode == 2, res.stdout + res.stderr
     assert "compacting memory" in res.stderr  # progress: on stderr
-    assert "asked 750 2M hugepages on node 1, got" in res.stderr
-    assert "hugepagesz=2M hugepages=1:750" in res.stderr, "the boot-time alternative is named"
+    assert f"asked {pages} 2M hugepages on node 1, got" in res.stderr
+    assert f"hugepagesz=2M hugepages=1:{pages}" in res.stderr, "the boot-time alternative is named"
     assert "undoing what was done" in res.stderr
     assert state(l1) == pristine, "the devices bound before the failure are given back too"
     assert "nothing to restore" in tool(l1, "host-restore", "--dry-run").stdout

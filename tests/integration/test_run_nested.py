@@ -49,6 +49,20 @@ def config(rig: Rig) -> str:
             '[tuning]\nprofile = "none"\n')
 
 
+QEMU_CONF = 'namespaces = []\nuser = "root"\ngroup = "root"\ndynamic_ownership = 0\n'
+
+
+def libvirt_in_l1(rig: Rig) -> None:
+    """L1's libvirt, in the chroot of L0's root the rig runs commands in: there is no udev to make
+    /dev/net/tun for the tap; libvirt's private /dev for QEMU (its mount namespace) does not work in a
+    chroot (QEMU finds no /dev/urandom); and its dynamic ownership would chown the image, which copies
+    all of it into the tmpfs half of L1's /var overlay. So: tun loaded, QEMU in L1's own /dev, as root,
+    files left as they are (qemu.conf written once per L1: before any libvirtd starts)."""
+    assert in_l1(rig, "modprobe", "tun").ok
+    once = 'grep -qx "dynamic_ownership = 0" /etc/libvirt/qemu.conf || printf "%s" "$1" >> /etc/libvirt/qemu.conf'
+    assert in_l1(rig, "sh", "-c", once, "sh", QEMU_CONF).ok
+
+
 def host_state(rig: Rig) -> list[str]:
     """Drivers, overrides, interfaces, hugepages, hugetlbfs mounts, VFIO modules and /dev/vfio in L1
     (modules libvirtd or QEMU load for themselves, a tap's say, are theirs, not the harness's)."""
@@ -65,14 +79,7 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     assert built.ok, built.stderr
     ssh.harness_key()
     vmh = str(l1.repo / ".venv/bin/vmharness")
-    # L1's libvirt, in the chroot of L0's root the rig runs commands in: there is no udev to make
-    # /dev/net/tun for the tap; libvirt's private /dev for QEMU (its mount namespace) does not work
-    # in a chroot (QEMU finds no /dev/urandom); and its dynamic ownership would chown the image,
-    # which copies all of it into the tmpfs half of L1's /var overlay. So: tun loaded, QEMU in L1's
-    # own /dev, as root, files left as they are.
-    assert in_l1(l1, "modprobe", "tun").ok
-    qemu_conf = 'namespaces = []\nuser = "root"\ngroup = "root"\ndynamic_ownership = 0\n'
-    assert in_l1(l1, "sh", "-c", 'printf "%s" "$1" >> /etc/libvirt/qemu.conf', "sh", qemu_conf).ok
+    libvirt_in_l1(l1)
     l1.put_file("/tmp/nested.toml", config(l1).encode())
     before = host_state(l1)
     node1_cpus = set(cpus.parse_cpulist(l1.read_file("/sys/devices/system/node/node1/cpulist").decode()))

@@ -19,7 +19,7 @@ from vmharness import progress, schema
 from vmharness.config import HugepageSize, RunConfig, wire
 from vmharness.errors import HarnessError
 from vmharness.guest import placement
-from vmharness.host import hugepages, journal, pci, plan, prepare, restore, show_plan
+from vmharness.host import hugepages, journal, libvirt_hugetlbfs, pci, plan, prepare, restore, show_plan
 from vmharness.host.root import HostRoot
 from vmharness.machine import for_uri
 
@@ -173,19 +173,45 @@ def choose(root: HostRoot, cfg: RunConfig, given: Given) -> Choice:
     return Choice(dataclasses.replace(cfg, guest=g), source, line)
 
 
+def _refuse_unseen(the_plan: plan.Plan, req: plan.Request) -> None:
+    """Before anything is taken: a libvirt daemon vmharness did not start, which will not see the
+    guest's hugetlbfs, is a refusal with its fix. When the run would mount it itself, restarting the
+    daemon then would not help (the mount goes with the run): the fix mounts it with host-prepare."""
+    seen = the_plan.libvirt
+    if seen is None or seen.sees or seen.owned:
+        return
+    if the_plan.mount is None:
+        raise HarnessError(seen.said, seen.fix)
+    prepare_it = " ".join(["vmharness host-prepare", *(f"--bdf {b}" for b in req.bdfs),
+                           f"--hugepages {req.hugepages}", f"--hugepage-size {req.pagesize}"])
+    raise HarnessError(seen.said, f"the run would mount it and unmount it at its end: mount it first with "
+                       f"{prepare_it}, then restart the daemon ({seen.restart}), then run again")
+
+
 def prepare_host(root: HostRoot, cfg: RunConfig, say: progress.Say, owner: str) -> int | None:
     """Prepare what the run needs; returns the journal position to restore back to (None: nothing was
-    changed). The caller holds the host lock."""
+    changed). With hugepages, the libvirt daemon must then see their hugetlbfs (one vmharness started
+    is restarted for it). The caller holds the host lock."""
     req = request(cfg)
     if req is None:
         return None
     the_plan = plan.make(root, req)
-    for line in show_plan.plan_text(the_plan, dry_run=False).splitlines():
-        say(line.strip())
-    if the_plan.changes_nothing:
-        return None
-    since = max((r["seq"] for r in journal.read(root)), default=0)
-    prepare.execute(root, the_plan, say, owner)
+    for text in show_plan.plan_text(the_plan, dry_run=False).splitlines():
+        say(text.strip())
+    _refuse_unseen(the_plan, req)
+    since = None
+    if not the_plan.changes_nothing:
+        since = max((r["seq"] for r in journal.read(root)), default=0)
+        prepare.execute(root, the_plan, say, owner)
+    if the_plan.pages is not None:
+        try:
+            line = libvirt_hugetlbfs.ensure(root, the_plan.pages.size_kib, f"{cfg.guest.memory}M")
+        except BaseException:
+            for problem in restore_host(root, since, say):
+                say(f"NOT RESTORED: {problem}")
+            raise
+        if line and (the_plan.libvirt is None or line != the_plan.libvirt.said):
+            say(f"libvirt: {line}")
     return since
 
 

@@ -13,7 +13,7 @@ from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
 from vmharness.guest.vm import check_name, domain_name, new_uuid
-from vmharness.host import hugepages, pci, probes
+from vmharness.host import hugepages, libvirt_hugetlbfs, pci, probes
 from vmharness.host.plan import Plan as HostPlan
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine, for_uri
@@ -138,21 +138,37 @@ def _pages_planned(after: HostPlan | None, node: int | None, page_kib: int, memo
     return p is not None and p.node == node and p.size_kib == page_kib and p.needed * page_kib >= memory_mib * 1024
 
 
+def _libvirt_sees(root: HostRoot, page_kib: int, memory_mib: int, for_print: bool) -> list[str]:
+    """Whether the local libvirt daemon sees a hugetlbfs of the guest's page size: said in a preflight;
+    before a real boot, made so (a daemon vmharness started is restarted) or refused with the fix."""
+    if not for_print:
+        line = libvirt_hugetlbfs.ensure(root, page_kib, f"{memory_mib}M")
+        return [f"libvirt: {line}"] if line else []
+    seen = libvirt_hugetlbfs.judge(root, page_kib, f"{memory_mib}M")
+    if seen is None:
+        return []
+    return [f"libvirt: {seen.said}" + (f"; fix: {seen.fix}" if seen.fix else "")]
+
+
 def plan(root: HostRoot, req: VmRequest, for_print: bool = False, after: HostPlan | None = None) -> Planned:
     """`after`: plan the domain as it would be once this host plan is carried out (`run --print-xml` on a
     host not prepared yet): its devices count as on vfio-pci, its hugepages as reserved."""
     check_name(req.name)
     if req.memory_mib < 128:
         raise HarnessError(f"{req.memory_mib} MiB is too little memory for the guest", "pass --memory 512 or more")
-    img = resolve_image(req, must_exist=not for_print)
-    notes = [] if img.disk.exists() else [f"the image {img.folder} is not built yet"]
     bound = {b.bdf for b in after.binds} if after is not None else set()
     bdfs = tuple(_check_device(root, b, req.managed, bound) for b in req.bdfs)
     node_cpus = placement.node_cpus(root, placement.nic_node(root, bdfs)[0])
     place = placement.place(root, bdfs, req.vcpus or min(2, len(node_cpus)))
     page_kib = _hugepage_kib(req) if req.hugepages else None
+    notes = []
     if page_kib is not None and not _pages_planned(after, place.node, page_kib, req.memory_mib):
         placement.check_hugepages(root, place.node, page_kib, req.memory_mib)
+    if page_kib is not None and after is None and for_uri(req.uri).local:
+        notes += _libvirt_sees(root, page_kib, req.memory_mib, for_print)
+    img = resolve_image(req, must_exist=not for_print)
+    if not img.disk.exists():
+        notes.append(f"the image {img.folder} is not built yet")
     kvm, why = use_kvm(root, req)
     notes.append(f"accelerator: {'KVM' if kvm else 'TCG'} ({why})")
     kernel, initrd, kernel_notes = _kernel(req, img)

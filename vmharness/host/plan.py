@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.host import checks, hugepages, iommu, journal, modules, netstate, vfio_users
+from vmharness.host import checks, hugepages, iommu, journal, libvirt_hugetlbfs, modules, netstate, vfio_users
 from vmharness.host.pci import PciDevice, find, parse_bdf, read_device
 from vmharness.host.root import HostRoot
 
@@ -90,6 +90,7 @@ class Plan:
     pages: Pages | None = None
     mount: str | None = None  # a hugetlbfs mount to make
     mount_existing: str | None = None
+    libvirt: libvirt_hugetlbfs.Verdict | None = None  # whether the running libvirt daemon sees the mount
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -106,6 +107,7 @@ class Plan:
             "hugepages": vars(self.pages) if self.pages else None,
             "mount": self.mount,
             "mount_existing": self.mount_existing,
+            "libvirt": self.libvirt.to_json() if self.libvirt else None,
             "warnings": self.warnings,
             "notes": self.notes,
         }
@@ -229,6 +231,7 @@ def _pages(root: HostRoot, req: Request, devices: list[PciDevice], plan: Plan) -
         plan.mount_existing = mounts[0].path
     else:
         plan.mount = f"{MOUNT_BASE}/hugepages-{pr.label}"
+    plan.libvirt = libvirt_hugetlbfs.judge(root, size_kib, hugepages.size_label(needed * size_kib), plan.mount)
 
 
 def make(root: HostRoot, req: Request) -> Plan:

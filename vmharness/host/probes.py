@@ -1,5 +1,5 @@
 """Facts that only the live host can answer (is KVM usable, is libvirtd there, which QEMU, libhugetlbfs'
-pool list, the SSH session the harness runs in).
+pool list, the SSH session the harness runs in, which hugetlbfs mounts the libvirt daemon can know).
 
 On the live host they are measured; `host-snapshot` stores them in the tarball so that a snapshot
 answers the same. A host root that is neither has none, and the checks say so.
@@ -101,8 +101,10 @@ def measure(root: HostRoot) -> dict[str, Any]:
         kvm_state = kvm.probe().to_json()
     else:
         kvm_state = {"usable": False, "detail": "/dev/kvm does not exist"}
+    from vmharness.host import libvirt_hugetlbfs  # it reads the probes back: imported here, not above
+
     return {"kvm": kvm_state, "libvirtd": libvirtd(), "qemu": qemu(), "hugeadm": hugeadm(),
-            "ssh_connection": ssh_connection(root, os.environ)}
+            "ssh_connection": ssh_connection(root, os.environ), "libvirt": libvirt_hugetlbfs.measure(root)}
 
 
 def load(root: HostRoot) -> dict[str, Any] | None:

@@ -31,6 +31,10 @@ def plan_text(plan: Plan, dry_run: bool) -> str:
             lines.append(f"  mount: hugetlbfs pagesize={label} on {plan.mount}")
         else:
             lines.append(f"  mount: {plan.mount_existing} (hugetlbfs, pagesize {label}) is already there")
+    if plan.libvirt is not None:
+        lines.append(f"  libvirt: {plan.libvirt.said}")
+        if plan.libvirt.fix:
+            lines.append(f"    fix: {plan.libvirt.fix}")
     lines += [f"  note: {n}" for n in plan.notes]
     lines += [f"  WARNING: {w}" for w in plan.warnings]
     if plan.changes_nothing:

@@ -32,6 +32,9 @@ def terminate_as_interrupt() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if _holding:  # a shield is swapping its handlers in or out: held with the others
+            _held.append(signum)
+            return
         raise Interrupted(signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -51,21 +54,29 @@ def shielded() -> Iterator[None]:
         return
     # The handlers are swapped with the signals blocked: one arriving midway would otherwise find some
     # handlers swapped and not others (and be lost, or leave a handler holding for ever); it waits,
-    # and is held once they are unblocked.
-    with _blocked():
-        _held.clear()
-        old = {s: signal.signal(s, _hold) for s in SIGNALS}
+    # and is held once they are unblocked. The mask is this thread's alone: with other threads alive
+    # (a sampler's reader, say) the kernel hands the signal to one of them, and Python runs its
+    # handler here at once, mid-swap. So the handlers also hold while `_holding` is set.
+    global _holding
+    _held.clear()
+    _holding = True
     try:
-        yield
-    finally:
         with _blocked():
-            for s, h in old.items():
-                signal.signal(s, h)
+            old = {s: signal.signal(s, _hold) for s in SIGNALS}
+        try:
+            yield
+        finally:
+            with _blocked():
+                for s, h in old.items():
+                    signal.signal(s, h)
+    finally:
+        _holding = False
     if _held:
         raise Interrupted(_held[0])
 
 
 _held: list[int] = []
+_holding = False  # from a shield's first handler swap to its last
 
 
 @contextmanager

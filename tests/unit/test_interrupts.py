@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +16,9 @@ from vmharness import interrupts
 from vmharness.interrupts import Interrupted, shielded, terminate_as_interrupt
 
 
-def _signal_midway(monkeypatch: pytest.MonkeyPatch, when: Callable[[int], bool]) -> None:
-    """signal.signal that sends this process a SIGTERM on the call where `when(call number)` holds."""
+def _signal_midway(monkeypatch: pytest.MonkeyPatch, when: Callable[[int], bool], settle: float = 0.0) -> None:
+    """signal.signal that sends this process a SIGTERM on the call where `when(call number)` holds
+    (and then waits `settle` seconds, time for another thread to take it)."""
     real = signal.signal
     calls = [0]
 
@@ -25,6 +27,7 @@ def _signal_midway(monkeypatch: pytest.MonkeyPatch, when: Callable[[int], bool])
         old = real(signum, handler)
         if when(calls[0]):
             os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(settle)
         return old
 
     monkeypatch.setattr(signal, "signal", swapping)
@@ -61,3 +64,26 @@ def test_a_signal_inside_the_shield_waits_for_its_end() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         done.append("after the signal")
     assert done == ["after the signal"]
+
+
+@pytest.mark.parametrize("call", [1, 2, 3, 4, 5, 6])
+def test_a_signal_mid_swap_is_held_while_another_thread_lives(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+    """The shield blocks the signals in its own thread; the kernel then gives one to another thread
+    (a sampler's reader, say), and Python runs its handler in the main thread mid-swap all the same."""
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        ran = []
+        with terminate_as_interrupt():
+            _signal_midway(monkeypatch, lambda n: n == call, settle=0.05)
+            with pytest.raises(Interrupted) as got, shielded():
+                ran.append("the block")
+            monkeypatch.undo()
+            assert all(signal.getsignal(s) is not interrupts._hold for s in interrupts.SIGNALS)
+        assert ran == ["the block"] and got.value.signum == signal.SIGTERM
+    finally:
+        stop.set()
+        other.join()

@@ -187,6 +187,9 @@ class ServerSection:
     mode: ServerMode = "file"
 
 
+MAX_PIPELINE = 1024  # requests a wrk connection sends back to back
+
+
 @dataclass(frozen=True)
 class InstanceSection:
     name: str = checked(check_name)
@@ -208,8 +211,9 @@ class InstanceSection:
     # 0: no cap. What `run --control` uses to make a known cost.
     vcpu_cap: int = bounded(0, 0, 100)
     # HTTP/1.1 requests each wrk connection sends back to back: syscall-heavy load from few connections.
-    # Compared as instances are (the same server, pipelined and not); no open-loop load (oha cannot)
-    pipeline: int = bounded(1, 1, 1024)
+    # Compared as instances are (the same server, pipelined and not); no open-loop load (oha cannot).
+    # sweep.pipeline makes the twins for every instance (with_pipelines)
+    pipeline: int = bounded(1, 1, MAX_PIPELINE)
 
 
 @dataclass(frozen=True)
@@ -241,6 +245,9 @@ class SweepSection:
     search: Search = "grid"
     search_factor: float = bounded(2.0, 1.1, 16.0)  # adaptive: each ladder step multiplies by this
     search_resolution: float = bounded(0.15, 0.01, 1.0)  # adaptive: the peak is located to within this share
+    # HTTP/1.1 pipelining depths every instance is measured at: the instance itself at the first, a twin
+    # NAME-pD at each other (with_pipelines); in run a twin rides on its instance's boots
+    pipeline: tuple[int, ...] = bounded((1,), 1, MAX_PIPELINE)
 
 
 @dataclass(frozen=True)
@@ -359,6 +366,42 @@ def with_control(cfg: RunConfig, where: str = "control.cap") -> RunConfig:
 C = TypeVar("C", bound=BenchConfig)  # validate() returns what it is given
 
 
+def twin_name(name: str, depth: int) -> str:
+    return f"{name}-p{depth}"
+
+
+def with_pipelines(cfg: C) -> C:
+    """`cfg` with every instance at every depth of sweep.pipeline: the instance itself at the first, a
+    twin NAME-pD (the instance, D requests per connection) at each other, appended in that order. A
+    configuration that already holds them (a resumed run's) is returned as it is. The positive
+    control is not twinned: its cost is known at the baseline's depth only."""
+    depths = cfg.sweep.pipeline
+    if depths == (1,):
+        return cfg
+    if not depths:
+        raise HarnessError("sweep.pipeline is empty", "list the depths to measure at: [1] (the default), [1, 16]")
+    if len(set(depths)) != len(depths):
+        raise HarnessError(f"sweep.pipeline: {list(depths)} names a depth twice", "list each depth once: [1, 16]")
+    control = cfg.control.name if isinstance(cfg, RunConfig) and cfg.control.cap else None
+    names = {i.name for i in cfg.instance}
+    originals = [i for i in cfg.instance if i.name == control or not any(
+        i.name == twin_name(o.name, d) for o in cfg.instance for d in depths[1:] if o.name != i.name)]
+    for i in originals:
+        if i.pipeline not in (1, depths[0]) and i.name != control:
+            raise HarnessError(f"instance {i.name}: pipeline = {i.pipeline}, and sweep.pipeline gives every "
+                               "instance its depths", "set one: the instance's pipeline or sweep.pipeline")
+    first = [i if i.name == control else dataclasses.replace(i, pipeline=depths[0]) for i in originals]
+    twins = [dataclasses.replace(i, name=twin_name(i.name, d), pipeline=d)
+             for d in depths[1:] for i in originals if i.name != control]
+    want = (*first, *twins)
+    if set(cfg.instance) == set(want):
+        return cfg
+    if taken := sorted(names & {t.name for t in twins}):
+        raise HarnessError(f"sweep.pipeline: an instance is already named {taken[0]!r}",
+                           "rename it: sweep.pipeline names the twin at each depth NAME-pDEPTH")
+    return dataclasses.replace(cfg, instance=want)
+
+
 def interleave(cfg: BenchConfig) -> str:
     if cfg.sweep.interleave != "auto":
         return cfg.sweep.interleave
@@ -437,18 +480,18 @@ def _read(path: Path) -> dict[str, Any]:
 
 def load(path: Path | None) -> BenchConfig:
     """bench's configuration in `path` (None: every default: nginx and wrk on this machine)."""
-    return validate(schema.table("config", BenchConfig, _read(path)) if path else BenchConfig())
+    return validate(with_pipelines(schema.table("config", BenchConfig, _read(path)) if path else BenchConfig()))
 
 
 def load_run(path: Path | None) -> RunConfig:
     """run's configuration in `path` (None: the embedded experiment, default-run.toml)."""
-    return validate(with_control(schema.table("config", RunConfig, _read(path or DEFAULT_RUN))))
+    return validate(with_control(with_pipelines(schema.table("config", RunConfig, _read(path or DEFAULT_RUN)))))
 
 
 def from_json(data: dict[str, Any]) -> BenchConfig:
     """A bench configuration as its manifest stores it (for --resume)."""
-    return schema.table("config", BenchConfig, data)
+    return with_pipelines(schema.table("config", BenchConfig, data))
 
 
 def run_from_json(data: dict[str, Any]) -> RunConfig:
-    return with_control(schema.table("config", RunConfig, data))
+    return with_control(with_pipelines(schema.table("config", RunConfig, data)))

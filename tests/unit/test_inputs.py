@@ -49,6 +49,13 @@ BENCH_CASES = {
     "pipeline-zero": ('[[instance]]\nname = "a"\npipeline = 0\n', "instance[0].pipeline"),
     "pipeline-huge": ('[[instance]]\nname = "a"\npipeline = 1025\n', "instance[0].pipeline"),
     "pipeline-float": ('[[instance]]\nname = "a"\npipeline = 2.5\n', "instance[0].pipeline"),
+    "sweep-pipeline-zero": ('[sweep]\npipeline = [1, 0]\n', "sweep.pipeline"),
+    "sweep-pipeline-huge": ('[sweep]\npipeline = [1, 5000]\n', "sweep.pipeline"),
+    "sweep-pipeline-string": ('[sweep]\npipeline = ["16; reboot"]\n', "sweep.pipeline"),
+    "sweep-pipeline-twice": ('[sweep]\npipeline = [16, 16]\n', "sweep.pipeline"),
+    "sweep-pipeline-empty": ('[sweep]\npipeline = []\n', "sweep.pipeline"),
+    "sweep-pipeline-taken": ('[[instance]]\nname = "a"\n[[instance]]\nname = "a-p8"\nnginx = "nginx2"\n'
+                             '[sweep]\npipeline = [1, 8]\n', "sweep.pipeline"),
     "oha-option": ('[[client]]\noha = "-x"\n', "client[0].oha"),
     "oha-empty": ('[[client]]\noha = ""\n', "client[0].oha"),
     # the sweep

@@ -51,6 +51,52 @@ def test_run_sessions_follow_the_rotated_order() -> None:
     assert left[0].instance == "baseline" and [p.key for p in left[0].points] == ["baseline/32/0"]
 
 
+def test_sweep_pipeline_twins_every_instance_and_the_twins_ride_on_its_boots(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text('[[instance]]\nname = "base"\ncmdline = "mitigations=off"\n'
+                    '[[instance]]\nname = "pti"\ncmdline = "pti=on"\n'
+                    '[control]\ncap = 50\n[sweep]\nconnections = "2,8"\niterations = 2\npipeline = [1, 16]\n')
+    cfg = config.load_run(path)
+    assert [(i.name, i.cmdline, i.pipeline, i.vcpu_cap) for i in cfg.instance] == [
+        ("base", "mitigations=off", 1, 0), ("pti", "pti=on", 1, 0), ("base-p16", "mitigations=off", 16, 0),
+        ("pti-p16", "pti=on", 16, 0), ("control", "mitigations=off", 1, 50)]  # the control has no twin
+    assert config.run_from_json(json.loads(json.dumps(cfg.to_json()))) == cfg  # a resumed run: as it was
+    assert runner.rides(cfg) == {"base-p16": "base", "pti-p16": "pti", "control": "base"}
+    groups = runner.sessions(plan.points(cfg), runner.rides(cfg))
+    assert [(s.iteration, s.instance) for s in groups] == [(0, "base"), (0, "pti"), (1, "pti"), (1, "base")]
+    assert {p.instance for p in groups[0].points} == {"base", "base-p16", "control"}
+    assert plan.loaded(cfg) == ["base", "pti"]  # oha does not pipeline
+    bench_cfg = tmp_path / "b.toml"
+    bench_cfg.write_text('[[instance]]\nname = "a"\n[sweep]\npipeline = [4, 1]\n')
+    assert [(i.name, i.pipeline) for i in config.load(bench_cfg).instance] == [("a", 4), ("a-p1", 1)]
+
+
+def test_instances_alike_but_for_a_live_setting_ride_and_alike_in_all_boot_apart() -> None:
+    a = config.InstanceSection("a", cmdline="x")
+    cfg = config.RunConfig(instance=(a, config.InstanceSection("a-capped", cmdline="x", vcpu_cap=80),
+                                     config.InstanceSection("a-again", cmdline="x"),
+                                     config.InstanceSection("b", cmdline="y", pipeline=8)))
+    assert runner.rides(cfg) == {"a-capped": "a"}  # an A/A pair boots apart; b's guest is its own
+
+
+def test_sweep_pipeline_errors_name_the_setting(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    cases = {
+        "[sweep]\npipeline = [1, 16, 1]\n": "sweep.pipeline: [1, 16, 1] names a depth twice",
+        "[sweep]\npipeline = [0]\n": "sweep.pipeline",
+        "[sweep]\npipeline = [1, 2000]\n": "sweep.pipeline",
+        "[sweep]\npipeline = []\n": "sweep.pipeline is empty",
+        '[[instance]]\nname = "a"\npipeline = 4\n[sweep]\npipeline = [1, 8]\n': "instance a: pipeline = 4",
+        '[[instance]]\nname = "a"\n[[instance]]\nname = "a-p8"\ncmdline = "z"\n[sweep]\npipeline = [1, 8]\n':
+            "an instance is already named 'a-p8'",
+    }
+    for text, message in cases.items():
+        path.write_text(text)
+        with pytest.raises(HarnessError) as err:
+            config.load_run(path)
+        assert message in err.value.message, (text, err.value.message)
+
+
 def test_run_config_errors_name_the_setting(tmp_path: Path) -> None:
     path = tmp_path / "r.toml"
     cases = {

@@ -38,13 +38,27 @@ class Session:
 
 
 def rides(cfg: RunConfig) -> dict[str, str]:
-    """Instances measured in another's boot: the positive control rides on the baseline's. It is the
-    baseline's guest with its vCPUs capped, and a cap is set on a running guest as well as at its
-    definition; in the same boot the two are paired within the boot, so the boot's own luck (under
-    TCG, ±9% between boots of a capped guest here) does not blur the known cost, and the run saves a
-    boot per iteration."""
-    c = cfg.control
-    return {c.name: cfg.instance[0].name} if c.cap and any(i.name == c.name for i in cfg.instance) else {}
+    """Instances measured in another's boot: those whose guest and server are an earlier instance's,
+    differing only in what is set without a boot: the vCPU cap (set live through libvirt: the
+    positive control is the baseline capped) or the client's pipelining depth (sweep.pipeline's
+    twins). In the same boot the two are paired within it, so the boot's own luck (under TCG, ±9%
+    between boots of a capped guest here) does not blur their difference, and the run saves a boot
+    per iteration. Instances alike in everything (an A/A comparison) still boot apart."""
+    out: dict[str, str] = {}
+    booted: list[InstanceSection] = []
+    for i in cfg.instance:
+        host = next((b for b in booted if _guest(b) == _guest(i) and (b.vcpu_cap, b.pipeline) != (i.vcpu_cap,
+                                                                                                 i.pipeline)), None)
+        if host is None:
+            booted.append(i)
+        else:
+            out[i.name] = host.name
+    return out
+
+
+def _guest(i: InstanceSection) -> InstanceSection:
+    """What a boot makes of an instance: all of it but its name and what changes without a boot."""
+    return dataclasses.replace(i, name="", vcpu_cap=0, pipeline=1)
 
 
 def sessions(todo: list[plan.Point], riding: dict[str, str] | None = None) -> list[Session]:
@@ -146,7 +160,7 @@ class Runner:
 
     def _capper(self, b: session.Booted, booted_cap: int) -> Callable[[plan.Point], None]:
         """Before each point: the guest's vCPUs capped as the point's instance wants (a riding control's
-        cap set live, and lifted again for its host's points)."""
+        cap set live, and lifted again for its host's points; a riding twin's depth is the client's)."""
         state = {"cap": booted_cap}
 
         def before(point: plan.Point) -> None:
@@ -196,10 +210,7 @@ class Runner:
             if xml.resolve().parent != folder.resolve():
                 raise HarnessError(f"instance name {inst!r} does not make a file inside {folder}",
                                    "instance names are letters, digits, '.', '_' and '-'")
-            cap = self._instance(inst).vcpu_cap
-            note = (f"<!-- {inst}: the guest of {booted} below, its vCPUs capped live to {cap}% (vcpu_quota "
-                    f"{domain.cap_quota(cap)} of vcpu_period {domain.CAP_PERIOD_US}) -->\n")
-            xml.write_text(b.xml if inst == booted else note + b.xml)
+            xml.write_text(b.xml if inst == booted else self._rider_note(inst, booted) + b.xml)
         if "guest" not in m:
             changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
                                 "shares_host_with_client": for_uri(b.guest.uri).local and any(
@@ -210,6 +221,18 @@ class Runner:
             changes["machines"] = {"server": server, "clients": sweep.client_versions(self.cfg)}
         if changes:
             self.run.update_manifest(**changes)
+
+    def _rider_note(self, inst: str, booted: str) -> str:
+        """What a riding instance does to its host's guest, above that guest's XML."""
+        mine, host = self._instance(inst), self._instance(booted)
+        how = []
+        if mine.vcpu_cap != host.vcpu_cap:
+            cap = mine.vcpu_cap
+            how.append(f"its vCPUs capped live to {cap}% (vcpu_quota {domain.cap_quota(cap)} of vcpu_period "
+                       f"{domain.CAP_PERIOD_US})" if cap else "its vCPUs uncapped live")
+        if mine.pipeline != host.pipeline:
+            how.append(f"loaded {mine.pipeline} requests deep per connection")
+        return f"<!-- {inst}: the guest of {booted} below, {' and '.join(how)} -->\n"
 
     def _more(self, s: Session) -> Callable[[], list[plan.Point]] | None:
         """With the adaptive search: after each round of a session's points, what the search wants next

@@ -1,7 +1,7 @@
 """Is the harness's server as fast as a stock one, does the harness measure what wrk measures, and
 what does its sampling cost? Three ratios, each from interleaved rounds on loopback:
 
-    .venv/bin/python benchmarks/bench_fidelity.py [--connections 16] [--duration 5] [--rounds 5]
+    .venv/bin/python benchmarks/bench_fidelity.py [--connections 16] [--duration 5] [--rounds 12]
 
 1. server: plain `wrk` against the harness's nginx (vmharness/data/guest-setup/, one worker)
    over plain `wrk` against a stock nginx whose configuration is written below, independently of the
@@ -10,12 +10,17 @@ what does its sampling cost? Three ratios, each from interleaved rounds on loopb
 2. measurement: the harness's own measurement (wrk behind the start gate, report.lua) over plain
    `wrk`, against the same (harness) server.
 3. sampling: plain `wrk` with the samplers running over plain `wrk` with none.
-Prints every round and the mean, min and max of each ratio. Needs root (servers are journaled).
+Prints every round, then each ratio as the geometric mean of the rounds' ratios with its 95%
+t-interval (paired by round: vmharness.stats.ratio_change), and min and max. The servers' processes
+are held to the last CPU and wrk to the others (`taskset`), so that on a 2-core machine the two do
+not trade CPUs from round to round: the scheduler's placement, not the server, was most of the spread
+of unpinned rounds. Needs root (servers are journaled).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -24,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vmharness import proc
+from vmharness import proc, stats
 from vmharness.bench import bench, clients, server, sweep
 from vmharness.bench.store import RunDir
 from vmharness.host import journal
@@ -57,11 +62,31 @@ def lo_packets() -> int:
     raise SystemExit("no lo in /proc/net/dev")
 
 
+def cpus() -> tuple[tuple[int, ...], int]:
+    """wrk's CPUs and the servers' one (the last): on one CPU, every CPU."""
+    n = len(os.sched_getaffinity(0))
+    online = tuple(sorted(os.sched_getaffinity(0)))
+    return (online[:-1], online[-1]) if n > 1 else (online, online[0])
+
+
+def pin(pids: list[int], cpu: int) -> None:
+    """A server's processes (master and workers, all their threads) onto one CPU."""
+    for pid in pids:
+        proc.run(["taskset", "--all-tasks", "--pid", "--cpu-list", str(cpu), str(pid)], timeout=10)
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its children (an nginx master and its workers)."""
+    kids = proc.run(["pgrep", "-P", str(pid)], timeout=10, check=False).stdout.split()
+    return [pid, *(int(k) for k in kids)]
+
+
 def plain_wrk(port: int, connections: int, duration: int) -> tuple[float, float]:
     """Requests/s, and packets on lo per request (both directions)."""
     before = lo_packets()
-    out = proc.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", f"http://127.0.0.1:{port}/"],
-                   timeout=duration + 60).stdout
+    wrk_cpus = ",".join(map(str, cpus()[0]))
+    out = proc.run(["taskset", "--cpu-list", wrk_cpus, "wrk", "-t1", f"-c{connections}", f"-d{duration}s",
+                    f"http://127.0.0.1:{port}/"], timeout=duration + 60).stdout
     packets = lo_packets() - before
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
     total = re.search(r"(\d+) requests in", out)
@@ -78,15 +103,19 @@ def stock_server(tmp: Path, size: int) -> proc.Result:
     return proc.run(["nginx", "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf")], timeout=30)
 
 
-def summary(name: str, values: list[float]) -> str:
-    return f"{name}: mean {statistics.fmean(values):.3f}, min {min(values):.3f}, max {max(values):.3f}"
+def summary(name: str, over: list[float], under: list[float]) -> str:
+    """over/under, round by round: the geometric mean ratio and its paired t-interval."""
+    ch = stats.ratio_change(dict(enumerate(under)), dict(enumerate(over)), "round")
+    ratios = [a / b for a, b in zip(over, under, strict=True)]
+    return (f"{name}: {1 + ch.change:.4f} (95%: {1 + ch.low:.4f}-{1 + ch.high:.4f}; {ch.method}), "
+            f"rounds {min(ratios):.3f}-{max(ratios):.3f}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--duration", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=12)
     args = ap.parse_args()
     c, d = args.connections, args.duration
     root = HostRoot.open(None)
@@ -96,14 +125,16 @@ def main() -> int:
         cfg = server.ServerConfig(workers=1, listen=f"127.0.0.1:{HARNESS_PORT}",
                                   prefix=server.prefix_for(owner[4:], "fidelity"))
         srv = server.Server(Machine(), cfg, owner)
-        client = clients.Client(Machine(), threads=1)
+        wrk_cpus, server_cpu = cpus()
+        client = clients.Client(Machine(), threads=1, pin=wrk_cpus)
         stock_pid = 0
         srv.start(root)
         try:
             client.prepare(root, owner)
             stock_server(Path(tmp), cfg.filesize)
             stock_pid = int((Path(tmp) / "stock" / "nginx.pid").read_text())
-            ratios: dict[str, list[float]] = {"server": [], "measurement": [], "sampling": []}
+            pin(tree(srv.pid) + tree(stock_pid), server_cpu)
+            rps: dict[str, list[float]] = {"harness": [], "stock": [], "measured": [], "sampled": []}
             packets: dict[str, list[float]] = {"harness": [], "stock": []}
             for n in range(1, args.rounds + 1):
                 def harness_plain() -> float:
@@ -135,15 +166,15 @@ def main() -> int:
                 if n % 2 == 0:
                     steps.reverse()
                 got = {name: f() for name, f in steps}
-                ratios["server"].append(got["harness"] / got["stock"])
-                ratios["measurement"].append(got["measured"] / got["harness"])
-                ratios["sampling"].append(got["sampled"] / got["harness"])
+                for name, value in got.items():
+                    rps[name].append(value)
                 print(f"round {n}: harness nginx {got['harness']:9,.0f}  stock nginx {got['stock']:9,.0f}  "
                       f"measured {got['measured']:9,.0f}  sampled {got['sampled']:9,.0f} req/s", flush=True)
-            print(f"{args.rounds} rounds, c={c}, {d} s each, one nginx worker and one wrk thread on loopback")
-            print(summary("server     harness nginx / stock nginx", ratios["server"]))
-            print(summary("measurement harness / plain wrk        ", ratios["measurement"]))
-            print(summary("sampling   samplers on / off           ", ratios["sampling"]))
+            print(f"{args.rounds} rounds, c={c}, {d} s each, one nginx worker (CPU {server_cpu}) and one wrk "
+                  f"thread (CPU {','.join(map(str, wrk_cpus))}) on loopback")
+            print(summary("server      harness nginx / stock nginx", rps["harness"], rps["stock"]))
+            print(summary("measurement harness / plain wrk        ", rps["measured"], rps["harness"]))
+            print(summary("sampling    samplers on / off          ", rps["sampled"], rps["harness"]))
             print(f"packets per request on lo: harness nginx {statistics.fmean(packets['harness']):.2f}, "
                   f"stock nginx {statistics.fmean(packets['stock']):.2f}")
         finally:

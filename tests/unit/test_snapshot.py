@@ -209,3 +209,22 @@ def test_a_snapshot_of_a_tree_with_fifos_where_tuning_reads_leaves_them_out(
     for rel in ("proc/sys/net/core/somaxconn", "proc/irq/41/smp_affinity", "run/vmharness/journal.jsonl"):
         assert not (snap / rel).exists(), rel
     assert (snap / "proc/irq/42/smp_affinity").read_text() == "3\n"
+
+
+def test_a_nic_a_running_domain_holds_is_refused_on_the_snapshot_as_on_the_host(
+        cli, host: FakeHost, tmp_path: Path) -> None:
+    build(host)
+    status = ("<domstatus><domain type='kvm'><name>other</name><devices><graphics type='vnc' passwd='s3cret'/>"
+              "<disk><source file='/srv/other.qcow2'/></disk><hostdev mode='subsystem' type='pci'><source>"
+              "<address domain='0x0000' bus='0xb3' slot='0x00' function='0x1'/></source></hostdev></devices>"
+              "</domain></domstatus>\n")
+    host.write("run/libvirt/qemu/other.xml", status)
+    out = tmp_path / "snap.tar.gz"
+    assert cli("host-snapshot", "--host-root", str(host.base), str(out))[0] == 0
+    snap = unpack(out, tmp_path / "snap")
+    kept = (snap / "run/libvirt/qemu/other.xml").read_text()
+    assert "0xb3" in kept and "s3cret" not in kept and "other.qcow2" not in kept  # the PCI devices alone
+    said = [cli("host-prepare", "--dry-run", "--force", "--bdf", "0000:b3:00.0", "--host-root", str(root)) for root in
+            (host.base, snap)]
+    assert said[0][0] == said[1][0] == 2 and "libvirt domain other (0000:b3:00.1)" in said[0][2]
+    assert said[1][2] == said[0][2].replace(str(host.base), str(snap))

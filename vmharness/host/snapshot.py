@@ -27,7 +27,7 @@ import tarfile
 from pathlib import Path
 
 from vmharness.errors import HarnessError
-from vmharness.host import hugepages, journal, modules, probes
+from vmharness.host import hugepages, journal, modules, probes, vfio_users
 from vmharness.host.checks import ACPI_TABLES, FIRMWARE_IOMMU
 from vmharness.host.iommu import GROUPS
 from vmharness.host.pci import PCI_DEVICES
@@ -306,6 +306,22 @@ def _tuning(w: _Writer) -> None:
         w.files_in(path, readable=0o004)
 
 
+def _domains(w: _Writer) -> None:
+    """The running libvirt domains' PCI devices (a NIC another guest holds is refused): each status
+    file as vfio_users.digest cuts it down."""
+    if not w.root.is_dir(vfio_users.LIBVIRT_RUN):
+        return
+    w.dir(vfio_users.LIBVIRT_RUN)
+    for name in w.root.listdir(vfio_users.LIBVIRT_RUN):
+        if name.endswith(".xml"):
+            try:
+                text = w.root.read_optional(f"{vfio_users.LIBVIRT_RUN}/{name}")
+            except HarnessError:  # not a regular file, or too large for a status file: left out
+                continue
+            if text is not None:
+                w.data(f"{vfio_users.LIBVIRT_RUN}/{name}", vfio_users.digest(text))
+
+
 def _journal(w: _Writer) -> None:
     """The journal's driver bindings and hugepages, with the markers that say which are given back:
     what `run` takes over from host-prepare and what host-prepare calls its own."""
@@ -323,7 +339,7 @@ def write(root: HostRoot, out: Path) -> int:
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
         w = _Writer(root, tar)
-        for part in (_kernel, _pci, _net, _iommu, _memory, _tuning, _journal):
+        for part in (_kernel, _pci, _net, _iommu, _memory, _tuning, _domains, _journal):
             part(w)
         if live is not None:
             w.data(probes.PROBES_FILE, json.dumps(live, indent=2, sort_keys=True).encode())

@@ -1,5 +1,6 @@
-"""Who is using a VFIO group already: processes holding /dev/vfio/N open, running libvirt domains
-whose <hostdev> names a device. Both are read on the live host only (a snapshot has neither)."""
+"""Who is using a VFIO group already: processes holding /dev/vfio/N open (read on the live host
+only: a snapshot has no processes), running libvirt domains whose <hostdev> names a device (from
+libvirt's status files, which host-snapshot keeps as `digest` writes them: the PCI devices alone)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def _hostdev_bdfs(xml_text: str) -> list[str]:
             continue
         found.append(f"{d:04x}:{b:02x}:{s:02x}.{f:x}")
     return found
+
+
+def digest(xml_text: str) -> bytes:
+    """A domain's status file cut down to what `domains` reads, its PCI devices, for a snapshot: the
+    rest (disk paths, VNC passwords, ...) is not the snapshot's to carry."""
+    devices = "".join(f"<hostdev type='pci'><source><address domain='0x{b[:4]}' bus='0x{b[5:7]}' "
+                      f"slot='0x{b[8:10]}' function='0x{b[11:]}'/></source></hostdev>"
+                      for b in _hostdev_bdfs(xml_text))
+    return f"<domstatus><domain><devices>{devices}</devices></domain></domstatus>\n".encode()
 
 
 def domains(root: HostRoot, bdfs: set[str]) -> list[str]:

@@ -45,7 +45,7 @@ def tool(l1: Rig, *args: str) -> Result:
 
 
 def state(l1: Rig) -> list[str]:
-    bdfs = " ".join(n.bdf for n in (l1.nic0, l1.nic1, l1.nic2))
+    bdfs = " ".join(n.bdf for n in l1.nics.values())
     res = sh(l1, STATE.format(bdfs=bdfs))
     assert res.ok, res.stderr
     return res.stdout.splitlines()

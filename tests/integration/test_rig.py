@@ -55,16 +55,29 @@ def test_nic1_and_nic2_are_functions_of_one_slot(l1: Rig) -> None:
     assert l1.nic2.bdf == l1.nic1.bdf[:-1] + "1"
 
 
-def test_nic1_and_nic2_sit_on_numa_node_1(l1: Rig) -> None:
-    for nic in (l1.nic1, l1.nic2):
+def test_nic1_nic2_and_nic3_sit_on_numa_node_1_with_its_three_cpus(l1: Rig) -> None:
+    for nic in (l1.nic1, l1.nic2, l1.nic3):
         assert sh(l1, f"cat /sys/bus/pci/devices/{nic.bdf}/numa_node").strip() == "1"
     assert sh(l1, "cat /sys/devices/system/node/online").strip() == "0-1"
+    assert sh(l1, "cat /sys/devices/system/node/node1/cpulist").strip() == "1-3"
 
 
-def test_e1000e_drives_all_three_nics(l1: Rig) -> None:
-    for nic in (l1.nic0, l1.nic1, l1.nic2):
-        assert link_name(l1, f"/sys/bus/pci/devices/{nic.bdf}/driver") == "e1000e", nic
+def test_each_nic_has_its_driver_and_the_vmxnet3_a_group_of_its_own(l1: Rig) -> None:
+    for nic in (l1.nic0, l1.nic1, l1.nic2, l1.nic3):
+        want = "vmxnet3" if nic is l1.nic3 else "e1000e"
+        assert link_name(l1, f"/sys/bus/pci/devices/{nic.bdf}/driver") == want, nic
         assert sh(l1, f"cat /sys/class/net/{nic.ifname}/address").strip() == nic.mac
+    group = iommu_group(l1, l1.nic3.bdf)
+    assert sh(l1, f"ls /sys/kernel/iommu_groups/{group}/devices").split() == [l1.nic3.bdf]
+
+
+def test_the_vmxnet3_has_a_vector_per_queue_and_an_event_vector(l1: Rig) -> None:
+    # The driver asks for its vectors when the link goes up: L1 has four CPUs, so four queues
+    # (each with one vector for RX and TX) and one vector for events.
+    nic = l1.nic3.ifname
+    listed = sh(l1, f"ip link set {nic} up && cat /proc/interrupts; ip link set {nic} down")
+    labels = sorted(line.split()[-1] for line in listed.splitlines() if f"{nic}-" in line)
+    assert labels == sorted([*(f"{nic}-rxtx-{i}" for i in range(4)), f"{nic}-event-4"]), labels
 
 
 def test_default_route_goes_out_of_nic0(l1: Rig) -> None:

@@ -1,10 +1,12 @@
 """The researcher's two commands with a NIC passed through, for real and without hardware: inside the
-rig's L1 (emulated VT-d, two NUMA nodes, e1000e functions), `vmharness host-prepare --bdf nic1
---hugepages ...` moves nic1's group to vfio-pci and reserves hugepages on its node; then `vmharness
-run --hugepages` with NO --bdf takes what host-prepare set up (its first line says so), boots L2
-through libvirt from the guest image with nic1 passed through and its memory on those pages, pinned
-to node 1's CPUs; wrk in L1 loads nginx in L2 over the wire between nic0 and nic1; `host-restore`
-then leaves L1 exactly as it was.
+rig's L1 (emulated VT-d, two NUMA nodes, a multiqueue vmxnet3 on node 1), `vmharness host-prepare
+--bdf nic3 --hugepages ...` moves nic3 to vfio-pci and reserves hugepages on its node; then
+`vmharness run --hugepages` with NO --bdf takes what host-prepare set up (its first line says so),
+boots L2 through libvirt from the guest image with nic3 passed through and its memory on those
+pages, its two vCPUs pinned to node 1's CPUs; in L2 each of nic3's two queues gets its interrupt on
+a CPU of its own, its event vector left alone, and in L1 the NIC's vfio interrupts go to node 1's
+CPU that holds no vCPU; wrk in L1 loads nginx in L2 over the wire between nic0 and nic3;
+`host-restore` then leaves L1 exactly as it was.
 
 L2 runs under TCG inside TCG, so it boots the rig's kernel (an uncompressed vmlinux, through PVH)
 with a small initramfs of its drivers (tests/rig/l2root.py) and the image's minimal init: a
@@ -13,6 +15,7 @@ systemd boot of the image takes far too long there (over six minutes to the agen
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -29,7 +32,11 @@ from vmharness.guest import ssh
 pytestmark = [pytest.mark.integration, pytest.mark.vm, pytest.mark.slow]
 
 L2_MIB = 384
-L2_ADDR = "198.18.0.2/24"  # on nic0's /24: nic0 (wrk's side, NIC0_ADDR) and nic1 (L2's) share a QEMU hub
+L2_ADDR = "198.18.0.2/24"  # on nic0's /24: nic0 (wrk's side, NIC0_ADDR) and nic3 (L2's) share a QEMU hub
+# L1's own profile moves only the passed-through NIC's host interrupts; L2's spreads its queues'
+# interrupts and steers their packets (RPS) to the other CPU; nothing else, each knob costs L2 seconds.
+HOST_PROFILE = 'base = "none"\nvfio_irqs = "off-vcpus"\n'
+GUEST_PROFILE = 'base = "none"\nirq_affinity = "spread"\nrps = "node-except-irq"\n'
 
 
 def in_l1(rig: Rig, *argv: str, timeout: float = 600, env: dict[str, str] | None = None) -> proc.Result:
@@ -39,14 +46,17 @@ def in_l1(rig: Rig, *argv: str, timeout: float = 600, env: dict[str, str] | None
 
 
 def config(rig: Rig) -> str:
-    return (f'[guest]\nmemory = {L2_MIB}\ninit = "minimal"\nboot_timeout = 900\n'
-            f'[[instance]]\nname = "l2"\ncmdline = "cryptomgr.notests rodata=off"\n'
+    # quiet and mitigations=off: every console byte is port I/O emulated twice, and L2 needs no
+    # mitigation (tests/rig/l2.py: a sixth of its boot, with the crypto self-tests and rodata).
+    return (f'[guest]\nmemory = {L2_MIB}\nvcpus = 2\ninit = "minimal"\nboot_timeout = 900\n'
+            '[[instance]]\nname = "l2"\ncmdline = "quiet cryptomgr.notests rodata=off mitigations=off"\n'
             f'kernel = "{rig.kernel.boot_image}"\ninitrd = "{l2root.build(rig.kernel)}"\n'
+            'profile = "/tmp/nested-guest.toml"\n'
             '[[client]]\nhost = "local"\nthreads = 1\n'
             '[sweep]\nconnections = "4"\niterations = 1\nduration = 3\nwarmup = 0\nwait = 0\n'
             '[load]\npercents = []\ncapacity = 0\n'
-            '[samplers]\ninterval = 5.0\n'  # each snapshot costs L2 seconds of its only vCPU
-            '[tuning]\nprofile = "none"\n')
+            '[samplers]\ninterval = 5.0\n'  # each snapshot costs L2 seconds of its vCPUs
+            '[tuning]\nprofile = "/tmp/nested-host.toml"\n')
 
 
 QEMU_CONF = 'namespaces = []\nuser = "root"\ngroup = "root"\ndynamic_ownership = 0\n'
@@ -81,12 +91,15 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     vmh = str(l1.repo / ".venv/bin/vmharness")
     libvirt_in_l1(l1)
     l1.put_file("/tmp/nested.toml", config(l1).encode())
+    l1.put_file("/tmp/nested-host.toml", HOST_PROFILE.encode())
+    l1.put_file("/tmp/nested-guest.toml", GUEST_PROFILE.encode())
+    nic = l1.nic3
     before = host_state(l1)
     node1_cpus = set(cpus.parse_cpulist(l1.read_file("/sys/devices/system/node/node1/cpulist").decode()))
     began = time.monotonic()
-    prepared = in_l1(l1, vmh, "host-prepare", "--bdf", l1.nic1.bdf, "--hugepages", f"{L2_MIB}M")
+    prepared = in_l1(l1, vmh, "host-prepare", "--bdf", nic.bdf, "--hugepages", f"{L2_MIB}M")
     assert prepared.ok, prepared.stdout + prepared.stderr
-    print(f"l1# vmharness host-prepare --bdf {l1.nic1.bdf} --hugepages {L2_MIB}M", prepared.stderr, prepared.stdout,
+    print(f"l1# vmharness host-prepare --bdf {nic.bdf} --hugepages {L2_MIB}M", prepared.stderr, prepared.stdout,
           sep="\n")
     try:
         res = in_l1(l1, str(l1.repo / ".venv/bin/python"), "-m", "vmharness.host.libvirtd", vmh, "run",
@@ -95,25 +108,25 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
         print(res.stderr[-4000:], res.stdout, f"prepare and run took {time.monotonic() - began:.0f} s", sep="\n")
         assert res.returncode == 0, res.stderr[-4000:] + res.stdout
         said = [line.strip() for line in res.stderr.splitlines() if line.startswith("  ")]
-        assert said[0].startswith(f"using what host-prepare set up: {l1.nic1.bdf} (vfio-pci, group "), said[:3]
+        assert said[0].startswith(f"using what host-prepare set up: {nic.bdf} (vfio-pci, group "), said[:3]
         assert "node 1), " in said[0] and "\u00d7 2 MiB hugepages on node 1" in said[0], said[0]
         assert "nothing to change: the host is already prepared" in res.stderr  # nor is anything given back
         records = read_json_lines(l1, "/tmp/nested-run/records.jsonl")
         manifest = json.loads(l1.read_file("/tmp/nested-run/manifest.json"))
         domain = ET.fromstring(l1.read_file("/tmp/nested-run/domains/l2.xml"))
-        still = in_l1(l1, "sh", "-c", f"readlink /sys/bus/pci/devices/{l1.nic1.bdf}/driver").stdout
+        still = in_l1(l1, "sh", "-c", f"readlink /sys/bus/pci/devices/{nic.bdf}/driver").stdout
         assert still.strip().endswith("vfio-pci"), "the run gave back what host-prepare holds"
     finally:
         restored = in_l1(l1, vmh, "host-restore")
     assert restored.ok and "restored: the host is as vmharness found it" in restored.stdout, restored.stdout
     assert host_state(l1) == before
     assert in_l1(l1, "test", "-e", "/run/vmharness/journal.jsonl").returncode == 1
-    # the vfio device: the run took host-prepare's NIC (and not nic2, which only came along with its group)
-    assert manifest["nic"]["source"] == "host-prepare" and manifest["config"]["guest"]["bdf"] == [l1.nic1.bdf]
+    # the vfio device: the run took host-prepare's NIC
+    assert manifest["nic"]["source"] == "host-prepare" and manifest["config"]["guest"]["bdf"] == [nic.bdf]
     assert manifest["config"]["guest"]["address"] == L2_ADDR
     assert manifest["config"]["guest"]["client_address"] == NIC0_ADDR
     assert manifest["nic"]["client_address_on"] == ["local", l1.nic0.ifname]
-    dom, bus, slot, function = l1.nic1.bdf.replace(".", ":").split(":")
+    dom, bus, slot, function = nic.bdf.replace(".", ":").split(":")
     (hostdev,) = domain.findall("devices/hostdev")
     got = hostdev.find("source/address")
     assert got is not None and got.attrib == {"domain": f"0x{dom}", "bus": f"0x{bus}", "slot": f"0x{slot}",
@@ -130,8 +143,28 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     point = next(r for r in records if r["kind"] == "measurement")
     assert session["ok"] and session["kernel"] == l1.release and session["address"] == L2_ADDR.split("/")[0]
     facts = manifest["instances"]["l2"]
-    assert facts["nics"][session["iface"]]["driver"] == "e1000e"  # the passed-through function
+    assert facts["nics"][session["iface"]]["driver"] == "vmxnet3"  # the passed-through NIC
     assert point["ok"] and point["client"]["requests"] > 0 and point["client"]["errors"]["total"] == 0
     wire = point["samples"]["local"]["net"][l1.nic0.ifname]  # wrk's side of the wire, in L1
     assert wire["tx_packets_per_s"] > 0 and wire["rx_packets_per_s"] > 0
     assert manifest["guest"]["kvm"] is False and NIC0_ADDR.startswith("198.18.0.")
+    # L2's queues: a vector each (RX and TX together) on a CPU of its own, the event vector left alone,
+    # and each queue's packets steered to the other CPU
+    (guest_tuning,) = [t for t in session["tuning"] if t["machine"] == "guest"]
+    moved = [cpus.parse_mask(c["after"]) for c in guest_tuning["changes"] if c["knob"] == "irq_affinity"]
+    assert sorted(moved, key=min) == [{0}, {1}], guest_tuning
+    skipped = " ".join(k["why"] for k in guest_tuning["skipped"] if k["knob"] == "irq_affinity")
+    assert f"{session['iface']}-event-2" in skipped, guest_tuning
+    steered = [cpus.parse_mask(c["after"]) for c in guest_tuning["changes"] if c["knob"] == "rps"]
+    assert sorted(steered, key=min) == [{0}, {1}], guest_tuning
+    # L1's side: nic3's vfio vectors (two queues and the events) on node 1's CPU that holds no vCPU,
+    # counted per point, given back before the guest went, and gone with it
+    irqs = session["host_irqs"]
+    vector = re.compile(rf"vfio-msix\[\d+\]\({re.escape(nic.bdf)}\)")
+    assert len(irqs["irqs"]) == 3 and all(vector.fullmatch(i["name"]) for i in irqs["irqs"]), irqs
+    free = node1_cpus - set(pinning["planned_vcpus"])
+    assert irqs["cpus"] and set(irqs["cpus"]) <= free and "error" not in irqs and "note" not in irqs, irqs
+    assert all(i["after"] == cpus.format_cpulist(tuple(irqs["cpus"])) for i in irqs["irqs"]), irqs
+    assert res.stderr.count("undone: IRQ ") == sum(i["before"] != i["after"] for i in irqs["irqs"])
+    assert point["host"]["vfio_interrupts_per_s"][nic.bdf] > 0, point["host"]
+    assert not vector.search(in_l1(l1, "cat", "/proc/interrupts").stdout)  # vfio freed them with the domain

@@ -22,7 +22,7 @@ BUSYBOX = Path("/bin/busybox")
 INIT_TEMPLATE = Path(__file__).with_name("l1-init.sh")
 
 # What init loads, before it can see anything on L0. Dependencies come from modules.dep.
-MODULES = ("virtio_pci", "virtio_console", "9pnet_virtio", "9p", "overlay", "e1000e")
+MODULES = ("virtio_pci", "virtio_console", "9pnet_virtio", "9p", "overlay", "e1000e", "vmxnet3")
 
 MODPROBE_HELPER = '#!/bin/busybox sh\nexec chroot /host /sbin/modprobe "$@"\n'
 

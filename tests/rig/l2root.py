@@ -15,7 +15,8 @@ from tests.rig.kernel import Kernel
 from vmharness.errors import HarnessError
 
 INIT_TEMPLATE = Path(__file__).with_name("l2-root-init.sh")
-MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "virtio_net", "virtio_console", "e1000e")
+MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "virtio_net", "virtio_console", "e1000e",
+           "vmxnet3")
 
 
 def build(kernel: Kernel) -> Path:

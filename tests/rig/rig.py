@@ -1,5 +1,5 @@
-"""The rig: an L1 guest under TCG with an IOMMU, two NUMA nodes and three e1000e
-functions, which sees L0's root read-only and runs commands through the guest agent."""
+"""The rig: an L1 guest under TCG with an IOMMU, two NUMA nodes, three e1000e functions and a
+multiqueue vmxnet3, which sees L0's root read-only and runs commands through the guest agent."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class RigError(HarnessError):
 
 @dataclass(frozen=True)
 class Nic:
-    name: str  # nic0, nic1, nic2: the QEMU device id
+    name: str  # nic0 ... nic3: the QEMU device id
     mac: str
     hub: int  # QEMU hub of its hubport
     bdf: str  # PCI address as L1 sees it, e.g. 0000:81:00.1
@@ -84,6 +84,11 @@ class Rig:
     @property
     def nic2(self) -> Nic:
         return self.nics["nic2"]
+
+    @property
+    def nic3(self) -> Nic:
+        """The multiqueue NIC (vmxnet3) on node 1, in an IOMMU group of its own."""
+        return self.nics["nic3"]
 
     @classmethod
     def start(cls, timeout: float = 180.0) -> Self:

@@ -57,6 +57,7 @@ def throughput(a: Analysis, out: Path) -> list[Path]:
     ax.set_xticks(counts_all, [str(c) for c in counts_all])
     ax.set_xlabel("connections")
     ax.set_ylabel("thousand requests/s")
+    ax.set_ylim(bottom=0)  # a drop is read as the share of the height it takes: the axis starts at zero
     cpu.set_ylabel("server CPU busy (%)")
     cpu.set_ylim(0, 105)
     handles = ax.get_legend_handles_labels()[0] + cpu.get_legend_handles_labels()[0]

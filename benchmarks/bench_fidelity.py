@@ -44,7 +44,7 @@ error_log {prefix}/error.log;
 events {{}}
 http {{
     access_log off;
-    server {{
+{extra}    server {{
         listen 127.0.0.1:{port};
         root {prefix}/www;
         location = / {{ try_files /index.bin =404; }}
@@ -70,9 +70,13 @@ def cpus() -> tuple[tuple[int, ...], int]:
 
 
 def pin(pids: list[int], cpu: int) -> None:
-    """A server's processes (master and workers, all their threads) onto one CPU."""
+    """A server's processes (master and workers, all their threads) onto one CPU, checked."""
     for pid in pids:
         proc.run(["taskset", "--all-tasks", "--pid", "--cpu-list", str(cpu), str(pid)], timeout=10)
+        allowed = [line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("Cpus_allowed_list:")]
+        if allowed != [str(cpu)]:
+            raise SystemExit(f"process {pid} may run on CPUs {allowed}, not {cpu} alone")
 
 
 def tree(pid: int) -> list[int]:
@@ -88,6 +92,8 @@ def plain_wrk(port: int, connections: int, duration: int) -> tuple[float, float]
     out = proc.run(["taskset", "--cpu-list", wrk_cpus, "wrk", "-t1", f"-c{connections}", f"-d{duration}s",
                     f"http://127.0.0.1:{port}/"], timeout=duration + 60).stdout
     packets = lo_packets() - before
+    if "Non-2xx" in out:  # an error page is smaller and quicker than the file: not the same work
+        raise SystemExit(f"the server on port {port} answered with errors:\n{out}")
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
     total = re.search(r"(\d+) requests in", out)
     if rps is None or total is None:
@@ -95,11 +101,15 @@ def plain_wrk(port: int, connections: int, duration: int) -> tuple[float, float]
     return float(rps.group(1)), packets / max(1, int(total.group(1)))
 
 
-def stock_server(tmp: Path, size: int) -> proc.Result:
+def stock_server(tmp: Path, size: int, keepalive_requests: int | None = None) -> proc.Result:
+    # nginx's workers run as nobody: they must be able to reach the file (a temporary folder is 0700,
+    # and a worker that cannot open the file answers 404 faster than any file is served)
+    tmp.chmod(0o755)
     prefix = tmp / "stock"
     (prefix / "www").mkdir(parents=True)
     (prefix / "www" / "index.bin").write_bytes(b"x" * size)
-    (prefix / "nginx.conf").write_text(STOCK_CONF.format(prefix=prefix, port=STOCK_PORT))
+    extra = "" if keepalive_requests is None else f"    keepalive_requests {keepalive_requests};\n"
+    (prefix / "nginx.conf").write_text(STOCK_CONF.format(prefix=prefix, port=STOCK_PORT, extra=extra))
     return proc.run(["nginx", "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf")], timeout=30)
 
 
@@ -116,6 +126,9 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--stock-keepalive-requests", type=int, metavar="N",
+                    help="give the stock nginx the template's one deviation from nginx's defaults "
+                         "(keepalive_requests; nginx closes a connection after 1000 requests)")
     args = ap.parse_args()
     c, d = args.connections, args.duration
     root = HostRoot.open(None)
@@ -131,9 +144,10 @@ def main() -> int:
         srv.start(root)
         try:
             client.prepare(root, owner)
-            stock_server(Path(tmp), cfg.filesize)
+            stock_server(Path(tmp), cfg.filesize, args.stock_keepalive_requests)
             stock_pid = int((Path(tmp) / "stock" / "nginx.pid").read_text())
             pin(tree(srv.pid) + tree(stock_pid), server_cpu)
+            print(f"on CPU {server_cpu}: harness nginx {tree(srv.pid)}, stock nginx {tree(stock_pid)}", flush=True)
             rps: dict[str, list[float]] = {"harness": [], "stock": [], "measured": [], "sampled": []}
             packets: dict[str, list[float]] = {"harness": [], "stock": []}
             for n in range(1, args.rounds + 1):

@@ -274,7 +274,7 @@ class TuningSection:
     client_iface: tuple[str, ...] = checked(check_iface, default=())
 
 
-CONTROL_CAP = 50  # `run --control`: a cost of about -45% at saturation (the vCPU ran ~91% under TCG here),
+CONTROL_CAP = 50  # `run --control`: a cost of about -48% at saturation (the vCPU ran ~87% under TCG here),
 # the size of the effects the demo looks for; -12% at a cap of 80 was within its noise
 
 

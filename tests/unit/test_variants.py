@@ -111,6 +111,32 @@ def test_run_control_adds_the_capped_baseline_once(tmp_path: Path) -> None:
         config.load_run(path)
 
 
+def test_what_the_guest_spends_without_load_is_left_out_of_the_cap() -> None:
+    """A guest that spends 10% of a CPU idle (timers, samplers) serves requests with 77% of its 87%, and
+    with 40% of a 50% cap: it keeps 40/77 of its throughput, not 50/87."""
+    change, basis = variants.expected_change(50, [87.0], [10.0])
+    assert change == pytest.approx(40 / 77 - 1)
+    assert "each less the 10.0% it ran without load" in basis
+    assert variants.expected_change(50, [100.0, 40.0], [5.0, 5.0])[0] == pytest.approx(80 / 130 - 1)
+    plain = variants.expected_change(50, [87.0])
+    # readings that cannot be right leave the plain expectation, not a nonsense one
+    for idle in ([], [10.0, 10.0], [-1.0], [50.0], [87.0], [95.0]):
+        assert variants.expected_change(50, [87.0], idle) == plain, idle
+
+
+def test_the_idle_readings_are_averaged_per_thread_and_damaged_ones_ignored(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path / "run", {})
+    for rec in ({"kind": "idle", "instance": "base", "iteration": 0, "vcpu_busy_percent": [8.0, 4.0]},
+                {"kind": "idle", "instance": "base", "iteration": 1, "vcpu_busy_percent": [12.0, 6.0]},
+                {"kind": "idle", "instance": "pti", "iteration": 0, "vcpu_busy_percent": [50.0, 50.0]},
+                {"kind": "idle", "instance": "base", "iteration": 2, "vcpu_busy_percent": ["x", None]},
+                {"kind": "idle", "instance": "base", "iteration": 3, "vcpu_busy_percent": {"a": 1}},
+                {"kind": "idle", "instance": "base", "iteration": 4, "vcpu_busy_percent": [True, 1.0]}):
+        run.append(rec)
+    assert saturation.idle_vcpus(run, "base") == [10.0, 5.0]
+    assert saturation.idle_vcpus(run, "control") is None
+
+
 def test_the_report_puts_the_control_and_each_variants_diff_in_every_form(tmp_path: Path) -> None:
     facts = {"base": _facts("mitigations=off"), "pti": _facts("mitigations=off pti=on", ("fpu", "pti")),
              "control": _facts("mitigations=off")}

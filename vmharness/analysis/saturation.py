@@ -141,6 +141,16 @@ def vcpu_means(cell: Cell) -> list[float] | None:
     return [statistics.fmean(col) for col in zip(*rows, strict=True)] if rows else None
 
 
+def idle_vcpus(run: RunDir, instance: str) -> list[float] | None:
+    """Each vCPU thread's busy share (percent) without load in `instance`'s sessions, averaged (the
+    `idle` records a run with a control writes; bench/sweep.py)."""
+    rows = [r["vcpu_busy_percent"] for r in run.records() if r.get("kind") == "idle" and r.get("instance") == instance
+            and isinstance(r.get("vcpu_busy_percent"), list)
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in r["vcpu_busy_percent"])]
+    rows = [row for row in rows if rows and len(row) == len(rows[0]) and row]
+    return [statistics.fmean(col) for col in zip(*rows, strict=True)] if rows else None
+
+
 @dataclass
 class Analysis:
     baseline: str
@@ -199,8 +209,8 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
                       session_flags(run), design([run]))
     a.variants = variants.diffs(run.manifest, a.baseline)
     base_cell = table.get(a.baseline, {}).get(a.peak) if a.peak is not None else None
-    a.control = variants.control(run.manifest, a.changes, vcpu_means(base_cell) if base_cell else None
-                                 ) if a.baseline == (names[0] if names else None) else None
+    a.control = variants.control(run.manifest, a.changes, vcpu_means(base_cell) if base_cell else None,
+                                 idle_vcpus(run, a.baseline)) if a.baseline == (names[0] if names else None) else None
     extra = variants.diff_flags(a.variants, a.baseline)
     if a.control is not None and (flag := variants.control_flag(a.control)):
         extra.append(flag)

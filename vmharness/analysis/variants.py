@@ -48,15 +48,24 @@ class Control:
     basis: str  # how `expected` was reached
 
 
-def expected_change(cap: int, base_vcpus: list[float] | None) -> tuple[float, str]:
+def expected_change(cap: int, base_vcpus: list[float] | None,
+                    idle: list[float] | None = None) -> tuple[float, str]:
     """What capping each vCPU thread to `cap` percent costs at the peak: the share of the baseline's
-    vCPU time the cap leaves, sum(min(busy, cap)) / sum(busy) - 1, with each thread's busy share as the
-    host measured it there; without that measurement, as if each thread ran all the time."""
+    request-serving vCPU time the cap leaves, sum(min(busy, cap) - idle) / sum(busy - idle) - 1, with
+    each thread's busy share as the host measured it there and `idle` its share without load (timers,
+    samplers: spent each second whatever the load, so the cap takes it from the requests alone);
+    without the host's view, as if each thread ran all the time and nothing were spent idle."""
     if not base_vcpus or sum(base_vcpus) <= 0:
         return cap / 100 - 1, f"the cap alone ({cap}% of a CPU); the host's view of the vCPUs was not recorded"
-    kept = sum(min(b, cap) for b in base_vcpus) / sum(base_vcpus)
     busy = ", ".join(f"{b:.0f}%" for b in base_vcpus)
-    return kept - 1, f"{cap}% of a CPU against the baseline's vCPU threads at {busy} on the host at the peak"
+    basis = f"{cap}% of a CPU against the baseline's vCPU threads at {busy} on the host at the peak"
+    pairs = list(zip(base_vcpus, idle, strict=True)) if idle is not None and len(idle) == len(base_vcpus) else []
+    if not pairs or any(f < 0 or f >= min(b, cap) for b, f in pairs):
+        kept = sum(min(b, cap) for b in base_vcpus) / sum(base_vcpus)
+        return kept - 1, basis
+    kept = sum(min(b, cap) - f for b, f in pairs) / sum(b - f for b, f in pairs)
+    spent = ", ".join(f"{f:.1f}%" for _, f in pairs)
+    return kept - 1, f"{basis}, each less the {spent} it ran without load, which the cap does not shrink"
 
 
 def _set_diff(what: str, base: list[str], other: list[str]) -> list[str]:
@@ -115,15 +124,15 @@ def diff_flags(found: list[Diff], baseline: str) -> list[str]:
 
 
 def control(manifest: dict[str, Any], changes: dict[str, dict[str, Change]],
-            base_vcpus: list[float] | None = None) -> Control | None:
+            base_vcpus: list[float] | None = None, idle: list[float] | None = None) -> Control | None:
     """The control's check, when the run had one and it was measured at the peak; `base_vcpus`: the
-    baseline's vCPU threads' busy shares there, from the host (percent)."""
+    baseline's vCPU threads' busy shares there, from the host (percent); `idle`: theirs without load."""
     c = manifest.get("config", {}).get("control", {})
     cap, name = c.get("cap"), c.get("name")
     if not isinstance(cap, int) or not cap or name not in changes:
         return None
     change = changes[name]["throughput"]
-    expected, basis = expected_change(cap, base_vcpus)
+    expected, basis = expected_change(cap, base_vcpus, idle)
     held = change.bounded and not math.isnan(change.change) and change.low <= expected <= change.high
     return Control(str(name), cap, expected, change, held and change.significant, basis)
 

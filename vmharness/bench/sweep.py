@@ -26,6 +26,8 @@ from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
 from vmharness.machine import Machine
 
+IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # a run's idle reading: after the samplers' first snapshot, over 3 s
+
 
 def machine(host: str) -> Machine:
     return Machine(None if host == "local" else host)
@@ -111,6 +113,8 @@ class Sweep:
     host_on: Machine | None = None  # a run's: the machine that runs the guest, sampled too
     host_devices: tuple[str, ...] = ()  # a run's: the NICs passed through to the guest (BDFs)
     before_point: Callable[[Point], None] | None = None  # a run's: set the guest up for the point's instance
+    idle_of: dict[str, Any] | None = None  # a run's baseline session ({"instance", "iteration"}) whose
+    # guest's vCPU time without load is measured first (the positive control's expectation)
     current: server.Server | None = None
     serving: str | None = None  # the instance `current` serves
     warmed: bool = False
@@ -195,6 +199,24 @@ class Sweep:
             time.sleep(s.wait)
         return {"ok": False, "attempts": len(attempts), "failed_attempts": attempts}
 
+    def _idle(self) -> None:
+        """The guest's vCPU time with no load, its samplers running: what it spends each second on
+        timers, its samplers and its agent whatever the load, which a cap on its vCPUs does not shrink
+        (docs/statistics.md, "The positive control"). Read on the host over IDLE_S, after the samplers'
+        start-up."""
+        if self.idle_of is None or self.vcpu_probe is None:
+            return
+        time.sleep(IDLE_SETTLE_S)
+        readings = []
+        for pause in (0.0, IDLE_S):
+            time.sleep(pause)
+            readings.append((time.monotonic(), self.vcpu_probe()))
+        busy = hostview.vcpu_busy(readings)
+        if busy:
+            self.run.append({"kind": "idle", **self.idle_of, **busy})
+            self.say(f"the guest's vCPUs without load: {', '.join(f'{b:.1f}%' for b in busy['vcpu_busy_percent'])} "
+                     f"busy over {busy['window_s']:.1f} s")
+
     def _warm_up(self, samplers: Samplers) -> None:
         s = self.cfg.sweep
         if self.warmed or s.warmup <= 0:
@@ -278,6 +300,7 @@ class Sweep:
             capacity.measure(self.clients, self.cfg, self.run, self.root, self.owner, self.say)
             samplers.start([self.server_machine, *(c.machine for c in self.clients),
                             *([self.host_on] if self.host_on is not None else [])])
+            self._idle()
             loading = False
             with progress.Progress("points measured", len(todo)) as bar:
                 while todo:

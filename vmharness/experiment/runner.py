@@ -249,6 +249,13 @@ class Runner:
         return lambda: [p for p in plan.load_points(self.cfg, self.run.records(), s.iteration)
                         if riding.get(p.instance, p.instance) == s.instance]
 
+    def _idle_of(self, s: Session) -> dict[str, Any] | None:
+        """The baseline's sessions, when the run has a control: their guests' vCPU time without load is
+        what the control's expectation leaves out of the cap (analysis/variants.py)."""
+        if self.cfg.control.cap and s.instance == self.cfg.instance[0].name:
+            return {"instance": s.instance, "iteration": s.iteration}
+        return None
+
     def _session(self, s: Session, label: str) -> None:
         self.say(f"{label} {s.instance}, iteration {s.iteration}: booting its guest")
         inst = self._instance(s.instance)
@@ -283,7 +290,8 @@ class Runner:
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: vm.vcpu_seconds(b.guest),
                                   host_on=for_uri(b.guest.uri), host_devices=g.bdf,
-                                  before_point=self._capper(b, inst.vcpu_cap)).execute(list(s.points), self._more(s),
+                                  before_point=self._capper(b, inst.vcpu_cap),
+                                  idle_of=self._idle_of(s)).execute(list(s.points), self._more(s),
                                                                                         self._loads(s))
             self.tally["ok"] += got["ok"]
             self.tally["failed"] += got["failed"]

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from vmharness import config
-from vmharness.bench import clients, connections, plan, sampler, sweep, wrk
+from vmharness.bench import clients, connections, plan, sampler, wrk
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
-from vmharness.host.root import HostRoot
 from vmharness.machine import Machine
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -198,20 +197,21 @@ def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
     cfg = config.from_json({"instance": [{"name": "a"}],
                             "sweep": {"connections": "8,16", "iterations": 2, "until_ci": 0.05, "max_iterations": 4}})
     run = RunDir.create(tmp_path / "r", {})
-    s = sweep.Sweep(cfg, run, HostRoot(tmp_path), lambda _l: None, "run:0123456789")
-    assert [p.key for p in s.unsettled()] == ["a/8/0", "a/16/0"]  # nothing measured yet
+    assert [p.key for p in plan.unsettled(cfg, run.records())] == ["a/8/0", "a/16/0"]  # nothing measured yet
     for conns, values in ((8, [1000.0, 1001.0]), (16, [1000.0, 1500.0])):
         for i, v in enumerate(values):
             run.append({"kind": "measurement", "key": f"a/{conns}/{i}", "ok": True, "instance": "a",
                         "connections": conns, "iteration": i, "client": {"requests_per_s": v}})
     # 8 looks narrow, but no interval that decides when to stop rests on fewer than min(5, max_iterations)
-    assert [p.key for p in s.unsettled()] == ["a/8/2", "a/16/2"]
+    next_points, why = plan.after_round(cfg, run.records())
+    assert [p.key for p in next_points] == ["a/8/2", "a/16/2"] and why == "2 points not yet within ±5.00%: more iterations"
     later: tuple[tuple[int, list[float | None]], ...] = ((8, [1000.5, 1000.2]), (16, [1200.0, None]))
     for conns, more in later:
         for i, got in enumerate(more, 2):
             run.append({"kind": "measurement", "key": f"a/{conns}/{i}", "ok": got is not None, "instance": "a",
                         "connections": conns, "iteration": i, "client": {"requests_per_s": got}})
-    assert s.unsettled() == []  # 8 is narrow on 4 values; 16 reached max_iterations (the failed attempt counts)
+    # 8 is narrow on 4 values; 16 reached max_iterations (the failed attempt counts)
+    assert plan.after_round(cfg, run.records()) == ([], None)
     with pytest.raises(HarnessError, match="max_iterations must be at least"):
         config.validate(config.from_json({"sweep": {"iterations": 5, "max_iterations": 3}}))
 
@@ -219,11 +219,11 @@ def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
 def test_a_point_waits_for_the_snapshot_after_its_end_and_no_longer(tmp_path: Path) -> None:
     stream = tmp_path / "s.txt"
     stream.write_text("@pid 7\n@t 100.5\ncpu 1 2 3\n@end\n@t 101.5\ncpu 1 2 3\n")  # the second is torn
-    assert sweep._arrived(stream, 100.5) and not sweep._arrived(stream, 101.0)
+    assert sampler.has_snapshot_after(stream, 100.5) and not sampler.has_snapshot_after(stream, 101.0)
     with stream.open("a") as f:
         f.write("@end\n")
-    assert sweep._arrived(stream, 101.0)
+    assert sampler.has_snapshot_after(stream, 101.0)
     stream.write_text("@pid 7\n@t garbled\n@end\n")
-    assert not sweep._arrived(stream, 0.0)
+    assert not sampler.has_snapshot_after(stream, 0.0)
     stream.write_text("")
-    assert not sweep._arrived(stream, 0.0)
+    assert not sampler.has_snapshot_after(stream, 0.0)

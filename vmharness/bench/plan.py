@@ -159,6 +159,15 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     return [Point(k, focus, n) for n in _order(cfg, k)]
 
 
+def after_round(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> tuple[list[Point], str | None]:
+    """What a sweep (or a run) measures after a round: the adaptive search's next points, or the grid's
+    points whose interval is still wider than until_ci, with the line that says so."""
+    if cfg.sweep.search == "adaptive":
+        return adaptive(cfg, records), None
+    more = unsettled(cfg, records)
+    return more, (f"{len(more)} points not yet within ±{cfg.sweep.until_ci:.2%}: more iterations" if more else None)
+
+
 def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) -> list[Point]:
     """The points a sweep or run starts with: the grid's not yet measured successfully (or its
     unsettled ones), or the adaptive search's next."""

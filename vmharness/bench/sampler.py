@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # $1: the interval. `@pid` first, so the harness can read the loop's own CPU time (with its children).
@@ -102,6 +103,22 @@ def _section(line: str, section: str) -> str | None:
     if _PROC_LINE.match(line):
         return "procs"
     return None
+
+
+def has_snapshot_after(path: Path, end: float) -> bool:
+    """Whether a sampler's stream file holds a complete snapshot taken at or after `end`: the last one's
+    time, read from the file's tail (a snapshot of a busy machine is some tens of KiB)."""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - (512 << 10)))
+        tail = f.read()
+    stop = tail.rfind(b"\n@end")
+    start = tail.rfind(b"@t ", 0, stop) if stop >= 0 else -1
+    if start < 0:
+        return False
+    try:
+        return float(tail[start + 3:tail.index(b"\n", start)]) >= end
+    except ValueError:
+        return False
 
 
 def parse(text: str) -> tuple[int | None, list[Snapshot]]:

@@ -33,22 +33,6 @@ def machine(host: str) -> Machine:
     return Machine(None if host == "local" else host)
 
 
-def _arrived(path: Path, end: float) -> bool:
-    """Whether the sampler's stream holds a complete snapshot taken at or after `end`: the last one's
-    time, read from the file's tail (a snapshot of a busy machine is some tens of KiB)."""
-    with path.open("rb") as f:
-        f.seek(max(0, path.stat().st_size - (512 << 10)))
-        tail = f.read()
-    stop = tail.rfind(b"\n@end")
-    start = tail.rfind(b"@t ", 0, stop) if stop >= 0 else -1
-    if start < 0:
-        return False
-    try:
-        return float(tail[start + 3:tail.index(b"\n", start)]) >= end
-    except ValueError:
-        return False
-
-
 @dataclass
 class Samplers:
     """One sampler per machine, streaming into the run directory."""
@@ -77,7 +61,8 @@ class Samplers:
         inside it, or padded with one each side), with `window` saying which."""
         # until the snapshot after `end` has arrived from every machine (within an interval, mostly)
         deadline = time.monotonic() + min(self.interval, 2.0) + 1.0
-        while not all(_arrived(path, end) for path in self.files.values()) and time.monotonic() < deadline:
+        while (not all(sampler.has_snapshot_after(path, end) for path in self.files.values())
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         out = {}
         for label, path in self.files.items():
@@ -249,17 +234,12 @@ class Sweep:
         time.sleep(self.cfg.sweep.wait)
         return bool(result["ok"])
 
-    def unsettled(self) -> list[Point]:
-        return plan.unsettled(self.cfg, self.run.records())
-
     def _next(self, only: list[Point] | None, more: Callable[[], list[Point]] | None) -> list[Point]:
         if only is not None:
             return more() if more is not None else []
-        if self.cfg.sweep.search == "adaptive":
-            return plan.adaptive(self.cfg, self.run.records())
-        todo = self.unsettled()
-        if todo:
-            self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+        todo, why = plan.after_round(self.cfg, self.run.records())
+        if why:
+            self.say(why)
         return todo
 
     def _loads(self, only: list[Point] | None, loads: Callable[[], list[Point]] | None) -> list[Point]:

@@ -316,12 +316,9 @@ class Runner:
                         continue
                     self._session(s, f"[{n}/{len(groups)}]")
                     bar.advance()
-                if self.cfg.sweep.search == "adaptive":
-                    todo = plan.adaptive(self.cfg, self.run.records())
-                else:
-                    todo = sweep.Sweep(self.cfg, self.run, self.root, self.say, self.owner).unsettled()
-                    if todo:
-                        self.say(f"{len(todo)} points not yet within ±{self.cfg.sweep.until_ci:.2%}: more iterations")
+                todo, why = plan.after_round(self.cfg, self.run.records())
+                if why:
+                    self.say(why)
                 if not todo and not offered:
                     todo, offered = plan.load_points(self.cfg, self.run.records()), True
 

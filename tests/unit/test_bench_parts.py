@@ -204,7 +204,8 @@ def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
                         "connections": conns, "iteration": i, "client": {"requests_per_s": v}})
     # 8 looks narrow, but no interval that decides when to stop rests on fewer than min(5, max_iterations)
     next_points, why = plan.after_round(cfg, run.records())
-    assert [p.key for p in next_points] == ["a/8/2", "a/16/2"] and why == "2 points not yet within ±5.00%: more iterations"
+    assert [p.key for p in next_points] == ["a/8/2", "a/16/2"]
+    assert why == "2 points not yet within ±5.00%: more iterations"
     later: tuple[tuple[int, list[float | None]], ...] = ((8, [1000.5, 1000.2]), (16, [1200.0, None]))
     for conns, more in later:
         for i, got in enumerate(more, 2):

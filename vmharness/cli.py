@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -130,15 +131,21 @@ def cmd_host_groups(args: argparse.Namespace) -> int:
 
 
 def cmd_host_snapshot(args: argparse.Namespace) -> int:
-    from vmharness.host import snapshot
+    from vmharness.host import snapshot, snapshot_file
 
     if not args.out.strip():
         raise HarnessError("OUT.tar.gz is empty", "name the tarball to write, e.g. myhost.tar.gz")
     root = HostRoot.open(args.host_root)
-    out = Path(args.out)
-    size = snapshot.write(root, out)
-    print(f"wrote {out} ({size / 1024:.1f} KiB) from {_where(root)}")
-    print(f"inspect it elsewhere: mkdir snap && tar xzf {out} -C snap && vmharness host-check --host-root snap")
+    if args.out == snapshot_file.STDOUT:  # the tarball on stdout, what is said on stderr
+        snapshot_file.to_stdout(data := snapshot.build(root))
+        print(f"wrote a snapshot ({len(data) / 1024:.1f} KiB) of {_where(root)} to stdout\ninspect it elsewhere: "
+              "save it as host.tar.gz, then mkdir snap && tar xzf host.tar.gz -C snap && vmharness host-check "
+              "--host-root snap", file=sys.stderr)
+        return 0
+    size = snapshot.write(root, Path(args.out), args.force)
+    print(f"wrote {args.out} ({size / 1024:.1f} KiB) from {_where(root)}")
+    print(f"inspect it elsewhere: mkdir snap && tar xzf {shlex.quote(args.out)} -C snap && vmharness host-check "
+          "--host-root snap")
     return 0
 
 
@@ -186,7 +193,7 @@ def cmd_host_restore(args: argparse.Namespace) -> int:
             print(f"warning: {journal.JOURNAL}: the last line was cut mid-write (a crash); its change was "
                   f"never made, so it is dropped: {found.torn[:60]!r}", file=sys.stderr)
         pending = restore.pending(root)
-        strange = restore.unknown_text(journal.unknown(found.records))
+        strange = restore.unknown_text(journal.unknown(found.records)) + restore.kept_text(found.records)
         print(show_plan.restore_text(pending), flush=True)
         problems = [] if args.dry_run or not pending else ops.undo_all(root, say)
     for p in problems:
@@ -257,7 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add(subs, "host-snapshot", cmd_host_snapshot,
              "write what host-check and host-groups read to a small tarball for diagnosis elsewhere",
              "vmharness host-snapshot myhost.tar.gz", json_flag=False)
-    p.add_argument("out", metavar="OUT.tar.gz", help="the tarball to write")
+    p.add_argument("out", metavar="OUT.tar.gz", help="the tarball to write; - writes it to stdout (not a terminal)")
+    p.add_argument("--force", action="store_true", help="replace an existing file that is not a snapshot "
+                   "vmharness wrote, or a link (never writing through it)")
     p = _add(subs, "host-prepare", cmd_host_prepare,
              "bind a NIC and its whole IOMMU group to vfio-pci and reserve hugepages on its NUMA node "
              "(journaled; undo with host-restore)",

@@ -15,8 +15,8 @@ from vmharness.progress import say
 def cmd_bench(args: argparse.Namespace) -> int:
     from vmharness import config
     from vmharness.analysis import report, saturation
-    from vmharness.bench import bench
-    from vmharness.bench.store import RunDir, check_new
+    from vmharness.bench import bench, server
+    from vmharness.bench.store import check_new
     from vmharness.experiment import ops
     from vmharness.host import journal
 
@@ -25,14 +25,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.resume and (args.config or args.out is not None):
         raise HarnessError("--resume takes the configuration from the run directory",
                            "drop CONFIG and --out when resuming")
-    cfg = None if args.resume else config.load(Path(args.config) if args.config else None)
     out = Path(args.out) if args.out is not None else bench.default_run_dir()
-    if cfg is not None:
-        check_new(out, "--out")
+    if args.resume:  # a damaged or foreign run directory is said before the lock, before anything is written
+        cfg, _ = bench.reopen(Path(args.resume))
     else:
-        RunDir.open(Path(args.resume)).manifest  # noqa: B018 - a damaged run directory is said before the lock
+        cfg = config.load(Path(args.config) if args.config else None)
+        check_new(out, "--out")
+    server.check_configs(cfg.instance)
     with journal.Lock(root):
-        if cfg is None:
+        if args.resume:
             cfg, run = bench.reopen(Path(args.resume))
         else:
             run = bench.new_run(cfg, out)

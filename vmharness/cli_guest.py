@@ -17,12 +17,12 @@ from vmharness.progress import say
 def cmd_image_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vmharness.guest import image
+    from vmharness.guest import image, imagedir
 
     kernel = image.kernel_input(args.kernel, args.modules, args.kernel_config)
     recipe = image.load_recipe(Path(args.recipe) if args.recipe else image.RECIPE_DIR, kernel)
     images = image.image_dir(args.image_dir)
-    built, fresh = image.build(recipe, images, say)
+    built, fresh = image.build(recipe, images, say, imagedir.flag(args.image_dir), args.force)
     m = built.meta
     if args.json:
         print(json.dumps({"folder": str(built.folder), "built_now": fresh, **m}, indent=2, sort_keys=True))
@@ -138,6 +138,7 @@ def register(subs: Any, add: Any) -> None:
                    help="a recipe folder other than the shipped one (vmharness/data/images/)")
     p.add_argument("--image-dir", metavar="DIR", help="where images are kept (default /var/lib/vmharness/images; "
                                                        "also VMHARNESS_IMAGE_DIR)")
+    p.add_argument("--force", action="store_true", help="build into an --image-dir that image build did not make")
 
     vm = subs.add_parser("vm", help="a guest by hand: up, exec, console, down",
                          description="boot a guest by hand and work in it")

@@ -15,22 +15,27 @@ if TYPE_CHECKING:
     from vmharness.bench.store import RunDir
 
 
-def _out(value: str | None) -> Path | None:
-    """--out: a folder to (create and) fill; refused when something other than a folder is there, or
-    it holds something other than files and folders (a FIFO would block a write forever)."""
+def _out(args: argparse.Namespace) -> Path | None:
+    """--out: a folder to (create and) fill, refused before any work when something other than a
+    folder is there, when it holds something other than files and folders (a FIFO would block a write
+    forever), or when it is not a report's folder (vmharness/analysis/publish.py) unless --force."""
+    from vmharness.analysis import publish
+
+    value = args.out
     if value is None:
+        if args.force:
+            raise HarnessError("--force goes with --out", "drop --force, or add --out DIR")
         return None
-    hint = "name a new folder, or one an earlier report wrote"
+    hint = publish.HINT
     if not value.strip():
         raise HarnessError("--out is empty", hint)
     out = Path(value)
-    if out.exists() or out.is_symlink():
-        if not out.is_dir():
-            raise HarnessError(f"--out {value}: it exists and is not a folder", hint)
+    if out.is_dir() and not out.is_symlink():
         for entry in out.iterdir():
             mode = entry.lstat().st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
                 raise HarnessError(f"--out {value}: it holds {entry.name}, which is not a regular file", hint)
+    publish.preflight(out, "--out", args.force)
     return out
 
 
@@ -52,13 +57,11 @@ def _baseline(value: str | None, known: list[str]) -> str | None:
 def _show(a: Any, args: argparse.Namespace, title: str) -> int:
     from vmharness.analysis import report
 
-    out = _out(args.out)
+    out = _out(args)
     if out is not None:
-        try:
-            written = report.publish(a, out, title=title)
-        except OSError as exc:
-            raise HarnessError(f"--out {args.out}: cannot write there: {exc.strerror}",
-                               "name a folder you can write to, on a disk with space") from exc
+        from vmharness.analysis import publish
+
+        written = publish.publish(a, out, title=title, force=args.force)
         print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     elif args.json or args.format == "json":
         print(json.dumps(report.to_json(a), indent=2, sort_keys=True))
@@ -75,7 +78,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from vmharness.analysis import saturation
     from vmharness.bench.store import RunDir
 
-    _out(args.out)  # refused before any work
+    _out(args)  # refused before any work
     run = RunDir.open(Path(args.run_dir))
     baseline = _baseline(args.baseline, _instances(run))
     return _show(saturation.analyse(run, baseline), args, f"vmharness report: {run.path.name}")
@@ -85,7 +88,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from vmharness.analysis import saturation
     from vmharness.bench.store import RunDir
 
-    _out(args.out)  # refused before any work
+    _out(args)  # refused before any work
     runs = [RunDir.open(Path(p)) for p in args.run_dirs]
     baseline = _baseline(args.baseline, [f"{r.path.name}/{name}" for r in runs for name in _instances(r)])
     title = "vmharness compare: " + " vs ".join(r.path.name for r in runs)
@@ -97,6 +100,9 @@ def _options(p: argparse.ArgumentParser, baseline: str) -> None:
     p.add_argument("--baseline", help=baseline)
     p.add_argument("--out", metavar="DIR", help="write every form there: report.txt/.md/.csv/.json, throughput and "
                                                "latency plots (PNG, SVG) and report.html")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out folder no report wrote, and replace links and other files there "
+                        "(never writing through them)")
 
 
 def register(subs: Any, add: Any) -> None:

@@ -81,8 +81,9 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from vmharness import config
-    from vmharness.analysis import report, saturation
-    from vmharness.bench.store import RunDir, check_new
+    from vmharness.analysis import publish, report, saturation
+    from vmharness.bench import server
+    from vmharness.bench.store import REPORT, RunDir, check_new
     from vmharness.experiment import hostprep, runner
     from vmharness.host import journal
 
@@ -99,9 +100,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     root = live_root(args.host_root, "run", "drop --host-root (and VMHARNESS_HOST_ROOT), or add --print-xml to "
                      "see what the run would define")
     if args.resume:
-        run = RunDir.open(Path(args.resume))
-        if run.manifest.get("kind") != "run":
-            raise HarnessError(f"{run.path} was written by `vmharness bench`", f"vmharness bench --resume {run.path}")
+        publish.preflight(Path(args.resume) / REPORT, f"--resume {args.resume}:")  # written at the end: said now
+        run = RunDir.resume(Path(args.resume), "run")
         choice = hostprep.choose(root, config.validate(config.run_from_json(run.manifest["config"])),
                                  hostprep.Given(resumed=True))
         client_name = "guest.client_address"
@@ -110,6 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
     say(choice.line)
     cfg = choice.cfg
+    server.check_configs(cfg.instance)
     held = runner.check_wire(cfg, client_name)
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:
@@ -120,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         say(f"run directory: {run.path}")
         tally = runner.Runner(cfg, run, root, say).execute(keep_host=args.keep_host)
     analysis = saturation.analyse(run)
-    written = report.publish(analysis, run.path / "report", title=f"vmharness run: {run.path.name}")
+    written = publish.publish(analysis, run.path / REPORT, title=f"vmharness run: {run.path.name}", flag="the report")
     if args.json:
         print(json.dumps({"run_dir": str(run.path), **report.to_json(analysis)}, indent=2, sort_keys=True))
     else:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.analysis import report, saturation
+from vmharness.analysis import publish, report, saturation
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 
@@ -170,7 +170,7 @@ def test_every_form_is_written(tmp_path: Path) -> None:
                           ("base", 128): [(900.0, 200, 99), (950.0, 210, 99)],
                           ("mitig", 128): [(800.0, 260, 99), (810.0, 250, 99)]})
     out = tmp_path / "out"
-    written = report.publish(saturation.analyse(run), out, title="t <&> run")
+    written = publish.publish(saturation.analyse(run), out, title="t <&> run")
     assert {p.name for p in written} == {"report.txt", "report.md", "report.csv", "report.json", "throughput.png",
                                          "throughput.svg", "latency.png", "latency.svg", "report.html"}
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

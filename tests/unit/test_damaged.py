@@ -99,7 +99,7 @@ def test_a_manifest_that_is_a_fifo_is_refused_without_blocking(cli, tmp_path: Pa
     a_run(tmp_path)
     (tmp_path / "rd" / "manifest.json").unlink()
     os.mkfifo(tmp_path / "rd" / "manifest.json")
-    assert_one_line_error(cli("report", str(tmp_path / "rd")), "manifest.json is not a regular file")
+    assert_one_line_error(cli("report", str(tmp_path / "rd")), "manifest.json is a FIFO, not a regular file")
 
 
 @pytest.mark.parametrize(("bad", "fault"), [

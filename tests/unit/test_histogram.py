@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmharness.analysis import report, saturation
+from vmharness.analysis import publish, report, saturation
 from vmharness.bench import histogram, wrk
 from vmharness.bench.histogram import PERCENTILES, Histogram
 from vmharness.bench.store import RunDir
@@ -133,7 +133,7 @@ def test_the_page_shows_each_instances_latency_distribution_at_the_peak(tmp_path
         n: [Histogram.of(rng.lognormal(5 + (n == "other") * 0.2, 0.5, 20_000)).encode() for _ in range(2)]
         for n in ("base", "other")}
     run = _run_with(tmp_path, runs, 20_000)
-    written = report.publish(saturation.analyse(run), tmp_path / "out", title="t")
+    written = publish.publish(saturation.analyse(run), tmp_path / "out", title="t")
     assert {"latency-ccdf.png", "latency-ccdf.svg"} <= {p.name for p in written}
     page = (tmp_path / "out" / "report.html").read_text()
     assert page.count("<svg") == 3 and "share of requests slower" in page

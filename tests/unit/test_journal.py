@@ -81,11 +81,12 @@ def test_a_record_of_an_unknown_op_is_reported_and_the_journal_kept(cli, host: F
     path = root.path(journal.JOURNAL)
     path.parent.mkdir(parents=True)
     path.write_text('{"seq": 1, "op": "netns", "owner": "run:0123456789", "time": 1}\n'
-                    '{"seq": 2, "op": "file", "path": "/nonexistent-x", "ssh": null, "owner": "tune"}\n')
+                    '{"seq": 2, "op": "file", "path": "/tmp/vmharness-report-nonexistent-1.lua", "ssh": null, '
+                    '"owner": "tune"}\n')
     assert [r["seq"] for r in restore.pending(root)] == [2]
     said: list[str] = []
     assert restore.undo(root, said.append) == []
-    assert said == ["undone: remove /nonexistent-x"]
+    assert said == ["undone: remove /tmp/vmharness-report-nonexistent-1.lua"]
     assert path.exists() and [r["seq"] for r in journal.outstanding(journal.read(root))] == [1]
     code, out, _ = cli("host-restore", "--host-root", str(host.base), "--dry-run")
     assert code == 1
@@ -150,7 +151,8 @@ def test_empty_journal(cli, host: FakeHost) -> None:
 def test_released_records_are_not_undone_and_the_last_release_clears(host: FakeHost) -> None:
     root = writable(host)
     journal.record(root, {"op": "pages", "node": 0, "size_kib": 2048, "before": 0}, HP)
-    overlay = journal.record(root, {"op": "file", "path": "/v/g/overlay.qcow2", "ssh": None}, "vm:g")
+    overlay = journal.record(root, {"op": "file", "path": "/var/lib/vmharness/vms/g/overlay.qcow2", "ssh": None},
+                             "vm:g")
     dom = journal.record(root, {"op": "domain", "uri": "qemu:///system", "uuid": "u", "name": "vmh-g"}, "vm:g")
     assert [r["op"] for r in restore.pending(root)] == ["domain", "file", "pages"]
     assert restore.describe(dom) == "guest vmh-g (qemu:///system): destroy and undefine"

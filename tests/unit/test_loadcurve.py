@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmharness.analysis import loadcurve, report, saturation
+from vmharness.analysis import loadcurve, publish, report, saturation
 from vmharness.bench.histogram import Histogram
 from vmharness.bench.openloop import MISS
 from vmharness.bench.store import RunDir
@@ -164,7 +164,7 @@ def test_every_form_of_the_report_shows_it(tmp_path: Path) -> None:
     data = json.loads(json.dumps(report.to_json(a)))
     assert [p["instance"] for p in data["load"]["points"]] == ["base", "pti"]
     assert data["load"]["points"][1]["rate_missed"] is True
-    files = report.publish(a, tmp_path / "out", "test")
+    files = publish.publish(a, tmp_path / "out", "test")
     names = {f.name for f in files}
     assert {"latency-load.png", "latency-load.svg", "report-load.csv"} <= names
     assert "percent_of_peak" in (tmp_path / "out" / "report-load.csv").read_text()

@@ -14,15 +14,15 @@ from vmharness.bench import server, sweep
 from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep
-from vmharness.host import journal, kmod, restore
+from vmharness.host import files, journal, kmod, restore
 from vmharness.host.root import HostRoot
 
 DEAD, ALIVE = "run:0000000001", "run:0000000002"
 
 
 def _file(root: HostRoot, owner: str, name: str) -> int:
-    seq: int = journal.record(root, {"op": "file", "path": f"/nonexistent-vmh-test/{name}", "ssh": None},
-                              owner)["seq"]
+    path = f"{files.VM_DIR}/nonexistent-vmh-test-{name.replace(':', '-')}/overlay.qcow2"  # where overlays go
+    seq: int = journal.record(root, {"op": "file", "path": path, "ssh": None}, owner)["seq"]
     return seq
 
 

@@ -208,11 +208,11 @@ def test_provenance_parses_its_script_output() -> None:
 def test_a_partial_undo_gives_back_only_the_selected_records(tmp_path: Path) -> None:
     root = HostRoot(tmp_path, allow_writes=True)
     (tmp_path / "x").write_text("old")
-    mine = journal.record(root, {"op": "file", "path": "/nonexistent-a", "ssh": None}, "r1")
-    other = journal.record(root, {"op": "file", "path": "/nonexistent-b", "ssh": None}, "r2")
+    mine = journal.record(root, {"op": "file", "path": "/tmp/vmharness-report-nonexistent-1.lua", "ssh": None}, "r1")
+    other = journal.record(root, {"op": "file", "path": "/tmp/vmharness-report-nonexistent-2.lua", "ssh": None}, "r2")
     said: list[str] = []
     assert restore.undo(root, said.append, only=lambda r: r.get("owner") == "r1") == []
-    assert said == ["undone: remove /nonexistent-a"]
+    assert said == ["undone: remove /tmp/vmharness-report-nonexistent-1.lua"]
     assert [r["seq"] for r in restore.pending(root)] == [other["seq"]]
     assert mine["seq"] not in [r["seq"] for r in restore.pending(root)]
     journal.record(root, {"op": "begin", "pid": 1})  # a marker: nothing to undo, never blocks the clean-up

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vmharness import userfile
 from vmharness.analysis import loadcurve, report
 from vmharness.analysis.saturation import PERCENTILES, Analysis
 
@@ -16,6 +17,8 @@ STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em a
 p{white-space:pre-wrap}.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.4em .8em;margin:.3em 0}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f2f2f2}figure{margin:1.5em 0}svg{max-width:100%;height:auto}"""
+
+MAX_FIGURE = 64 << 20  # bytes: an SVG figure the report just wrote, read back into the page
 
 LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histogram, every client's per-microsecond "
                   "counts summed; a change in one is a ratio like throughput's")
@@ -43,7 +46,8 @@ def render(a: Analysis, title: str, figures: list[Path]) -> str:
                                                 for k in keys) + "</tr>" for r in load_rows) + "</table></div>")
     else:
         load_table = ""
-    svgs = "".join(f"<figure>{f.read_text().split('?>', 1)[-1]}</figure>" for f in figures if f.suffix == ".svg")
+    svgs = "".join(f"<figure>{userfile.text(f, MAX_FIGURE).split('?>', 1)[-1]}</figure>"
+                   for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{warnings}{answer}{svgs}{method}"
             f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>{foot}"

@@ -8,6 +8,7 @@ open-loop load, per instance."""
 
 from __future__ import annotations
 
+import io
 import math
 import statistics
 from pathlib import Path
@@ -25,18 +26,24 @@ from vmharness.analysis.loadcurve import LoadAnalysis
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis
 from vmharness.bench import histogram
 from vmharness.bench.histogram import Histogram
+from vmharness.owned import Folder
 from vmharness.stats import mean_interval
 
 
-def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
-    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    fig.savefig(paths[0], dpi=120)
-    fig.savefig(paths[1])
-    plt.close(fig)
+def _save(fig: Figure, out: Folder, stem: str) -> list[Path]:
+    """The figure as PNG and SVG, each written into the report's folder as a whole new file."""
+    paths = []
+    try:
+        for ext in ("png", "svg"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, dpi=120 if ext == "png" else "figure")
+            paths.append(out.write(f"{stem}.{ext}", buf.getvalue()))
+    finally:
+        plt.close(fig)
     return paths
 
 
-def throughput(a: Analysis, out: Path) -> list[Path]:
+def throughput(a: Analysis, out: Folder) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
     cpu = ax.twinx()
     for name, by_count in sorted(a.cells.items()):
@@ -67,7 +74,7 @@ def throughput(a: Analysis, out: Path) -> list[Path]:
     return _save(fig, out, "throughput")
 
 
-def latency(a: Analysis, out: Path) -> list[Path]:
+def latency(a: Analysis, out: Folder) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     names = sorted(n for n, cells in a.cells.items() if a.peak in cells)
     width = 0.8 / max(1, len(names))
@@ -93,7 +100,7 @@ def latency(a: Analysis, out: Path) -> list[Path]:
     return _save(fig, out, "latency")
 
 
-def ccdf(a: Analysis, out: Path) -> list[Path]:
+def ccdf(a: Analysis, out: Folder) -> list[Path]:
     """The CCDF at the baseline's peak, for the instances whose records there hold histograms (none
     for a run written before they were kept: then no figure)."""
     at = a.peak
@@ -136,7 +143,7 @@ def _steps(h: Histogram) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float6
     return values / 1000, np.concatenate([[1.0], slower[:-1]])
 
 
-def latency_vs_load(la: LoadAnalysis, out: Path) -> list[Path]:
+def latency_vs_load(la: LoadAnalysis, out: Folder) -> list[Path]:
     """p50 (dashed) and p99 (solid) against the load, as % of the baseline's peak, one colour per
     instance, with the iterations' 95% intervals (geometric) as error bars; a point whose achieved
     rate missed the requested one is drawn hollow."""

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import statistics
-from pathlib import Path
 from typing import Any
 
 from vmharness import table
@@ -256,33 +254,13 @@ def _md_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def to_csv(a: Analysis) -> str:
-    return _csv(_rows(a))
+    return csv_text(_rows(a))
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
+def csv_text(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     if rows:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     return buf.getvalue()
-
-
-def publish(a: Analysis, out: Path, title: str) -> list[Path]:
-    """Every form of the report in `out`: text, Markdown, CSV, JSON, the figures, one HTML page."""
-    from vmharness.analysis import page, plots
-
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    forms = [("report.txt", text(a) + "\n"), ("report.md", markdown(a)), ("report.csv", to_csv(a)),
-             ("report.json", json.dumps(to_json(a), indent=2, sort_keys=True) + "\n")]
-    if a.load is not None and a.load.rows:
-        forms.append(("report-load.csv", _csv(loadcurve.rows(a.load))))
-    for name, content in forms:
-        (out / name).write_text(content)
-        written.append(out / name)
-    figures = plots.throughput(a, out) + (plots.latency(a, out) + plots.ccdf(a, out) if a.peak is not None else [])
-    if a.load is not None and a.load.rows:
-        figures += plots.latency_vs_load(a.load, out)
-    (out / "report.html").write_text(page.render(a, title, figures))
-    return [*written, *figures, out / "report.html"]

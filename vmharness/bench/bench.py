@@ -70,7 +70,8 @@ def new_run(cfg: BenchConfig, out: Path) -> RunDir:
 
 
 def reopen(path: Path) -> tuple[BenchConfig, RunDir]:
-    run = RunDir.open(path)
+    """A run directory `bench` wrote, checked to be resumed (store.RunDir.resume), and its configuration."""
+    run = RunDir.resume(path, "bench")
     return config.validate(config.from_json(run.manifest["config"])), run
 
 

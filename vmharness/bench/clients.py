@@ -70,7 +70,7 @@ class Client:
                                    f"{what[-120:] or 'no output'}",
                                    "install it (make test does, into .venv/bin), set client.oha to its path, "
                                    "or load.percents = [] to measure no open-loop load")
-        script = f"/tmp/vmharness-report-{owner.removeprefix(journal.RUN_PREFIX)}-{os.getpid()}.lua"
+        script = files.wrk_script(owner.removeprefix(journal.RUN_PREFIX), os.getpid())
         self.seq = files.made(root, self.machine, script, owner)
         self.script = script
         write_file(self.machine, self.script, wrk.REPORT_LUA.read_text())

@@ -15,11 +15,12 @@ import posixpath
 import re
 import string
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vmharness import data
+from vmharness import data, userfile
 from vmharness.errors import HarnessError
 from vmharness.host import journal
 from vmharness.host.journal import Op
@@ -27,8 +28,25 @@ from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
 from vmharness.machine import Machine, alive, read, stop_process
 
+if TYPE_CHECKING:
+    from vmharness.config import InstanceSection
+
 TEMPLATE = data.NGINX_TEMPLATE
 FILE = "index.bin"
+MAX_CONFIG = 1 << 20  # bytes: an nginx.conf is a few KiB
+
+
+def config_text(path: str, key: str) -> str:
+    """A researcher's nginx.conf (`key` names the setting): a regular UTF-8 file of at most
+    MAX_CONFIG bytes, read here and sent to the server's machine."""
+    return userfile.text(Path(path), MAX_CONFIG, "name an nginx.conf (instance.config)", key=key)
+
+
+def check_configs(instances: Iterable[InstanceSection]) -> None:
+    """Each instance's own nginx.conf read once before any work, so a bad one is said first."""
+    for inst in instances:
+        if inst.config:
+            config_text(inst.config, f"instance {inst.name}: config")
 
 
 @dataclass(frozen=True)
@@ -115,7 +133,7 @@ class Server:
     def _start(self) -> None:
         m, cfg = self.machine, self.cfg
         conf = f"{cfg.prefix}/nginx.conf"
-        text = render(cfg) if cfg.config is None else Path(cfg.config).read_text()
+        text = render(cfg) if cfg.config is None else config_text(cfg.config, "the nginx configuration")
         m.run(["sh", "-c", _LAYOUT, "sh", cfg.prefix, str(cfg.filesize)], timeout=30, input=text)
         # The researcher's own configuration: its PID file and its start-up log go into the prefix,
         # whatever it says (nginx's default, logs/error.log, is a folder the prefix does not have).

@@ -5,7 +5,12 @@ crash loses at most the point in flight. Sampler streams are kept raw in `sample
 A run directory is read back long after it was written, perhaps copied, perhaps damaged: a manifest
 that is not a JSON object, or a record line in the middle that is not one, is an error naming the file
 (and line); a torn last line is what a crash mid-write leaves, so it is reported once and the rest is
-used. Only regular files are read (a FIFO would block the reader forever).
+used. Only regular files are read (a FIFO would block the reader forever), each at most a size the
+error names.
+
+The folder is the harness's (vmharness/owned.py): made and marked by `create`, or checked by `resume`
+(its manifest's kind, no link where it writes, its samples/ folder there) before anything is written;
+the manifest is replaced by a rename, records are appended only to a regular file with one name.
 """
 
 from __future__ import annotations
@@ -14,19 +19,22 @@ import errno
 import json
 import logging
 import os
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vmharness import owned, userfile
 from vmharness.errors import HarnessError
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
+REPORT = "report"  # the folder `run` writes its report into
 POINTS = ("measurement", "load")  # the kinds of record that are a measured point, with a key
 MAX_MANIFEST = 64 << 20  # bytes: the configuration and the provenance of each boot
+MAX_RECORDS = 1 << 30  # bytes: 10,000 points of 100 KiB (a histogram per microsecond); a larger file is
+# refused before it is read
 
 log = logging.getLogger("vmharness.store")
 
@@ -36,34 +44,10 @@ def _damaged(path: Path, fault: str) -> HarnessError:
                                            "or fix the line by hand")
 
 
-def _read(path: Path, limit: int | None = None) -> str:
-    """A run file's text: a regular file, UTF-8, at most `limit` bytes."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError as exc:
-        raise _damaged(path, "is missing") from exc
-    except OSError as exc:
-        raise _damaged(path, f"cannot be read: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise _damaged(path, "is not a regular file")
-        if limit is not None and os.fstat(fd).st_size > limit:
-            raise _damaged(path, f"is larger than {limit} bytes")
-        data = f.read()
-    try:
-        return data.decode()
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise _damaged(path, f"line {line} is not UTF-8 text") from exc
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _read(path: Path, limit: int) -> str:
+    """A run file's text: a regular file, UTF-8, at most `limit` bytes (the error names the cap)."""
+    return userfile.text(path, limit, f"a run directory's {path.name} is a regular file, far smaller: this one is "
+                         "damaged or not a run's", lambda fault: _damaged(path, fault))
 
 
 def _full(exc: OSError, where: Path) -> HarnessError:
@@ -73,19 +57,8 @@ def _full(exc: OSError, where: Path) -> HarnessError:
     return HarnessError(f"cannot write {where}: {exc.strerror}", "check the path and its permissions")
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace a JSON file atomically (write, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tmp.open("w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        raise _full(exc, path.parent) from exc
+def _json(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
 def check_new(path: Path, flag: str = "the run directory") -> None:
@@ -96,6 +69,12 @@ def check_new(path: Path, flag: str = "the run directory") -> None:
         raise HarnessError(f"{flag} {path} exists and is not a folder", "name a new run directory")
     if path.is_dir() and any(path.iterdir()):
         raise HarnessError(f"{flag} {path} exists and is not empty", "name a new run directory, or --resume it")
+    owned.preflight(path, "bench", flag)  # not under /proc, /sys or /dev
+
+
+def _legacy(path: Path, entries: list[str]) -> bool:
+    """A run directory written before folders were marked: its manifest is there (checked by `open`)."""
+    return MANIFEST in entries
 
 
 @dataclass
@@ -106,12 +85,39 @@ class RunDir:
     @classmethod
     def create(cls, path: Path, manifest: dict[str, Any]) -> RunDir:
         check_new(path)
+        folder = owned.claim(path, _owner(manifest), "the run directory")
         try:
-            (path / "samples").mkdir(parents=True, exist_ok=True)
+            folder.folder("samples")
+            folder.write(MANIFEST, _json({**manifest, "started": _now(), "ended": None}))
         except OSError as exc:
             raise _full(exc, path) from exc
-        run = cls(path)
-        write_json(path / MANIFEST, {**manifest, "started": _now(), "ended": None})
+        return cls(path)
+
+    @classmethod
+    def resume(cls, path: Path, kind: str) -> RunDir:
+        """A run directory `vmharness KIND` wrote, to go on with: every file it will write to checked
+        (its own folder, no link, its samples/ there) before anything is appended."""
+        run = cls.open(path)
+        said = run.manifest.get("kind")
+        if said != kind:
+            other = said if said in ("bench", "run") else None
+            raise HarnessError(f"--resume {path}: it was written by " + (f"`vmharness {other}`" if other else
+                               f"no vmharness command (kind {str(said)[:40]!r})") + f", not `vmharness {kind}`",
+                               f"vmharness {other} --resume {path}" if other else "start a new run")
+        flag = f"--resume {path}"
+        folder = owned.verify(path, kind, flag, _legacy, "resume a run directory bench or run wrote, or start a "
+                              "new one")
+        for name in (MANIFEST, RECORDS):
+            folder.check(name)
+        for sub in ("samples", "domains"):  # samples/ is made with the run; domains/ by a run's first guest
+            if sub == "samples" or os.path.lexists(path / sub):
+                inner = folder.folder(sub, must_exist=True)
+                for name in sorted(os.listdir(inner.path)):
+                    inner.check(name)
+        try:
+            folder.mark(kind)  # a run directory from before markers: the harness's from now on
+        except OSError as exc:
+            raise _full(exc, path) from exc
         return run
 
     @classmethod
@@ -144,19 +150,25 @@ class RunDir:
             raise _damaged(path, "has a config that is not an object with a list of named instances")
         return data
 
+    @property
+    def folder(self) -> owned.Folder:
+        """Where the run's files are written (made or verified as the harness's by create or resume)."""
+        return owned.Folder(self.path, str(self.path))
+
     def update_manifest(self, **fields: Any) -> None:
-        write_json(self.path / MANIFEST, {**self.manifest, **fields})
+        data = _json({**self.manifest, **fields})
+        try:
+            self.folder.write(MANIFEST, data)
+        except OSError as exc:
+            raise _full(exc, self.path) from exc
 
     def append(self, record: dict[str, Any]) -> None:
         line = json.dumps({"time": _now(), **record}, sort_keys=True) + "\n"
         try:
-            fd = os.open(self.path / RECORDS, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
+            with self.folder.append(RECORDS, read=True) as fd:
                 _cut_torn_tail(fd, self.path / RECORDS)
                 os.write(fd, line.encode())
                 os.fsync(fd)
-            finally:
-                os.close(fd)
         except OSError as exc:
             raise _full(exc, self.path) from exc
 
@@ -166,7 +178,7 @@ class RunDir:
         path = self.path / RECORDS
         if not os.path.lexists(path):
             return iter(())
-        lines = _read(path).splitlines()
+        lines = _read(path, MAX_RECORDS).splitlines()
         out = []
         for n, line in enumerate(lines, 1):
             if not line.strip():
@@ -213,6 +225,11 @@ def _cut_torn_tail(fd: int, path: Path) -> None:
     keep = start + last + 1
     log.warning("warning: %s ends in a torn line (a crash mid-write?): dropping its %d bytes", path, size - keep)
     os.ftruncate(fd, keep)
+
+
+def _owner(manifest: dict[str, Any]) -> str:
+    """The owner a run directory's marker names: the command that wrote it, `bench` or `run`."""
+    return str(manifest.get("kind", "bench"))
 
 
 def _now() -> str:

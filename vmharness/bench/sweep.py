@@ -47,11 +47,12 @@ class Samplers:
         for m in machines:
             if m.key in self.files:
                 continue
-            path = self.run.path / "samples" / f"{m.key.replace('@', '_')}-{stamp}.txt"
-            with path.open("ab") as out:
+            name = f"{m.key.replace('@', '_').replace('/', '_')}-{stamp}.txt"
+            samples = self.run.folder.folder("samples")
+            with samples.append(name) as out:  # a regular file of the run's, never through a link
                 argv = m.argv(["sh", "-c", sampler.SCRIPT, "vmh-sampler", f"{self.interval:g}"])
-                self.popens.append(proc.spawn(argv, stdout=out.fileno(), die_with_parent=True))
-            self.files[m.key] = path
+                self.popens.append(proc.spawn(argv, stdout=out, die_with_parent=True))
+            self.files[m.key] = samples.path / name
 
     def offsets(self) -> dict[str, int]:
         return {label: path.stat().st_size for label, path in self.files.items()}
@@ -66,7 +67,8 @@ class Samplers:
             time.sleep(0.05)
         out = {}
         for label, path in self.files.items():
-            pid, _ = sampler.parse(path.read_text(errors="replace")[:4096])
+            with path.open("rb") as f:  # the stream's first snapshot, which names the sampler's PID
+                pid, _ = sampler.parse(f.read(4096).decode(errors="replace"))
             with path.open("r", errors="replace") as f:
                 # Back far enough to hold the snapshot taken before the start (a few tens of KiB);
                 # the parser skips the torn snapshot this lands in.

@@ -204,13 +204,12 @@ class Runner:
         changes: dict[str, Any] = {}
         if inst not in guests:
             changes["instances"] = {**guests, inst: b.facts}
-            folder = self.run.path / "domains"
-            folder.mkdir(exist_ok=True)
-            xml = folder / f"{inst}.xml"
-            if xml.resolve().parent != folder.resolve():
-                raise HarnessError(f"instance name {inst!r} does not make a file inside {folder}",
+            xml = f"{inst}.xml"
+            if "/" in xml or xml.startswith("."):
+                raise HarnessError(f"instance name {inst!r} does not make a file inside {self.run.path}/domains",
                                    "instance names are letters, digits, '.', '_' and '-'")
-            xml.write_text(b.xml if inst == booted else self._rider_note(inst, booted) + b.xml)
+            self.run.folder.folder("domains").write(xml, (b.xml if inst == booted else
+                                                          self._rider_note(inst, booted) + b.xml).encode())
         if "guest" not in m:
             changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
                                 "shares_host_with_client": for_uri(b.guest.uri).local and any(

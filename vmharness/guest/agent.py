@@ -12,11 +12,12 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-from vmharness import proc
+from vmharness import proc, userfile
 from vmharness.errors import HarnessError
 
 # Bytes per guest-file-write. Measured with libvirt 9.0 and qemu-ga 7.2: 128 KiB (175 KB of base64)
 # goes through, 192 KiB stalls the agent channel until libvirt times out. 64 KiB keeps a margin.
+MAX_COPY = 256 << 20  # bytes: a file `vm exec --copy` sends through the agent, base64 in 64 KiB blocks
 CHUNK = 64 << 10
 
 
@@ -95,10 +96,7 @@ def _decoded(data: str | None) -> str:
 
 def put_file(dom: libvirt.virDomain, local: Path, remote: str, mode: int | None = None, timeout: float = 60) -> int:
     """Copy a local file into the guest; returns the bytes written."""
-    try:
-        data = local.read_bytes()
-    except OSError as exc:
-        raise HarnessError(f"cannot read {local}: {exc.strerror}", "check the path") from exc
+    data = userfile.read(local, MAX_COPY, "copy a regular file of at most 256 MiB")
     try:
         handle = command(dom, "guest-file-open", path=remote, mode="w")
     except AgentError as exc:

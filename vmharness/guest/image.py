@@ -21,21 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import data, proc, tomlfile
+from vmharness import data, proc, tomlfile, userfile
 from vmharness.errors import HarnessError
-from vmharness.guest import kernelfile
+from vmharness.guest import imagedir, kernelfile
 from vmharness.machine import Machine, alive
 from vmharness.progress import Progress, Say
 
 BUILDER_VERSION = "1"  # bump when the steps below change what an image contains
 RECIPE_DIR = data.IMAGE_RECIPE
-DEFAULT_IMAGE_DIR = "/var/lib/vmharness/images"
+DEFAULT_IMAGE_DIR = imagedir.DEFAULT
+MAX_META = 1 << 20  # bytes: an image's image.json
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 
 
 
 def image_dir(override: str | None = None) -> Path:
-    return Path(override or os.environ.get("VMHARNESS_IMAGE_DIR") or DEFAULT_IMAGE_DIR)
+    return imagedir.path(override)
 
 
 @dataclass(frozen=True)
@@ -200,10 +201,15 @@ class Image:
 
 
 def load_image(folder: Path) -> Image:
+    hint = "build one with: vmharness image build"
+    text = userfile.text(folder / "image.json", MAX_META, hint,
+                         lambda what: HarnessError(f"no image in {folder}: its image.json {what}", hint))
     try:
-        meta = json.loads((folder / "image.json").read_text())
-    except (FileNotFoundError, ValueError, RecursionError) as exc:
-        raise HarnessError(f"no image in {folder}", "build one with: vmharness image build") from exc
+        meta = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise HarnessError(f"no image in {folder}: its image.json is not JSON", hint) from exc
+    if not isinstance(meta, dict) or not isinstance(meta.get("cmdline", ""), str):
+        raise HarnessError(f"no image in {folder}: its image.json is not what image build writes", hint)
     image = Image(folder, meta)
     if not image.disk.exists() or not image.kernel.exists():
         raise HarnessError(f"image {folder} is incomplete", "rebuild it: vmharness image build")
@@ -266,15 +272,17 @@ def _stale_builds(images: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def build(recipe: Recipe, images: Path, say: Say) -> tuple[Image, bool]:
-    """The image for `recipe`: found in `images` (False) or built now (True)."""
+def build(recipe: Recipe, images: Path, say: Say, named_by: str | None = None,
+          force: bool = False) -> tuple[Image, bool]:
+    """The image for `recipe`: found in `images` (False) or built now (True); `images` is made or checked
+    as the builds' own folder first (guest/imagedir.py; `named_by` names it in errors)."""
     existing = find(recipe, images)
     if existing is not None:
         return existing, False
     if os.geteuid() != 0:
         raise HarnessError("image build needs root (mmdebstrap --mode=root, file ownership in the image)",
                            "run it with sudo")
-    images.mkdir(parents=True, exist_ok=True)
+    imagedir.claim(images, named_by or imagedir.flag(), force)
     with _one_builder(images, say):
         existing = find(recipe, images)  # built while this one waited
         if existing is not None:
@@ -298,7 +306,7 @@ def build(recipe: Recipe, images: Path, say: Say) -> tuple[Image, bool]:
 def _one_builder(images: Path, say: Say) -> Iterator[None]:
     """One build at a time in a folder: a second `image build` of the same recipe waits for the first
     and then finds its image (both building would cost twice the time and the loser's rename fails)."""
-    fd = os.open(images / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(images / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

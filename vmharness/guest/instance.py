@@ -13,12 +13,12 @@ from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
 from vmharness.guest.vm import check_name, domain_name, new_uuid
-from vmharness.host import hugepages, libvirt_hugetlbfs, pci, probes
+from vmharness.host import files, hugepages, libvirt_hugetlbfs, pci, probes
 from vmharness.host.plan import Plan as HostPlan
 from vmharness.host.root import HostRoot
 from vmharness.machine import Machine, for_uri
 
-VM_DIR = "/var/lib/vmharness/vms"  # overlay and console log of `vm up` guests, on the VM's machine
+VM_DIR = files.VM_DIR  # overlay and console log of `vm up` guests, on the VM's machine
 VFIO = "vfio-pci"
 LINK_RANGE = ipaddress.IPv4Network("198.18.0.0/16")  # half of the benchmarking range 198.18.0.0/15
 

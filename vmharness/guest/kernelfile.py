@@ -11,11 +11,12 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from vmharness import proc
+from vmharness import proc, userfile
 from vmharness.errors import HarnessError
 
 # x86 boot protocol (Documentation/arch/x86/boot.rst): 0xAA55 at 0x1fe, "HdrS" at 0x202, and at
 # 0x20e the offset (minus 0x200) of a NUL-terminated version string: "6.1.0-50-amd64 (...) #1 SMP ...".
+MAX_KERNEL = 1 << 30  # bytes: a kernel read whole (a vmlinux, a bzImage's payload unpacked)
 _HINT = "pass the bzImage (arch/x86/boot/bzImage or /boot/vmlinuz-*), not vmlinux or a compressed copy"
 
 
@@ -80,7 +81,7 @@ def _undo(payload: bytes) -> bytes | None:
     else:
         return None
     try:
-        out = d.decompress(payload)
+        out = d.decompress(payload, MAX_KERNEL)  # at most: more is no kernel (and would fill memory)
     except (lzma.LZMAError, zlib.error):
         return None
     return out if d.eof else None
@@ -91,7 +92,7 @@ def uncompressed(bzimage: Path) -> bytes | None:
     then skips decompressing the kernel, about 3 of its 12 seconds here); else None. The payload's
     place is in the setup header (boot protocol 2.08 and later: payload_offset at 0x248,
     payload_length at 0x24c, from the end of the setup sectors)."""
-    data = bzimage.read_bytes()
+    data = userfile.read(bzimage, MAX_KERNEL, "a bzImage is some tens of MiB")
     if len(data) < 0x250 or data[0x202:0x206] != b"HdrS" or struct.unpack_from("<H", data, 0x206)[0] < 0x208:
         return None
     setup = ((data[0x1F1] or 4) + 1) * 512
@@ -111,7 +112,7 @@ def kernel_release(path: Path) -> str:
         raise HarnessError(f"cannot read kernel {path}: {exc.strerror}", "check the path") from exc
     if magic != b"\x7fELF\x02":
         return bzimage_release(path)
-    data = path.read_bytes()
+    data = userfile.read(path, MAX_KERNEL, "pass the bzImage, or a vmlinux without debug information")
     if not _has_pvh_entry(data):
         raise HarnessError(f"{path} is a vmlinux without a PVH entry point: QEMU cannot boot it directly",
                            "pass the bzImage, or build the kernel with CONFIG_PVH=y")

@@ -55,6 +55,7 @@ class Op:
     describe: Callable[[Record], str]
     undo: Undo | None
     fields: tuple[str, ...] = ()  # keys every record of it holds
+    kept: Callable[[Record], str | None] | None = None  # why a record is never undone (kept), if it is
 
 
 OPS: dict[str, Op] = {}

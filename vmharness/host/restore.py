@@ -122,9 +122,23 @@ def pending(root: HostRoot) -> list[Record]:
             continue
         out += binds
         binds = []
-        if rec["op"] in journal.OPS:
+        if rec["op"] in journal.OPS and _kept(rec) is None:
             out.append(rec)
     return out + binds
+
+
+def _kept(rec: Record) -> str | None:
+    """Why a record of a known op is never undone (its op's `kept`: a `file` record naming a path outside
+    the harness's folders), or None."""
+    kept = journal.OPS[rec["op"]].kept
+    return kept(rec) if kept is not None else None
+
+
+def kept_text(records: list[Record]) -> list[str]:
+    """One line per outstanding record that is kept, never undone (see `_kept`): host-restore names it."""
+    return [f"{journal.JOURNAL}: record {r['seq']} ({describe(r)}): {why}: it is kept (undo it by hand if it "
+            "is yours, then remove the journal)"
+            for r in journal.outstanding(records) if r["op"] in journal.OPS and (why := _kept(r)) is not None]
 
 
 def unknown_text(strange: list[Record]) -> list[str]:
@@ -170,4 +184,4 @@ def reclaim(root: HostRoot, say: Say) -> list[str]:
         + ", ".join(sorted({r['owner'] for r in left})) + ")")
     strange = [r for r in left if r["op"] not in journal.OPS]
     problems = undo(root, say, only=lambda rec: journal.transient(rec.get("owner")))
-    return problems + unknown_text(strange)
+    return problems + unknown_text(strange) + kept_text(left)

@@ -64,33 +64,36 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def not_regular(shown: str, mode: int) -> HarnessError:
+def not_regular(shown: str, mode: int, hint: str | None = None) -> HarnessError:
     return HarnessError(
         f"{shown} is {_kind(mode)}, not a regular file: refusing to read it",
-        "only regular files are read (host-snapshot stores the kernel's files as such)",
+        hint or "only regular files are read (host-snapshot stores the kernel's files as such)",
     )
 
 
-def read_file(path: Path, shown: str, limit: int = MAX_READ) -> bytes:
-    """The bytes of a regular file, at most `limit` of them; `shown` names it in errors. Never blocks:
-    the type is checked before opening (opening a device can act on it), opened non-blocking and
-    checked again on the open file. OSError for a file that is missing or cannot be read."""
+def read_file(path: Path, shown: str, limit: int = MAX_READ, hint: str | None = None) -> bytes:
+    """The bytes of a regular file, at most `limit` of them; `shown` names it in errors (`hint`, if
+    given, is their hint). Never blocks: the type is checked before opening (opening a device can act
+    on it), opened non-blocking and checked again on the open file; a file whose size is over `limit`
+    is refused before a byte is read. OSError for a file that is missing or cannot be read."""
     if not stat.S_ISREG(mode := os.stat(path).st_mode):
-        raise not_regular(shown, mode)
+        raise not_regular(shown, mode, hint)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
-            raise not_regular(shown, mode)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(shown, st.st_mode, hint)
+        too_big = HarnessError(f"{shown} is larger than {limit} bytes: refusing to read it",
+                               hint or "kernel attributes and configuration files are small; this is something else")
+        if st.st_size > limit:
+            raise too_big
         chunks: list[bytes] = []
         size = 0
         while chunk := os.read(fd, min(65536, limit + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise HarnessError(
-                    f"{shown} is larger than {limit} bytes: refusing to read it",
-                    "kernel attributes and configuration files are small; this is something else",
-                )
+                raise too_big
         return b"".join(chunks)
     finally:
         os.close(fd)

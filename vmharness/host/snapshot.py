@@ -12,7 +12,8 @@ the driver bindings and hugepages it records (what a run would take over from ho
 Works on any host root, so a snapshot can be taken of a snapshot; what is not a regular file there
 (a FIFO, a device node where an attribute should be) is left out, never opened: opening one can
 block or act on a device. A damaged journal is an error naming it, as it is for every command.
-The tarball is never written inside the host root it describes (a host root is read-only).
+The tarball is never written inside the host root it describes (a host root is read-only), nor over
+a file an earlier snapshot did not write (host/snapshot_file.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import tarfile
 from pathlib import Path
 
 from vmharness.errors import HarnessError
-from vmharness.host import hugepages, journal, modules, probes, vfio_users
+from vmharness.host import hugepages, journal, modules, probes, snapshot_file, vfio_users
 from vmharness.host.checks import ACPI_TABLES, FIRMWARE_IOMMU
 from vmharness.host.iommu import GROUPS
 from vmharness.host.pci import PCI_DEVICES
@@ -331,8 +332,8 @@ def _journal(w: _Writer) -> None:
     w.data(journal.JOURNAL, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept).encode())
 
 
-def write(root: HostRoot, out: Path) -> int:
-    """Write the snapshot of `root` to `out` (a .tar.gz); returns its size in bytes."""
+def build(root: HostRoot) -> bytes:
+    """The snapshot of `root`, a .tar.gz."""
     if not root.is_dir(PCI_DEVICES):
         raise HarnessError(f"{root.base} has no {PCI_DEVICES}: nothing to snapshot", "is /sys mounted?")
     live = probes.load(root)
@@ -343,21 +344,13 @@ def write(root: HostRoot, out: Path) -> int:
             part(w)
         if live is not None:
             w.data(probes.PROBES_FILE, json.dumps(live, indent=2, sort_keys=True).encode())
-    _write_out(root, out, buf.getvalue())
-    return len(buf.getvalue())
+    return buf.getvalue()
 
 
-def _write_out(root: HostRoot, out: Path, data: bytes) -> None:
-    """Write the tarball to a new or regular file, outside the host root (O_NONBLOCK: a FIFO with no
-    reader fails at once instead of blocking)."""
-    if not root.live and (out.parent.resolve() / out.name).is_relative_to(root.base):
-        raise HarnessError(f"refusing to write {out} inside host root {root.base}: a host root is read-only",
-                           "write the snapshot somewhere else")
-    if os.path.lexists(out) and not out.is_file():
-        raise HarnessError(f"{out} exists and is not a regular file", "name a new file for the snapshot")
-    try:
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except OSError as exc:
-        raise HarnessError(f"cannot write {out}: {exc.strerror}", "choose a writable path") from exc
+def write(root: HostRoot, out: Path, force: bool = False) -> int:
+    """Write the snapshot of `root` to `out` (host/snapshot_file.py says where it may go); returns its
+    size in bytes."""
+    snapshot_file.check(root, out, force)
+    data = build(root)
+    snapshot_file.save(root, out, data, force)
+    return len(data)

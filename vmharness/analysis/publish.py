@@ -1,0 +1,68 @@
+"""Every form of a report written into one folder (`report --out`, `compare --out`, a run's own
+`report/`): text, Markdown, CSV, JSON, the figures and one HTML page.
+
+The folder is the report's own (vmharness/owned.py): made and marked by the first report written
+there, and refused when it is a symlink, another command's, or a folder of the user's that no report
+wrote (their own `report.md` would be overwritten), unless `--force`. A report folder written before
+folders were marked is recognised by holding all the files a report always writes, and no other. Each file is
+replaced by a rename, never written through a link."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vmharness import owned
+from vmharness.analysis import loadcurve, page, plots, report
+from vmharness.analysis.saturation import Analysis
+from vmharness.errors import HarnessError
+
+OWNER = "report"
+HINT = "name a new folder, or one an earlier report wrote"
+FORMS = ("report.txt", "report.md", "report.csv", "report.json", "report-load.csv", "report.html")
+FIGURES = ("throughput", "latency", "latency-ccdf", "latency-load")
+
+
+def _names() -> list[str]:
+    return [*FORMS, *(f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg"))]
+
+
+def _legacy(_path: Path, entries: list[str]) -> bool:
+    """A report folder from before markers: it holds every file a report always writes, and nothing
+    a report does not (a folder holding the user's own report.md alone is not one)."""
+    always = {"report.txt", "report.md", "report.csv", "report.json", "report.html", "throughput.png", "throughput.svg"}
+    return always <= set(entries) <= set(_names())
+
+
+def preflight(out: Path, flag: str, force: bool = False) -> None:
+    """The folder can take a report, and no link is where a file of it goes (said before any work):
+    writes nothing."""
+    owned.preflight(out, OWNER, flag, force, _legacy, HINT)
+    if out.is_dir():
+        folder = owned.Folder(out, f"{flag} {out}", force)
+        for name in _names():
+            folder.check(name, replacing=True)
+
+
+def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool = False) -> list[Path]:
+    """Every form of the report in `out` (`flag` names it in errors); returns the files written."""
+    folder = owned.claim(out, OWNER, f"{flag} {out}", force, _legacy, HINT)
+    try:
+        written = []
+        forms = [("report.txt", report.text(a) + "\n"), ("report.md", report.markdown(a)),
+                 ("report.csv", report.to_csv(a)),
+                 ("report.json", json.dumps(report.to_json(a), indent=2, sort_keys=True) + "\n")]
+        if a.load is not None and a.load.rows:
+            forms.append(("report-load.csv", report.csv_text(loadcurve.rows(a.load))))
+        for name, content in forms:
+            written.append(folder.write(name, content.encode()))
+        figures = plots.throughput(a, folder)
+        if a.peak is not None:
+            figures += plots.latency(a, folder) + plots.ccdf(a, folder)
+        if a.load is not None and a.load.rows:
+            figures += plots.latency_vs_load(a.load, folder)
+        html = folder.write("report.html", page.render(a, title, figures).encode())
+    except OSError as exc:
+        raise HarnessError(f"{flag} {out}: cannot write there: {exc.strerror}",
+                           "name a folder you can write to, on a disk with space") from exc
+    return [*written, *figures, html]

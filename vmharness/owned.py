@@ -185,15 +185,15 @@ class Folder:
                 return
         self.write(MARKER, _text(owner))
 
-    def folder(self, name: str, must_exist: bool = False) -> Folder:
-        """A folder inside this one: made here (unless `must_exist`), or one that is there, not a link."""
+    def folder(self, name: str, missing: str | None = None) -> Folder:
+        """A folder inside this one: one that is there, not a link, or else made here (with `missing`,
+        the hint of the error that it is not there, it must be there)."""
         with self._opened() as dfd:
             try:
                 st = os.lstat(name, dir_fd=dfd)
             except FileNotFoundError:
-                if must_exist:
-                    raise HarnessError(f"{self.flag}: it has no {name}/ folder",
-                                       "it is not a whole run directory: start a new run") from None
+                if missing is not None:
+                    raise HarnessError(f"{self.flag}: it has no {name}/ folder", missing) from None
                 os.mkdir(name, 0o755, dir_fd=dfd)
                 os.fsync(dfd)
             else:

@@ -127,13 +127,13 @@ def test_an_append_goes_only_to_a_regular_file_with_one_name(tmp_path: Path) -> 
 def test_a_subfolder_is_made_or_found_and_a_link_there_refused(tmp_path: Path) -> None:
     folder = owned.claim(tmp_path / "out", ME, "--out")
     assert folder.folder("s").path == tmp_path / "out/s" and (tmp_path / "out/s").is_dir()
-    assert folder.folder("s", must_exist=True).flag == "--out/s"
+    assert folder.folder("s", missing="make it").flag == "--out/s"
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "out/l").symlink_to("../elsewhere")
     with pytest.raises(HarnessError, match="l is a symlink"):
         folder.folder("l")
     with pytest.raises(HarnessError, match="has no none/ folder"):
-        folder.folder("none", must_exist=True)
+        folder.folder("none", missing="make it")
 
 
 def test_verify_takes_a_marked_or_legacy_folder_and_writes_nothing(tmp_path: Path) -> None:

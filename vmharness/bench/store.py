@@ -111,7 +111,7 @@ class RunDir:
             folder.check(name)
         for sub in ("samples", "domains"):  # samples/ is made with the run; domains/ by a run's first guest
             if sub == "samples" or os.path.lexists(path / sub):
-                inner = folder.folder(sub, must_exist=True)
+                inner = folder.folder(sub, missing="it is not a whole run directory: start a new run")
                 for name in sorted(os.listdir(inner.path)):
                     inner.check(name)
         try:

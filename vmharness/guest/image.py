@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import data, proc, tomlfile
+from vmharness import data, environ, proc, tomlfile
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.guest import kernelfile
 from vmharness.machine import Machine, alive
@@ -35,7 +36,7 @@ _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/
 
 
 def image_dir(override: str | None = None) -> Path:
-    return Path(override or os.environ.get("VMHARNESS_IMAGE_DIR") or DEFAULT_IMAGE_DIR)
+    return Path(override or environ.get("VMHARNESS_IMAGE_DIR") or DEFAULT_IMAGE_DIR)
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ def _stale_builds(images: Path) -> None:
     """Remove unfinished builds whose builder is gone (a crash or a kill -9)."""
     for old in images.glob(".build-*"):
         pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not alive(Machine(), int(pid)):
+        if is_digits(pid) and not alive(Machine(), int(pid)):
             shutil.rmtree(old, ignore_errors=True)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune
+from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune, digits
 from vmharness.config import HugepageSize
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
@@ -90,10 +90,7 @@ def _class_filter(text: str | None) -> int | None:
     names = {v: k for k, v in pciids.BASE_CLASSES.items()}
     if text.lower() in names:
         return names[text.lower()]
-    try:
-        value = int(text, 16)
-    except ValueError:
-        value = -1
+    value = digits.hexadecimal(text)
     if value in pciids.BASE_CLASSES:
         return value
     raise HarnessError(

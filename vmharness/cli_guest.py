@@ -43,7 +43,8 @@ def _request(args: argparse.Namespace) -> Any:
     return VmRequest(
         name=args.name, memory_mib=args.memory, vcpus=args.vcpus, cmdline=args.cmdline or "",
         kernel=args.kernel, initrd=args.initrd, bdfs=tuple(args.bdf), managed=args.managed,
-        hugepages=args.hugepages, hugepage_size=args.hugepage_size, uri=args.uri, accel=args.accel,
+        hugepages=args.hugepages, hugepage_size=args.hugepage_size, uri=config.check_uri(args.uri, "--uri"),
+        accel=args.accel,
         link=not args.no_link, image=args.image, image_dir=args.image_dir, owner=f"vm:{args.name}",
     )
 

@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from vmharness import schema, tomlfile
+from vmharness import digits, libvirt_uri, schema, tomlfile
 from vmharness.bench import connections as conn_spec
 from vmharness.errors import HarnessError
+from vmharness.hostname import check_host as check_host
 from vmharness.schema import bounded, checked
 from vmharness.tune import profile
+from vmharness.wire import DEFAULT_ADDRESS as DEFAULT_ADDRESS
+from vmharness.wire import DEFAULT_CLIENT_ADDRESS as DEFAULT_CLIENT_ADDRESS
+from vmharness.wire import check_address as check_address
+from vmharness.wire import wire as wire
 
 DAY = 86400  # seconds: the longest any one wait, duration or timeout may be
 MAX_FILESIZE = 1 << 30  # bytes: the file nginx serves is written to /tmp
@@ -32,9 +37,7 @@ Search = Literal["grid", "adaptive"]
 ServerMode = Literal["file", "return"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,62}")
-_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@:\[\]-]{0,252}")
 _IFACE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:@-]{0,14}")
-_URI = re.compile(r"[a-z][a-z0-9+.-]*:[^\s]*")
 CPU_FEATURE = re.compile(r"[+-][a-z0-9][a-z0-9_.-]*")
 
 
@@ -44,14 +47,6 @@ def check_name(value: str, where: str) -> str:
     if not _NAME.fullmatch(value):
         raise HarnessError(f"{where} {value[:80]!r} is not a name: letters, digits, '.', '_' and '-', "
                            "not starting with '-' or '.', at most 63 characters", "e.g. baseline or pti-on")
-    return value
-
-
-def check_host(value: str, where: str) -> str:
-    """`local` or an ssh destination ([user@]host, or a name from ~/.ssh/config): never an ssh option."""
-    if not _HOST.fullmatch(value):
-        raise HarnessError(f"{where} {value[:80]!r} is not a host: letters, digits and '.', '_', '-', '@', ':' "
-                           "only, not starting with '-'", "write local, or an ssh name such as user@server1")
     return value
 
 
@@ -91,7 +86,7 @@ def check_url(value: str, where: str) -> str:
 def check_listen(value: str, where: str) -> str:
     """nginx's `listen` as the template writes it: PORT, ADDRESS:PORT or [IPv6]:PORT."""
     host, _, port = value.rpartition(":")
-    ok = port.isascii() and port.isdigit() and 0 < int(port) < 65536
+    ok = digits.is_digits(port) and len(port) <= 5 and 0 < int(port) < 65536
     if host.startswith("[") and host.endswith("]"):
         try:
             ipaddress.IPv6Address(host[1:-1])
@@ -105,62 +100,15 @@ def check_listen(value: str, where: str) -> str:
 
 
 def check_uri(value: str, where: str) -> str:
-    """A libvirt URI; its host, when it has one, is an ssh destination (never an ssh option)."""
-    try:
-        netloc = urlsplit(value).netloc if _URI.fullmatch(value) else None
-    except ValueError:
-        netloc = None
-    if netloc is None or (netloc and not _HOST.fullmatch(netloc)):
-        raise HarnessError(f"{where} {value[:80]!r} is not a libvirt URI (with a host that is not an option)",
-                           "e.g. qemu:///system or qemu+ssh://user@server/system")
-    return value
+    """A libvirt URI vmharness may open: an allow-list of drivers, transports and parameters, its host
+    checked as a client's (vmharness.libvirt_uri)."""
+    return libvirt_uri.check(value, where)
 
 
 def check_bdf(value: str, where: str) -> str:
     from vmharness.host.pci import parse_bdf
 
     return parse_bdf(value, where)
-
-
-def check_address(value: str, where: str) -> str:
-    """An IPv4 address with its prefix length, as the guest's NIC is given it: 198.19.0.2/24."""
-    if value:
-        try:
-            iface = ipaddress.IPv4Interface(value)
-        except ValueError:
-            iface = None
-        if iface is None or "/" not in value or iface.network.prefixlen > 30 or iface.ip == iface.network[0] \
-                or iface.ip == iface.network.broadcast_address:
-            raise HarnessError(f"{where} {value[:80]!r} is not an IPv4 address with a prefix length "
-                               "(a host of a /30 or larger network)", "write it like 198.19.0.2/24")
-    return value
-
-
-# The benchmark wire's addresses when none are given: a /24 of 198.19.0.0/16, the half of the
-# benchmarking range 198.18.0.0/15 that the guests' management links (198.18.0.0/16) never use.
-DEFAULT_ADDRESS = "198.19.0.2/24"
-DEFAULT_CLIENT_ADDRESS = "198.19.0.1/24"
-
-
-def wire(address: str, client_address: str, names: tuple[str, str]) -> tuple[str, str]:
-    """The guest's and the clients' addresses on the benchmark wire, each checked already (`names`:
-    the flag or key each came from): a missing one is the first host of the other's network that the
-    other is not; both missing, the defaults. They must share one network and differ."""
-    if not address and not client_address:
-        return DEFAULT_ADDRESS, DEFAULT_CLIENT_ADDRESS
-    given = ipaddress.IPv4Interface(address or client_address)
-    other = next(str(h) for h in given.network.hosts() if h != given.ip)
-    guest = ipaddress.IPv4Interface(address or f"{other}/{given.network.prefixlen}")
-    client = ipaddress.IPv4Interface(client_address or f"{other}/{given.network.prefixlen}")
-    if guest.network != client.network:
-        raise HarnessError(f"{names[0]} {address} and {names[1]} {client_address} are not on one network "
-                           f"({guest.network} and {client.network})",
-                           "the clients and the guest share the wire: give both the same network and prefix, "
-                           f"e.g. {DEFAULT_ADDRESS} and {DEFAULT_CLIENT_ADDRESS}")
-    if guest.ip == client.ip:
-        raise HarnessError(f"{names[0]} and {names[1]} are both {guest.ip}",
-                           f"give the clients another host of {guest.network}")
-    return str(guest), str(client)
 
 
 def check_cpu_feature(value: str, where: str) -> str:
@@ -313,6 +261,10 @@ class GuestSection:
     hugepage_size: HugepageSize = "2M"
     boot_timeout: float = bounded(300.0, 1, DAY)
     shutdown_grace: float = bounded(60.0, 0, 3600)
+
+    def __post_init__(self) -> None:
+        # a device named twice (two spellings of one address, or a repeat) is one device, one hostdev
+        object.__setattr__(self, "bdf", tuple(dict.fromkeys(check_bdf(b, "guest.bdf") for b in self.bdf)))
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,29 @@ _RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?")
 
 
 def parse_cpulist(text: str, where: str = "cpu list") -> tuple[int, ...]:
-    """`0-3,8,10-11` -> (0, 1, 2, 3, 8, 10, 11); an empty list is (). `where` names the source."""
+    """`0-3,8,10-11` -> (0, 1, 2, 3, 8, 10, 11), as the kernel writes lists (one trailing newline
+    allowed); an empty list (a node without CPUs) is (). `where` names the source. Strict: an empty
+    element (`0,,2`, `0,`), a CPU named twice (`0,0`, `0-3,2`), a reversed range, a blank, a sign or a
+    digit that is not ASCII is no list the kernel writes, and reading one anyway would pin two threads
+    meant for two CPUs onto one."""
+    body = text[:-1] if text.endswith("\n") else text
+    if not body:
+        return ()
     cpus: list[int] = []
-    for part in filter(None, text.strip().split(",")):
+    seen: set[int] = set()
+    for part in body.split(","):
         m = _RANGE.fullmatch(part)
         first, last = (int(m.group(1)), int(m.group(2) or m.group(1))) if m else (0, -1)
-        if not m or last < first or last >= MAX_CPUS:
-            raise HarnessError(f"{where}: {text.strip()[:80]!r} is not a CPU list",
-                               f"the kernel writes them as 0-3,8,10-11 (CPUs 0 to {MAX_CPUS - 1})")
+        fault = ("an empty element" if not part else f"{part[:20]!r} is not N or N-M in ASCII digits" if not m
+                 else f"the range {part} runs backwards" if last < first
+                 else f"CPU {last} is beyond the kernel's {MAX_CPUS}" if last >= MAX_CPUS
+                 else f"CPU {min(seen.intersection(range(first, last + 1)))} is named twice"
+                 if not seen.isdisjoint(range(first, last + 1)) else "")
+        if fault:
+            raise HarnessError(f"{where}: {body[:80]!r} is not a CPU list: {fault}",
+                               f"the kernel writes them as 0-3,8,10-11 (CPUs 0 to {MAX_CPUS - 1}, each once)")
         cpus += range(first, last + 1)
+        seen.update(range(first, last + 1))
     return tuple(cpus)
 
 

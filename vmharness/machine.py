@@ -11,16 +11,14 @@ LC_ALL=C`, as local ones do (proc), so that what is parsed reads the same everyw
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from vmharness import proc
+from vmharness import environ, libvirt_uri, proc
 from vmharness.errors import HarnessError
 from vmharness.host.root import MAX_READ, HostRoot
 
@@ -70,7 +68,7 @@ class Machine:
         args = [str(a) for a in argv]
         if self.ssh is None:
             return args
-        config = os.environ.get(SSH_CONFIG_ENV)
+        config = environ.get(SSH_CONFIG_ENV)
         extra = ["-F", config] if config and "-F" not in self.options else []
         # ssh takes the first value it is given for an option: the machine's own come first
         return ["ssh", *extra, *self.options, *SSH_OPTIONS, "--", self.ssh, shlex.join(["env", "LC_ALL=C", *args])]
@@ -82,17 +80,14 @@ class Machine:
 
 def for_uri(uri: str) -> Machine:
     """The machine a libvirt URI drives: `qemu+ssh://user@host/system` is `user@host`; a URI without
-    a host (`qemu:///system`) is this one."""
-    try:
-        parts = urlsplit(uri)
-        host, user, port = parts.hostname, parts.username, parts.port
-    except ValueError as exc:
-        raise HarnessError(f"libvirt URI {uri!r} is malformed: {exc}", "e.g. qemu+ssh://user@host/system") from exc
-    if not host:
+    a host (`qemu:///system`) is this one. The URI is checked first (vmharness.libvirt_uri): one that
+    could run a program, or whose host ssh could read as an option, is refused."""
+    parsed = libvirt_uri.parse(uri)
+    dest = parsed.destination
+    if dest is None:
         return Machine()
-    dest = f"{user}@{host}" if user else host
     check_destination(dest, f"the host of libvirt URI {uri}")
-    return Machine(f"ssh://{dest}:{port}" if port else dest)
+    return Machine(f"ssh://{dest}:{parsed.port}" if parsed.port else dest)
 
 
 # Run on the machine: $1 the path, $2 the most bytes to print. Exit 3: missing; 4: not a regular file.

@@ -42,10 +42,31 @@ class Result:
         return f"exit {self.returncode}"
 
     def failure(self, where: str = "") -> HarnessError:
-        """The error for a command that exited non-zero: its last line of output says why."""
+        """The error for a command that exited non-zero: its last line of output says why. ssh's own
+        failure (exit 255: the machine could not be reached or would not let us in) names the machine
+        and ssh's reason, not the command it was to run there, with what to check."""
         detail = (self.stderr.strip() or self.stdout.strip()).splitlines()
         last = detail[-1] if detail else "no output"
+        dest = unreachable(self)
+        if dest is not None:
+            config = self.argv[self.argv.index("-F") + 1] if "-F" in self.argv[:self.argv.index("--")] else ""
+            return HarnessError(f"{where}{dest} is unreachable over ssh ({self.how}): {last}", ssh_hint(dest, config))
         return HarnessError(f"{where}{shlex.join(self.argv)} failed ({self.how}): {last}")
+
+
+def unreachable(res: Result) -> str | None:
+    """The destination of an ssh that failed by itself (exit 255), or None."""
+    argv = res.argv
+    if res.returncode != 255 or not argv or argv[0] != "ssh" or "--" not in argv[:-1]:
+        return None
+    return argv[argv.index("--") + 1]
+
+
+def ssh_hint(dest: str, config: str = "") -> str:
+    """What to check when ssh cannot reach `dest` (`config`: the -F file vmharness gave ssh, if any)."""
+    where = f"its Host entry in {config}" if config else "~/.ssh/config"
+    return (f"check that `ssh {dest} true` works without a prompt (vmharness runs ssh with BatchMode=yes: "
+            f"a key, no password), and {where}")
 
 
 def _not_installed(program: str) -> HarnessError:

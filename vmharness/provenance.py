@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from vmharness.cpus import parse_cpulist
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.machine import Machine
 
@@ -83,7 +84,7 @@ def parse(text: str) -> dict[str, Any]:
     nodes: dict[str, dict[str, dict[str, int]]] = {}
     for path, value in _pairs(sec.get("nodes", [])).items():  # .../node0/hugepages/hugepages-2048kB/nr_hugepages
         parts = path.split("/")
-        if len(parts) > 3 and value.isdigit():
+        if len(parts) > 3 and is_digits(value):
             size = parts[-2].removeprefix("hugepages-")
             nodes.setdefault(parts[-4], {}).setdefault(size, {})[parts[-1].removesuffix("_hugepages")] = int(value)
     return {

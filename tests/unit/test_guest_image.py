@@ -203,7 +203,7 @@ def test_a_missing_image_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_libvirt_uri_names_the_machine() -> None:
     assert for_uri("qemu:///system") == Machine()
     assert for_uri("qemu+ssh://root@server1/system") == Machine("root@server1")
-    assert for_uri("qemu+ssh://server1/system?keyfile=/k").argv(["qemu-img", "info", "a b"]) == \
+    assert for_uri("qemu+ssh://server1/system?no_tty=1").argv(["qemu-img", "info", "a b"]) == \
         ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "server1", "env LC_ALL=C qemu-img info 'a b'"]
 
 

@@ -1,10 +1,14 @@
 """Property tests: whatever a user or a damaged file gives the readers of names, PCI addresses, CPU
-lists and masks, memory sizes, NUMA nodes, connection lists and whole configurations, the answer is a
-value or a HarnessError (one line), never another exception; and what is accepted keeps its promise."""
+lists and masks, memory sizes, NUMA nodes, connection lists, numbers, libvirt URIs, wire addresses and
+whole configurations, the answer is a value or a HarnessError (one line), never another exception; and
+what is accepted keeps its promise (a CPU list names each CPU once, a number is ASCII digits, a URI is
+on the allow-list, an address is a unicast host of a network with room for two)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any
@@ -13,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmharness import config, cpus, schema
+from vmharness import cli_types, config, cpus, digits, libvirt_uri, schema, wire
 from vmharness.bench import connections
 from vmharness.errors import HarnessError
 from vmharness.host import plan
@@ -57,11 +61,91 @@ def test_a_pci_address_is_parsed_or_refused(text: str) -> None:
 
 
 @FAST
-@given(_texts("0123456789-,\n ") | st.integers(0, 10**12).map(lambda n: f"0-{n}"))
+@given(_texts("0123456789-,\n +０²") | st.integers(0, 10**12).map(lambda n: f"0-{n}"))
 def test_a_cpu_list_is_parsed_or_refused(text: str) -> None:
     found = _value_or_error(cpus.parse_cpulist, text, "cpulist")
-    if found is not None:
-        assert all(0 <= c < cpus.MAX_CPUS for c in found)
+    if found is not None:  # strict: what the kernel writes, each CPU once, at most one newline at the end
+        assert all(0 <= c < cpus.MAX_CPUS for c in found) and len(set(found)) == len(found)
+        body = text.removesuffix("\n")
+        assert re.fullmatch(r"([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?", body)
+        assert cpus.parse_cpulist(cpus.format_cpulist(found)) == tuple(sorted(found))
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), min_size=1, max_size=6))
+def test_a_cpu_list_naming_a_cpu_twice_is_refused_whatever_its_spelling(ranges: list[tuple[int, int]]) -> None:
+    text = ",".join(f"{a}-{a + n}" if n else str(a) for a, n in ranges)
+    named = [c for a, n in ranges for c in range(a, a + n + 1)]
+    found = _value_or_error(cpus.parse_cpulist, text, "cpulist")
+    assert (found is not None) == (len(set(named)) == len(named))
+    assert found is None or list(found) == named
+
+
+@FAST
+@given(st.text("0123456789-+_ \n١０²", max_size=12) | st.integers().map(str) | st.text(max_size=12))
+def test_numbers_are_read_in_ascii_digits_only(text: str) -> None:
+    value = digits.integer(text, signed=True)
+    plain = re.fullmatch(r"-?[0-9]+", text) is not None
+    assert (value is not None) == (plain and len(text) <= digits.MAX_DIGITS)
+    if value is not None:
+        assert value == int(text) and str(value) == str(int(text))
+    assert digits.is_digits(text) == bool(re.fullmatch(r"[0-9]+", text))
+    whole = _value_or_error_flag(cli_types.whole(-(10**9), 10**9), text)
+    assert whole is None or plain
+    secs = _value_or_error_flag(cli_types.seconds(0, 10**9), text)
+    assert secs is None or re.fullmatch(r"[0-9.eE+-]+", text)
+
+
+def _value_or_error_flag(parse: Any, text: str) -> Any:
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
+        assert "\n" not in str(exc)
+        return None
+
+
+_URI_PARTS = {
+    "driver": st.sampled_from(["qemu", "qemu", "xen", "test", "QEMU", "lxc"]),
+    "transport": st.sampled_from(["", "", "+ssh", "+unix", "+tls", "+ext", "+tcp", "+libssh", "+ssh+ext"]),
+    "host": st.sampled_from(["", "", "server1", "root@server1", "server1:2222", "-oProxyCommand=x", "a b",
+                             "[::1]", "root@-x", "h:０", "h:99999", "@h", "h\n"]),
+    "path": st.sampled_from(["/system", "/system", "/session", "/embed", "/", "/system/../x"]),
+    "query": st.lists(st.sampled_from(["no_tty=1", "mode=direct", "proxy=native", "command=/bin/sh",
+                                       "socket=/x", "keyfile=/k", "netcat=nc", "no_verify=1", "pkipath=/p",
+                                       "comm%61nd=x", "mode=auto;command=x", "mode=", "name=qemu:///x", "x=y",
+                                       "", "mode=auto"]), max_size=3),
+}
+
+
+@FAST
+@given(st.fixed_dictionaries(_URI_PARTS) | st.text(max_size=60).map(lambda t: {"raw": t}))
+def test_a_libvirt_uri_is_accepted_only_from_the_allow_list(parts: dict[str, Any]) -> None:
+    uri = parts["raw"] if "raw" in parts else (f"{parts['driver']}{parts['transport']}://{parts['host']}{parts['path']}"
+                               + ("?" + "&".join(parts["query"]) if parts["query"] else ""))
+    accepted = _value_or_error(libvirt_uri.parse, uri, "guest.uri")
+    if accepted is None:
+        return
+    scheme, _, rest = uri.partition("://")
+    assert scheme in ("qemu", "qemu+ssh", "qemu+unix", "qemu+tls") and uri.isascii() and "%" not in uri
+    params = [p.partition("=") for p in rest.partition("?")[2].split("&")] if "?" in rest else []
+    assert all(name in ("no_tty", "mode", "proxy") and ";" not in value for name, _, value in params)
+    assert len({name for name, _, _ in params}) == len(params)
+    dest = accepted.destination
+    assert dest is None or (not dest.startswith("-") and not any(c.isspace() for c in dest))
+    assert (dest is None) == (scheme in ("qemu", "qemu+unix") and rest.startswith("/"))
+    assert config.check_uri(uri, "guest.uri") == uri
+
+
+@FAST
+@given(st.ip_addresses(v=4), st.integers(0, 32))
+def test_a_wire_address_is_a_unicast_host_of_a_network_with_room(ip: Any, prefix: int) -> None:
+    text = f"{ip}/{prefix}"
+    if _value_or_error(wire.check_address, text, "--address") is None:
+        return
+    net = ipaddress.IPv4Interface(text).network
+    assert 8 <= prefix <= 30 and ip not in (net.network_address, net.broadcast_address)
+    assert not (ip.is_loopback or ip.is_multicast or ip.is_link_local or ip.is_reserved or ip in
+                ipaddress.IPv4Network("0.0.0.0/8"))
 
 
 @FAST

@@ -21,6 +21,7 @@ from vmharness.analysis.variants import Control, Diff
 from vmharness.bench import histogram
 from vmharness.bench.histogram import Histogram
 from vmharness.bench.store import RECORDS, RunDir
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.stats import Change, Interval, Peak, Plan, Split, mean_interval, ratio_change
 
@@ -84,7 +85,7 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
     manifest = run.manifest
     server = manifest.get("machines", {}).get("server", {}).get("machine", "local")
     cpus = manifest.get("machines", {}).get("server", {}).get("cpus", "")
-    workers = manifest.get("config", {}).get("server", {}).get("workers") or (int(cpus) if str(cpus).isdigit() else 0)
+    workers = manifest.get("config", {}).get("server", {}).get("workers") or (int(cpus) if is_digits(str(cpus)) else 0)
     clients = [c["machine"] for c in manifest.get("machines", {}).get("clients", [])]
     out: dict[str, dict[int, Cell]] = {}
     failed = 0

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vmharness import proc
+from vmharness import digits, proc
 from vmharness.bench import histogram, openloop, threads, wrk
 from vmharness.bench.server import write_file
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host import files, journal
 from vmharness.host.root import HostRoot
@@ -52,11 +53,14 @@ class Client:
         """Learn the CPU count and put report.lua on the machine (journaled for `owner`, removed by
         `done`); with an open-loop load to come, check that client.oha is oha."""
         res = self.machine.run(["nproc"], timeout=30, check=False)
+        if proc.unreachable(res) is not None:
+            raise res.failure("client ")
         if not res.ok:
             why = (res.stderr.strip().splitlines() or ["no output"])[-1]
-            raise HarnessError(f"client {self.machine.label} is unreachable: {why}",
-                               f"check that `ssh {self.machine.label} true` works without a password")
-        self.cpus = len(self.pin) or int(res.stdout)
+            raise HarnessError(f"client {self.machine.label}: nproc failed ({res.how}): {why}",
+                               "is it a Linux machine with coreutils?")
+        self.cpus = len(self.pin) or digits.require(res.stdout.strip(), f"nproc on {self.machine.label}",
+                                                    hint="is its login shell printing more than the command's output?")
         if open_loop:
             if self.machine.local:
                 self.oha = openloop.local_binary(self.oha)
@@ -117,7 +121,7 @@ def _read_ready(p: subprocess.Popen[bytes], deadline: float) -> int:
                                "check that the client is reachable and wrk (and oha) are installed there")
         line += chunk
     word, _, pid = line.decode().partition(" ")
-    if word != "ready" or not pid.strip().isdigit():
+    if word != "ready" or not is_digits(pid.strip()):
         raise HarnessError(f"a client said {line.decode().strip()!r} instead of ready", "is its shell sh-compatible?")
     return int(pid)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vmharness.digits import is_digits
+
 # $1: the interval. `@pid` first, so the harness can read the loop's own CPU time (with its children).
 # One cat per snapshot (the files' own headers tell them apart): three forks a second in all.
 SCRIPT = r"""echo "@pid $$"
@@ -77,7 +79,7 @@ def _interrupts(lines: list[str], snap: Snapshot) -> None:
         fields = rest.split()
         counts = []
         for value in fields[:ncpu]:
-            if not value.isdigit():
+            if not is_digits(value):
                 break
             counts.append(int(value))
         if len(counts) != ncpu:
@@ -88,7 +90,7 @@ def _interrupts(lines: list[str], snap: Snapshot) -> None:
     snap.irq_per_cpu = tuple(totals)
 
 
-_PROC_LINE = re.compile(r"\d+ \(")
+_PROC_LINE = re.compile(r"[0-9]+ \(")
 _CPU_HEADER = re.compile(r"\s+CPU0\b")
 
 
@@ -179,7 +181,7 @@ def tree(snap: Snapshot, roots: set[int]) -> set[int]:
 
 
 COVERED = 0.8  # the snapshots inside a load's window are used alone when they span this share of it
-_VFIO = re.compile(r"\bvfio-(?:msix?\[\d+\]|intx)\(([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\)")
+_VFIO = re.compile(r"\bvfio-(?:msix?\[[0-9]+\]|intx)\(([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\)")
 
 
 def choose(snaps: list[Snapshot], start: float, end: float) -> tuple[list[Snapshot], dict[str, Any]]:

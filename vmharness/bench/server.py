@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vmharness import data, userfile
+from vmharness.bench import ports
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host import journal
 from vmharness.host.journal import Op
@@ -145,6 +147,9 @@ class Server:
             raise HarnessError(f"nginx refuses its configuration on {m.label}: {last[0]}",
                                f"the configuration is {conf} there")
         started = m.run(argv, timeout=30, check=False)
+        address = None if started.ok else ports.taken(started.stderr)
+        if address is not None:
+            raise ports.in_use_error(m, address, "guest.port" if m.guest else "server.listen and server.url")
         if not started.ok:
             raise HarnessError(f"nginx did not start on {m.label}: {started.stderr.strip()[-200:]}",
                                f"is {cfg.listen} free? (nginx logs to {cfg.prefix}/error.log)")
@@ -170,7 +175,7 @@ class Server:
 
 def _pid(m: Machine, prefix: str) -> int:
     text = read(m, f"{prefix}/nginx.pid", limit=64) or ""
-    return int(text) if text.isdigit() else 0
+    return int(text) if is_digits(text) else 0
 
 
 def _stop(m: Machine, prefix: str, grace: float) -> None:

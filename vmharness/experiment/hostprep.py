@@ -19,7 +19,7 @@ from vmharness import progress, schema
 from vmharness.config import HugepageSize, RunConfig, wire
 from vmharness.errors import HarnessError
 from vmharness.guest import placement
-from vmharness.host import hugepages, journal, libvirt_hugetlbfs, pci, plan, prepare, restore, show_plan
+from vmharness.host import hugepages, journal, libvirt_hugetlbfs, pci, plan, prepare, restore, show_plan, wire_routes
 from vmharness.host.root import HostRoot
 from vmharness.machine import for_uri
 
@@ -162,6 +162,8 @@ def choose(root: HostRoot, cfg: RunConfig, given: Given) -> Choice:
                 g = dataclasses.replace(g, hugepages=True, hugepage_size=_size(pool))
     if g.bdf:
         address, client = wire(g.address, g.client_address, (given.name("address"), given.name("client_address")))
+        key = "address" if g.address or not g.client_address else "client_address"
+        wire_routes.check(root, address, client, f"{given.name(key)} {getattr(g, key) or address + ' (its default)'}")
         g = dataclasses.replace(g, address=address, client_address=client)
         line += f"; the guest is {address} on it, the clients {client}"
     else:

@@ -178,7 +178,8 @@ class Runner:
         boot (none when the guest runs elsewhere or its vCPUs take every CPU)."""
         if not for_uri(self.cfg.guest.uri).local:
             return ()
-        online = cpus.parse_cpulist(self.root.read_text("/sys/devices/system/cpu/online").strip())
+        online = cpus.parse_cpulist(self.root.read_text("/sys/devices/system/cpu/online").strip(),
+                                    "/sys/devices/system/cpu/online")
         free = tuple(c for c in online if c not in b.pinning["planned_vcpus"])
         return free if free and len(free) < len(online) else ()
 

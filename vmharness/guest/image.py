@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import data, proc, tomlfile, userfile
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.guest import imagedir, kernelfile
 from vmharness.machine import Machine, alive
@@ -268,7 +269,7 @@ def _stale_builds(images: Path) -> None:
     """Remove unfinished builds whose builder is gone (a crash or a kill -9)."""
     for old in images.glob(".build-*"):
         pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not alive(Machine(), int(pid)):
+        if is_digits(pid) and not alive(Machine(), int(pid)):
             shutil.rmtree(old, ignore_errors=True)
 
 

@@ -7,11 +7,10 @@ since a build removes the unfinished `.build-*` folders it finds, and writes its
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-from vmharness import owned
+from vmharness import environ, owned
 
 DEFAULT = "/var/lib/vmharness/images"
 ENV = "VMHARNESS_IMAGE_DIR"
@@ -20,12 +19,12 @@ _KEY = re.compile(r"[0-9a-f]{16}")
 
 
 def path(override: str | None = None) -> Path:
-    return Path(override or os.environ.get(ENV) or DEFAULT)
+    return Path(override or environ.get(ENV) or DEFAULT)
 
 
 def flag(override: str | None = None) -> str:
     """What named the folder, for errors: the flag, the environment variable, or the default."""
-    return "--image-dir" if override else ENV if os.environ.get(ENV) else "the image folder"
+    return "--image-dir" if override else ENV if environ.get(ENV) else "the image folder"
 
 
 def _legacy(_path: Path, entries: list[str]) -> bool:

@@ -157,7 +157,7 @@ def plan(root: HostRoot, req: VmRequest, for_print: bool = False, after: HostPla
     if req.memory_mib < 128:
         raise HarnessError(f"{req.memory_mib} MiB is too little memory for the guest", "pass --memory 512 or more")
     bound = {b.bdf for b in after.binds} if after is not None else set()
-    bdfs = tuple(_check_device(root, b, req.managed, bound) for b in req.bdfs)
+    bdfs = tuple(dict.fromkeys(_check_device(root, b, req.managed, bound) for b in req.bdfs))  # each device once
     node_cpus = placement.node_cpus(root, placement.nic_node(root, bdfs)[0])
     place = placement.place(root, bdfs, req.vcpus or min(2, len(node_cpus)))
     page_kib = _hugepage_kib(req) if req.hugepages else None

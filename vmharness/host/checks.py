@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vmharness.digits import is_digits
 from vmharness.host import hugepages, modules, probes
 from vmharness.host.root import LARGE_READ, HostRoot
 
@@ -70,7 +71,7 @@ def gather(root: HostRoot) -> Facts:
     cmdline = (root.read_optional("/proc/cmdline") or "").split()
     if "--" in cmdline:
         cmdline = cmdline[: cmdline.index("--")]  # what follows goes to init, not the kernel
-    groups = [g for g in root.listdir("/sys/kernel/iommu_groups") if g.isdigit()]
+    groups = [g for g in root.listdir("/sys/kernel/iommu_groups") if is_digits(g)]
     return Facts(
         root, frozenset(flags), vendor, cmdline, root.listdir("/sys/class/iommu"), len(groups), probes.load(root)
     )
@@ -240,7 +241,7 @@ def parse_pool_list(text: str) -> list[Pool]:
     pools = []
     for n, cols in lines[1:]:
         numbers, star = (cols[:4], cols[4:])
-        if len(numbers) != 4 or star not in ([], ["*"]) or not all(c.isdigit() and len(c) < 20 for c in numbers):
+        if len(numbers) != 4 or star not in ([], ["*"]) or not all(is_digits(c) and len(c) < 20 for c in numbers):
             raise ValueError(f"line {n} is not 'SIZE MINIMUM CURRENT MAXIMUM [*]': {' '.join(cols)[:60]!r}")
         size, low, now, high = (int(c) for c in numbers)
         if size < 1024 or size % 1024:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vmharness import digits
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
 
@@ -25,7 +26,7 @@ def size_label(kib: int) -> str:
 
 def parse_size_kib(text: str) -> int | None:
     """`2M`, `1G`, `2048k`, `1048576kB` -> KiB."""
-    m = re.fullmatch(r"(\d+)\s*([kKmMgG])?[bB]?", text.strip())
+    m = re.fullmatch(r"([0-9]{1,15}) ?([kKmMgG])?[bB]?", text.strip(" \t\n"))
     if not m:
         return None
     value, unit = int(m.group(1)), (m.group(2) or "k").lower()
@@ -49,14 +50,14 @@ class Mount:
 def sizes(root: HostRoot) -> list[int]:
     out = []
     for d in root.listdir(GLOBAL):
-        m = re.fullmatch(r"hugepages-(\d+)kB", d)
+        m = re.fullmatch(r"hugepages-([0-9]{1,15})kB", d)
         if m:
             out.append(int(m.group(1)))
     return sorted(out)
 
 
 def nodes(root: HostRoot) -> list[int]:
-    return sorted(int(d[4:]) for d in root.listdir(NODES) if re.fullmatch(r"node\d+", d))
+    return sorted(int(d[4:]) for d in root.listdir(NODES) if re.fullmatch(r"node[0-9]{1,4}", d))
 
 
 def per_node(root: HostRoot) -> list[NodePages]:
@@ -99,7 +100,7 @@ def node_memory_kib(root: HostRoot, node: int) -> tuple[int | None, int | None]:
     for line in (root.read_optional(path) or "").splitlines():
         parts = line.split()
         if len(parts) >= 4 and parts[2] in ("MemTotal:", "MemFree:"):
-            if not parts[3].isdigit():
+            if not digits.is_digits(parts[3]):
                 raise HarnessError(f"{path} holds {line.strip()[:60]!r}: {parts[2][:-1]} is not a number of kB",
                                    "the host root is damaged, or this kernel writes something vmharness does not know")
             found[parts[2]] = int(parts[3])

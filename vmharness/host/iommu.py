@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vmharness.digits import is_digits
 from vmharness.host import netstate
 from vmharness.host.pci import PciDevice, scan
 from vmharness.host.root import HostRoot
@@ -94,8 +95,8 @@ def groups(root: HostRoot, views: list[DeviceView] | None = None) -> list[Group]
         views = device_views(root, scan(root))
     by_bdf = {v.dev.bdf: v for v in views}
     out = []
-    for name in sorted(root.listdir(GROUPS), key=lambda n: int(n) if n.isdigit() else -1):
-        if not name.isdigit():
+    for name in sorted(root.listdir(GROUPS), key=lambda n: int(n) if is_digits(n) else -1):
+        if not is_digits(name):
             continue
         members = tuple(by_bdf[b] for b in root.listdir(f"{GROUPS}/{name}/devices") if b in by_bdf)
         out.append(Group(int(name), root.read_optional(f"{GROUPS}/{name}/type"), members))

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from vmharness.cpus import format_cpulist, parse_cpulist
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host import journal, restore
 from vmharness.host.journal import Op, Record
@@ -28,7 +29,7 @@ from vmharness.progress import Say
 INTERRUPTS = "/proc/interrupts"
 # vfio-pci's names (drivers/vfio/pci/vfio_pci_intrs.c): one per MSI or MSI-X vector of a device. Its
 # INTx line ("vfio-intx(BDF)") may be shared with another device's, so it is never touched.
-VFIO = re.compile(r"vfio-(?:msix|msi)\[(\d{1,5})\]\(([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\)")
+VFIO = re.compile(r"vfio-(?:msix|msi)\[([0-9]{1,5})\]\(([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\)")
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def names(text: str) -> dict[int, str]:
     out: dict[int, str] = {}
     for line in text.splitlines():
         number, colon, rest = line.partition(":")
-        if not colon or not number.strip().isdigit():
+        if not colon or not is_digits(number.strip()):
             continue  # the CPU header, and NMI, LOC, ... (counters, not IRQs)
         words = rest.split()
         if not words:

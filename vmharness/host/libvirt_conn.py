@@ -7,6 +7,7 @@ import time
 
 import libvirt
 
+from vmharness import libvirt_uri
 from vmharness.errors import HarnessError
 
 DEFAULT_URI = "qemu:///system"
@@ -14,6 +15,9 @@ libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # errors arrive as 
 
 
 def connect(uri: str) -> libvirt.virConnect:
+    """A connection to the daemon at `uri`, checked first wherever it came from (a flag, a
+    configuration, a journal record or a guest's state file): see vmharness.libvirt_uri."""
+    libvirt_uri.check(uri, "libvirt URI")
     try:
         return libvirt.open(uri)
     except libvirt.libvirtError as exc:

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host import hugepages, libvirtd, probes
 from vmharness.host.root import HostRoot
@@ -163,10 +164,10 @@ def _daemon_pids(root: HostRoot) -> list[int]:
         text = root.read_optional(DRIVER_PID)
     except HarnessError:  # not root: /proc tells the daemons all the same
         text = None
-    if text is not None and text.isdigit() and _proc_field(root, int(text), "comm") in DAEMONS:
+    if text is not None and is_digits(text) and _proc_field(root, int(text), "comm") in DAEMONS:
         return [int(text)]
     return [int(p) for p in root.listdir("/proc")
-            if p.isdigit() and _proc_field(root, int(p), "comm") in DAEMONS and _root_process(root, int(p))]
+            if is_digits(p) and _proc_field(root, int(p), "comm") in DAEMONS and _root_process(root, int(p))]
 
 
 def read_daemon(root: HostRoot, pid: int, boot: float, owned: int | None) -> Daemon | None:
@@ -174,7 +175,7 @@ def read_daemon(root: HostRoot, pid: int, boot: float, owned: int | None) -> Dae
     stat = _proc_field(root, pid, "stat")
     name = _proc_field(root, pid, "comm")
     fields = (stat or "").rpartition(")")[2].split()
-    if name is None or len(fields) <= _STARTTIME or not fields[_STARTTIME].isdigit():
+    if name is None or len(fields) <= _STARTTIME or not is_digits(fields[_STARTTIME]):
         return None
     started = boot + int(fields[_STARTTIME]) / os.sysconf("SC_CLK_TCK")
     argv = tuple(a for a in (_proc_field(root, pid, "cmdline") or "").split("\0") if a)

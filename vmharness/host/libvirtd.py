@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vmharness import proc
+from vmharness import environ, proc
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host import probes
 
@@ -127,7 +128,7 @@ def _control() -> tuple[int, int, int] | None:
     """VMHARNESS_LIBVIRTD, checked: it is an input like any other. Its pipes are this process's only
     when the file descriptors are those very pipes (a child of CMD inherits the variable, mostly not
     the descriptors, and the numbers may name other files there): otherwise no daemon is ours."""
-    text = os.environ.get(ENV)
+    text = environ.get(ENV)
     if text is None:
         return None
     m = re.fullmatch(r"([0-9]{1,9}):([0-9]{1,4}):([0-9]{1,20}):([0-9]{1,4}):([0-9]{1,20})", text)
@@ -163,7 +164,7 @@ def restart_owned(timeout: float = RESTART_TIMEOUT) -> int:
         raise HarnessError(f"cannot ask the wrapper that started libvirtd to restart it: {exc.strerror}",
                            f"was {ENV} set by python -m vmharness.host.libvirtd?") from exc
     word, _, rest = reply.partition(" ")
-    if word != "ok" or not rest.isdigit():
+    if word != "ok" or not is_digits(rest):
         raise HarnessError(f"the libvirtd vmharness started was not restarted: {rest or reply}",
                            f"see {LOG_DIR}/libvirtd-vmharness.log")
     _restarted = int(rest)

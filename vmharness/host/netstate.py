@@ -28,6 +28,8 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from vmharness.digits import hexadecimal, integer, is_digits
+from vmharness.environ import CONTROL
 from vmharness.errors import HarnessError
 from vmharness.host import probes
 from vmharness.host.root import HostRoot
@@ -101,9 +103,10 @@ class _Garbled(ValueError):
 
 def _le_ip(hex_text: str) -> ipaddress.IPv4Address:
     """/proc/net/route prints addresses as host-order (little-endian on x86) hex."""
-    if len(hex_text) != 8:
+    value = hexadecimal(hex_text, prefix=False) if len(hex_text) == 8 else None
+    if value is None:
         raise _Garbled(hex_text)
-    return ipaddress.IPv4Address(socket.inet_ntoa(struct.pack("<I", int(hex_text, 16))))
+    return ipaddress.IPv4Address(socket.inet_ntoa(struct.pack("<I", value)))
 
 
 def _lines(root: HostRoot, path: str, held: Held, *, optional: bool = False) -> list[tuple[int, str]]:
@@ -134,7 +137,7 @@ def routes4(root: HostRoot, held: Held | None = None) -> list[Route4]:
     for n, line in lines[1:]:
         cols = line.split()
         try:
-            if len(cols) < 8:
+            if len(cols) < 8 or integer(cols[6]) is None or CONTROL.search(cols[0]):
                 raise _Garbled(line)
             dest, mask = _le_ip(cols[1]), _le_ip(cols[7])
             net = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
@@ -179,7 +182,7 @@ def _ipv6(root: HostRoot, held: Held) -> tuple[list[ipaddress.IPv6Address], list
     for n, line in _lines(root, addrs, held, optional=without_ipv6):
         cols = line.split()
         try:
-            if len(cols) != 6:
+            if len(cols) != 6 or CONTROL.search(cols[5]):
                 raise _Garbled(line)
             addr6 = _hex6(cols[0])
         except ValueError:
@@ -192,7 +195,8 @@ def _ipv6(root: HostRoot, held: Held) -> tuple[list[ipaddress.IPv6Address], list
     for n, line in _lines(root, routes, held, optional=without_ipv6):
         cols = line.split()
         try:
-            if len(cols) != 10:
+            if len(cols) != 10 or any(hexadecimal(c, prefix=False) is None for c in (cols[1], cols[5], cols[8])) \
+                    or CONTROL.search(cols[9]):
                 raise _Garbled(line)
             dest, plen, iface = _hex6(cols[0]), int(cols[1], 16), cols[9]
             route = Route6(iface, ipaddress.IPv6Network((dest, plen), strict=False), int(cols[5], 16),
@@ -263,7 +267,7 @@ def _vlans(root: HostRoot, held: Held) -> None:
         if not line.strip() or line.startswith("Name-Type:"):
             continue
         parts = [p.strip() for p in line.split("|")]
-        if len(parts) != 3 or not parts[0] or not parts[2] or " " in parts[0] + parts[2]:
+        if len(parts) != 3 or not parts[0] or not parts[2] or " " in parts[0] + parts[2] or CONTROL.search(line):
             _garbled(held, VLAN_CONFIG, n, line)
             continue
         held.link(parts[2], parts[0])
@@ -273,7 +277,7 @@ def _vlans(root: HostRoot, held: Held) -> None:
 def _peer(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The client address of `CLIENT_IP CLIENT_PORT SERVER_IP SERVER_PORT`; ValueError if garbled."""
     fields = text.split()
-    if len(fields) != 4 or not all(p.isdigit() and int(p) <= 65535 for p in (fields[1], fields[3])):
+    if len(fields) != 4 or not all(is_digits(p) and int(p) <= 65535 for p in (fields[1], fields[3])):
         raise ValueError(text)
     ipaddress.ip_address(fields[2])
     peer = ipaddress.ip_address(fields[0])

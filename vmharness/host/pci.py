@@ -6,9 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from vmharness import digits
 from vmharness.errors import HarnessError
 from vmharness.host import pciids
-from vmharness.host.root import HostRoot
+from vmharness.host.root import HostRoot, check_name
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 _BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])")
@@ -111,17 +112,15 @@ class PciDevice:
 
 def _hex(root: HostRoot, path: str) -> int:
     text = root.read_text(path).strip()
-    try:
-        return int(text, 16)
-    except ValueError as exc:
-        raise HarnessError(f"{path} holds {text!r}, not a hex number", "the host root is damaged") from exc
+    value = digits.hexadecimal(text)
+    if value is None:
+        raise HarnessError(f"{path} holds {text[:40]!r}, not a hex number in ASCII digits", "the host root is damaged")
+    return value
 
 
 def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
+    """A count or a group number as sysfs writes it (ASCII digits), None for anything else."""
+    return digits.integer(text) if text is not None else None
 
 
 def _netdevs(root: HostRoot, dev: str) -> tuple[NetDev, ...]:
@@ -152,6 +151,8 @@ def read_device(root: HostRoot, bdf: str) -> PciDevice:
     numa = root.read_int(f"{dev}/numa_node", minimum=-1)  # garbage names the file; -1: no node
     reset = root.read_optional(f"{dev}/reset_method")
     override = root.read_optional(f"{dev}/driver_override")
+    if override is not None:
+        check_name(override, f"{dev}/driver_override")
     names = pciids.load()
     return PciDevice(
         bdf=bdf,

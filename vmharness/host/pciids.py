@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from vmharness.digits import hexadecimal
+
 SEARCH_PATHS = (
     Path("/usr/share/misc/pci.ids"),
     Path("/usr/share/hwdata/pci.ids"),
@@ -62,9 +64,8 @@ def parse(text: str, source: str | None = None) -> PciIds:
             continue  # subsystems and programming interfaces are not shown
         if line.startswith("\t"):
             num, _, name = line[1:].partition(" ")
-            try:
-                value = int(num, 16)
-            except ValueError:
+            value = hexadecimal(num, prefix=False)
+            if value is None:
                 continue
             if klass is not None:
                 ids.classes[(klass, value)] = name.strip()
@@ -73,15 +74,14 @@ def parse(text: str, source: str | None = None) -> PciIds:
             continue
         if line.startswith("C "):
             num, _, name = line[2:].partition(" ")
-            klass, vendor = int(num, 16), None
-            ids.classes[(klass, None)] = name.strip()
+            klass, vendor = hexadecimal(num, prefix=False), None
+            if klass is not None:
+                ids.classes[(klass, None)] = name.strip()
             continue
         num, _, name = line.partition(" ")
-        try:
-            vendor, klass = int(num, 16), None
-        except ValueError:
-            vendor = klass = None  # other sections (device types, languages): skipped
-            continue
+        vendor, klass = hexadecimal(num, prefix=False), None
+        if vendor is None:
+            continue  # other sections (device types, languages): skipped
         ids.vendors[vendor] = name.strip()
     return ids
 

@@ -17,7 +17,7 @@ VFIO_MODULES = ("vfio-pci", "vfio_iommu_type1")
 MOUNT_BASE = "/run/vmharness"
 MAX_AMOUNT_KIB = 16 << 30  # 16 TiB: more memory than any one NUMA node holds
 MAX_NODE = 1023  # the kernel's MAX_NUMNODES is at most 1024
-_AMOUNT = re.compile(r"([0-9]{1,12})([KMGT])(?:i?B)?", re.IGNORECASE)
+_AMOUNT = re.compile(r"([0-9]{1,12})([KMGT])(?:i?B)?", re.IGNORECASE | re.ASCII)
 _UNIT_KIB = {"k": 1, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}
 
 
@@ -53,8 +53,8 @@ class Request:
     force: bool = False
 
     def __post_init__(self) -> None:
-        for bdf in self.bdfs:
-            parse_bdf(bdf, "--bdf")
+        # one device named twice (`--bdf 0000:b3:00.0 --bdf b3:00.0`) is one device: normalised, then each once
+        object.__setattr__(self, "bdfs", tuple(dict.fromkeys(parse_bdf(bdf, "--bdf") for bdf in self.bdfs)))
         if self.hugepages is not None:
             parse_amount(self.hugepages)
         parse_node(self.node)

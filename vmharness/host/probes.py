@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vmharness import proc
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host import kvm
 from vmharness.host.root import HostRoot
@@ -89,7 +90,7 @@ def ssh_connection(root: HostRoot, env: Mapping[str, str]) -> str | None:
             if item.startswith("SSH_CONNECTION="):
                 return item.removeprefix("SSH_CONNECTION=")
         fields = (root.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
-        if len(fields) < 2 or not fields[1].isdigit():
+        if len(fields) < 2 or not is_digits(fields[1]):
             return None
         pid = int(fields[1])
     return None

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vmharness import digits, environ
 from vmharness.errors import HarnessError
 
 ENV_VAR = "VMHARNESS_HOST_ROOT"
@@ -99,6 +100,16 @@ def read_file(path: Path, shown: str, limit: int = MAX_READ, hint: str | None = 
         os.close(fd)
 
 
+def check_name(name: str, where: str) -> str:
+    """A name read from a host tree (a directory entry, a link's target, a driver or interface name),
+    refused when it holds a control character: a driver name with a newline in it would add a line of
+    its own to the modprobe.d text host-setup prints, an escape sequence would act on the terminal."""
+    if environ.CONTROL.search(name):
+        raise HarnessError(f"{where} names {name[:60]!r}, which holds a control character",
+                           "the host root is damaged: the kernel's names hold none")
+    return name
+
+
 class HostRoot:
     def __init__(self, base: str | Path = "/", *, allow_writes: bool = False) -> None:
         self.base = Path(base).resolve()
@@ -108,7 +119,8 @@ class HostRoot:
     @classmethod
     def open(cls, base: str | Path | None = None) -> HostRoot:
         """The root named on the command line or in VMHARNESS_HOST_ROOT, checked to be one."""
-        chosen = base if base is not None else os.environ.get(ENV_VAR, "/")
+        env = environ.get(ENV_VAR) if base is None else None
+        chosen = base if base is not None else env if env is not None else "/"
         if str(chosen).strip() == "":
             where = "--host-root" if base is not None else ENV_VAR
             raise HarnessError(f"{where} is empty", "name a directory laid out like / (an unpacked "
@@ -188,10 +200,7 @@ class HostRoot:
         text = self.read_optional(p)
         if text is None:
             return None
-        try:
-            value = int(text, 10)
-        except ValueError:
-            value = None
+        value = digits.integer(text, signed=minimum is None or minimum < 0)
         if value is None or (minimum is not None and value < minimum):
             raise HarnessError(f"{p} holds {text[:40]!r}, not " + (
                 "an integer" if minimum is None else "a count" if minimum == 0 else f"an integer >= {minimum}"),
@@ -199,20 +208,27 @@ class HostRoot:
         return value
 
     def listdir(self, p: str | Path) -> list[str]:
-        """Sorted entries of a directory; an absent directory is empty."""
+        """Sorted entries of a directory; an absent directory is empty. An entry whose name holds a
+        control character is refused, naming the directory: the kernel's names (devices, drivers,
+        interfaces, IRQs) end up in files the harness prints and in its errors."""
         try:
-            return sorted(os.listdir(self._inside(p)))
+            names = sorted(os.listdir(self._inside(p)))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except PermissionError as exc:
             raise HarnessError(f"no permission to list {p}", "run as root (sudo)") from exc
+        for name in names:
+            check_name(name, f"an entry of {p}")
+        return names
 
     def readlink_name(self, p: str | Path) -> str | None:
-        """The last component of a symlink's target ("e1000e" for .../drivers/e1000e), or None."""
+        """The last component of a symlink's target ("e1000e" for .../drivers/e1000e), or None; one
+        that holds a control character is refused, naming the link."""
         try:
-            return os.path.basename(os.readlink(self.path(p)))
+            name = os.path.basename(os.readlink(self.path(p)))
         except OSError:
             return None
+        return check_name(name, f"the link {p}")
 
     def realpath(self, p: str | Path) -> str:
         """The host path a path resolves to, following relative symlinks inside the root."""

@@ -27,6 +27,7 @@ import stat
 import tarfile
 from pathlib import Path
 
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host import hugepages, journal, modules, probes, snapshot_file, vfio_users
 from vmharness.host.checks import ACPI_TABLES, FIRMWARE_IOMMU
@@ -188,7 +189,7 @@ def _msi(w: _Writer, dev: str) -> None:
     """A device's MSI vectors, and where each interrupt may run (tuning's queue->IRQ->CPU plan)."""
     w.files_in(f"{dev}/msi_irqs")
     for irq in w.root.listdir(f"{dev}/msi_irqs"):
-        if irq.isdigit():
+        if is_digits(irq):
             for attr in IRQ_ATTRS:
                 w.file(f"/proc/irq/{irq}/{attr}")
 
@@ -296,7 +297,7 @@ def _tuning(w: _Writer) -> None:
     for name in ("available_clocksource", "current_clocksource"):
         w.file(f"{CLOCKSOURCE}/{name}")
     for cpu in w.root.listdir(CPU):
-        if re.fullmatch(r"cpu\d+", cpu):
+        if re.fullmatch(r"cpu[0-9]{1,5}", cpu):
             for attr in CPUFREQ_ATTRS:
                 real = w.follow(f"{CPU}/{cpu}/cpufreq/{attr}")  # cpufreq links to ../cpufreq/policyN
                 if real is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 
+from vmharness.digits import hexadecimal, integer, is_digits
 from vmharness.host.root import HostRoot
 
 LIBVIRT_RUN = "/run/libvirt/qemu"
@@ -19,7 +20,7 @@ def processes(root: HostRoot, group: int) -> list[str]:
     target = f"/dev/vfio/{group}"
     users = []
     for pid in root.listdir("/proc"):
-        if not pid.isdigit():
+        if not is_digits(pid):
             continue
         fd_dir = root.path(f"/proc/{pid}/fd")
         try:
@@ -37,6 +38,11 @@ def processes(root: HostRoot, group: int) -> list[str]:
     return users
 
 
+def _number(text: str) -> int | None:
+    """An address part as libvirt writes it: `0x0b` or decimal, in ASCII digits."""
+    return hexadecimal(text[2:], prefix=False) if text[:2] in ("0x", "0X") else integer(text)
+
+
 def _hostdev_bdfs(xml_text: str) -> list[str]:
     try:
         tree = ET.fromstring(xml_text)
@@ -49,10 +55,10 @@ def _hostdev_bdfs(xml_text: str) -> list[str]:
         addr = hostdev.find("source/address")
         if addr is None:
             continue
-        try:
-            d, b, s, f = (int(addr.get(k, "0"), 0) for k in ("domain", "bus", "slot", "function"))
-        except ValueError:
+        parts = [_number(addr.get(k, "0")) for k in ("domain", "bus", "slot", "function")]
+        if any(p is None for p in parts):
             continue
+        d, b, s, f = (p or 0 for p in parts)
         found.append(f"{d:04x}:{b:02x}:{s:02x}.{f:x}")
     return found
 

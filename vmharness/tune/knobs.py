@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.cpus import format_mask, parse_cpulist, parse_mask
+from vmharness.digits import integer, is_digits
 from vmharness.host import irqs
 from vmharness.tune.access import Target
 from vmharness.tune.profile import SEED_SYSCTLS, Profile
@@ -124,7 +125,7 @@ MISC_WORDS = frozenset({"config", "control", "ctrl", "async", "cmd", "pages", "a
                         "mgmnt", "mgmt", "other", "link", "lsc", "err", "eq"})
 # A queue's vector ends in its number, after the queue's word or a separator: `eth0-rx-0`,
 # `eth0-TxRx-3`, ena's `eth0-Tx-Rx-1`, `virtio0-input.2`, `mlx5_comp7`, `mlx4-1`, `gve-ntfy-blk0`.
-_QUEUE = re.compile(r"(?:^|[-_.])(?:(?:tx-?rx|rx-?tx|rx|tx|input|output|comp|queue|blk|fp)[-_.]?)?(\d{1,5})$",
+_QUEUE = re.compile(r"(?:^|[-_.])(?:(?:tx-?rx|rx-?tx|rx|tx|input|output|comp|queue|blk|fp)[-_.]?)?([0-9]{1,5})$",
                     re.IGNORECASE)
 
 
@@ -151,7 +152,7 @@ def _vectors(t: Target, iface: str) -> tuple[Vector, ...]:
         msi = t.listdir(where)
         if msi:
             break
-    numbers = {int(n) for n in msi if n.isdigit()}
+    numbers = {int(n) for n in msi if is_digits(n)}
     listed = irqs.names(t.read("/proc/interrupts") or "")
     return tuple(Vector(n, listed[n], vector_queue(listed[n], iface)) for n in sorted(numbers & set(listed)))
 
@@ -161,13 +162,14 @@ def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
     online = parse_cpulist(t.read(f"{CPU}/online") or "0", f"{CPU}/online")
     nodes = {}
     for d in t.listdir(NODES):
-        if re.fullmatch(r"node\d+", d):
+        if re.fullmatch(r"node[0-9]{1,4}", d):
             nodes[int(d[4:])] = parse_cpulist(t.read(f"{NODES}/{d}/cpulist") or "", f"{NODES}/{d}/cpulist")
     nics = []
     for iface in ifaces:
         node_text = t.read(f"{NET}/{iface}/device/numa_node") or t.read(f"{NET}/{iface}/device/../numa_node")
-        node = int(node_text) if node_text and node_text.lstrip("-").isdigit() and int(node_text) >= 0 else None
-        rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if q.startswith("rx-")),
+        node = integer(node_text or "", signed=True)
+        node = node if node is not None and node >= 0 else None
+        rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if q.startswith("rx-") and is_digits(q[3:])),
                           key=lambda q: int(q[3:])))
         nics.append(Nic(iface, node, rx, _vectors(t, iface)))
     return Facts(max(possible) + 1, online, nodes or {0: online}, tuple(nics))
@@ -254,7 +256,7 @@ def _ethtool(t: Target, f: Facts, p: Profile, plan: Plan) -> None:
                           "adaptive RX coalescing: fewer interrupts at high rates, low latency at low ones")
         if p.channels:
             res = t.run(["ethtool", "-l", nic.name], check=False)
-            now = re.findall(r"Combined:\s*(\d+)", res.stdout)
+            now = re.findall(r"Combined:[ \t]*([0-9]{1,9})", res.stdout)
             if not res.ok or len(now) < 2:
                 plan.skips.append(Skip("channels", f"{nic.name}: no combined queues to set (ethtool -l)"))
             else:
@@ -267,7 +269,7 @@ def _sysctls(t: Target, p: Profile, plan: Plan) -> None:
         path = "/proc/sys/" + name.replace(".", "/")
         before = t.read(path)
         wanted = str(value)
-        if name in FLOORS and before is not None and before.strip().isdigit() and int(before) >= int(value):
+        if name in FLOORS and before is not None and is_digits(before.strip()) and int(before) >= int(value):
             wanted = before.strip()
         source = ""
         if SEED_SYSCTLS.get(name) == value and name != "fs.file-max":

@@ -3,6 +3,10 @@
 Neither a real-mode guest nor one put straight into long mode by the host is enough: on hosts with
 broken nested virtualization both run, while a guest that switches modes itself (as every kernel does
 within its first second) hangs. So the probe starts in real mode and makes the whole switch itself.
+Its vCPU gets the CPUID KVM supports (KVM_GET_SUPPORTED_CPUID, KVM_SET_CPUID2) first, as QEMU does: a
+vCPU without CPUID entries has no long mode, and KVM refuses its EFER.LME write (a triple fault on a
+KVM that works). Passing this is necessary, not sufficient: a PVM /dev/kvm runs this guest but not a
+standard kernel (vmharness.host.kvm_boot boots one).
 
 Executed as `python -m vmharness.host.kvm_probe` in a child process (a broken KVM can hang in
 KVM_RUN, and only a separate process can be given up on). Prints one JSON object and exits 0 when the
@@ -23,6 +27,8 @@ KVMIO = 0xAE
 SREGS_SIZE = 312  # 8 segments x 24, 2 descriptor tables x 16, 7 control registers, interrupt bitmap
 REGS_SIZE = 144  # 18 general-purpose registers incl. rip and rflags
 MEM_REGION_SIZE = 32
+CPUID_ENTRY_SIZE = 40  # struct kvm_cpuid_entry2: function, index, flags, eax..edx, 3 words of padding
+CPUID_MAX_ENTRIES = 256  # KVM returns E2BIG beyond its count; today's kernels report fewer than 100
 KVM_EXIT_IO = 2
 EXIT_NAMES = {8: "shutdown (the guest triple-faulted)", 9: "failed entry", 17: "internal error"}
 PROBE_PORT = 0x3F8
@@ -49,12 +55,23 @@ def _ioc(direction: int, nr: int, size: int) -> int:
 KVM_GET_API_VERSION = _ioc(0, 0x00, 0)
 KVM_CREATE_VM = _ioc(0, 0x01, 0)
 KVM_GET_VCPU_MMAP_SIZE = _ioc(0, 0x04, 0)
+KVM_GET_SUPPORTED_CPUID = _ioc(3, 0x05, 8)  # struct kvm_cpuid2 header: nent, padding
 KVM_CREATE_VCPU = _ioc(0, 0x41, 0)
 KVM_SET_USER_MEMORY_REGION = _ioc(1, 0x46, MEM_REGION_SIZE)
 KVM_RUN = _ioc(0, 0x80, 0)
 KVM_SET_REGS = _ioc(1, 0x82, REGS_SIZE)
 KVM_GET_SREGS = _ioc(2, 0x83, SREGS_SIZE)
 KVM_SET_SREGS = _ioc(1, 0x84, SREGS_SIZE)
+KVM_SET_CPUID2 = _ioc(1, 0x90, 8)
+
+
+def supported_cpuid(kvm: int) -> bytearray:
+    """struct kvm_cpuid2 with every entry KVM supports. A mutable buffer: fcntl passes it to the
+    kernel in place (an immutable one is copied, and only up to 1,024 bytes)."""
+    buf = bytearray(struct.pack("=II", CPUID_MAX_ENTRIES, 0) + bytes(CPUID_ENTRY_SIZE * CPUID_MAX_ENTRIES))
+    fcntl.ioctl(kvm, KVM_GET_SUPPORTED_CPUID, buf)
+    nent = struct.unpack_from("=I", buf, 0)[0]
+    return buf[: 8 + CPUID_ENTRY_SIZE * nent]
 
 
 def probe(dev: str = "/dev/kvm") -> dict[str, object]:
@@ -67,6 +84,7 @@ def probe(dev: str = "/dev/kvm") -> dict[str, object]:
     region = struct.pack("=IIQQQ", 0, 0, 0, MEM_SIZE, addr)
     fcntl.ioctl(vm, KVM_SET_USER_MEMORY_REGION, region)
     vcpu = fcntl.ioctl(vm, KVM_CREATE_VCPU, 0)
+    fcntl.ioctl(vcpu, KVM_SET_CPUID2, supported_cpuid(kvm))
     run_size = fcntl.ioctl(kvm, KVM_GET_VCPU_MMAP_SIZE)
     run = mmap.mmap(vcpu, run_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     sregs = bytearray(SREGS_SIZE)

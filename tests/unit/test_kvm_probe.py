@@ -1,0 +1,335 @@
+"""The KVM probe's decisions: what a Linux boot's console proves (recorded consoles: a working KVM, this
+development machine's PVM /dev/kvm, QEMU refusing its arguments), what the probe concludes from its two
+steps, and which kernel it boots."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vmharness.host import kvm, kvm_boot
+from vmharness.host.kvm_boot import Boot
+
+# The first lines of the image's kernel (Debian 6.1) on its serial console, booted without root.
+BOOTED = """\
+[    0.000000] Linux version 6.1.0-50-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0)
+[    0.000000] Command line: console=ttyS0 ignore_loglevel panic=-1
+[    0.000000] x86/fpu: x87 FPU will use FXSAVE
+[    0.010000] tsc: Detected 2445.406 MHz processor
+[    0.120000] Calibrating delay loop (skipped), value calculated using timer frequency.. 4890.81 BogoMIPS
+"""
+# QEMU 7.2 with -cpu host on this machine's PVM /dev/kvm: it cannot set IA32_ARCH_CAPABILITIES.
+MSR_REFUSED = (
+    "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\n"
+    "qemu-system-x86_64: ../../target/i386/kvm/kvm.c:3183: kvm_buf_set_msrs: "
+    "Assertion `ret == cpu->kvm_msr_buf->nmsrs' failed.\n"
+)
+# QEMU's default model on the PVM /dev/kvm: a bzImage's 16-bit setup code runs (with earlyprintk), then nothing.
+SETUP_ONLY = "Probing EDD (edd=off to disable)... ok\n"
+
+
+def test_banner_then_a_line_after_early_setup_is_proof() -> None:
+    boot = kvm_boot.judge(BOOTED, "", None, 0.4, 5.0)
+    assert boot.ok and boot.seconds == 0.4
+    assert "'Calibrating delay loop'" in boot.detail
+
+
+def test_qemu_exiting_at_the_panic_after_the_proof_is_still_proof() -> None:
+    console = BOOTED + "[    1.2] VFS: Cannot open root device\n[    1.3] Kernel panic - not syncing: VFS\n"
+    assert kvm_boot.judge(console, "", 0, 1.4, 5.0).ok
+
+
+def test_banner_alone_is_not_enough() -> None:
+    boot = kvm_boot.judge(BOOTED.splitlines()[0] + "\n", "", None, 5.0, 5.0)
+    assert not boot.ok and not boot.exited
+    assert "printed its banner but nothing after early setup within 5 s" in boot.detail
+
+
+def test_a_progress_line_before_the_banner_does_not_count() -> None:
+    assert not kvm_boot.judge("Run /init as init process\n" + BOOTED.splitlines()[0], "", None, 5, 5).ok
+
+
+def test_nothing_on_the_console_within_the_timeout() -> None:
+    boot = kvm_boot.judge("", "", None, 5.0, 5.0)
+    assert not boot.ok and not boot.exited
+    assert boot.detail == "the kernel did not print its banner within 5 s (nothing on its console)"
+
+
+def test_setup_code_output_only_is_named() -> None:
+    boot = kvm_boot.judge(SETUP_ONLY, "", None, 5.0, 5.0)
+    assert not boot.ok and "its console ended with: Probing EDD" in boot.detail
+
+
+def test_qemu_failing_names_its_error_not_the_assertion_after_it() -> None:
+    boot = kvm_boot.judge("", MSR_REFUSED, -6, 0.05, 5.0)
+    assert not boot.ok and boot.exited
+    assert "QEMU exited with status -6 before the kernel printed its banner" in boot.detail
+    assert "failed to set MSR 0x10a" in boot.detail and "Assertion" not in boot.detail
+
+
+def test_guest_dying_after_its_banner_shows_the_last_console_line() -> None:
+    boot = kvm_boot.judge(BOOTED.splitlines()[0] + "\nKVM internal error. Suberror: 1\n", "", 1, 0.3, 5.0)
+    assert boot.exited and "after its banner" in boot.detail
+
+
+@given(st.text())
+def test_no_console_without_the_banner_is_ever_proof(console: str) -> None:
+    assert not kvm_boot.judge(console.replace(kvm_boot.BANNER, ""), "", None, 1.0, 5.0).ok
+
+
+# The probe's two steps, with the tiny guest and the boots replaced by their recorded outcomes.
+
+TINY_OK = kvm.KvmProbe(True, "a guest entered long mode and ran (KVM API 12)")
+KERNEL = (Path("/images/abc/vmlinux"), "the image abc's kernel")
+HANG = Boot(False, "the kernel did not print its banner within 5 s (nothing on its console)")
+REFUSED = Boot(False, "QEMU exited with status -6 before the kernel printed its banner: error: MSR", exited=True)
+RAN = Boot(True, "the kernel printed its banner and then 'Calibrating delay loop' after 0.4 s", seconds=0.4)
+TCG_RAN = Boot(True, "the kernel printed its banner and then 'Calibrating delay loop' after 1.2 s", seconds=1.2)
+
+
+@pytest.fixture()
+def steps(monkeypatch: pytest.MonkeyPatch) -> dict[str | None, Boot]:
+    """KVM's boot outcome by CPU model ("host", None for QEMU's default; TCG's beside it ran when KVM's
+    hung); no kvm_pvm unless a test says so."""
+    outcomes: dict[str | None, Boot] = {}
+
+    def race(path: Path, cpu: str | None, floor: float, factor: float, cap: float, qemu: str) -> kvm_boot.Race:
+        got = outcomes[cpu]
+        return kvm_boot.Race(got, None if got.ok or got.exited else TCG_RAN, floor)
+
+    monkeypatch.setattr(kvm, "long_mode", lambda dev, timeout: TINY_OK)
+    monkeypatch.setattr(kvm_boot, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(kvm_boot, "race", race)
+    monkeypatch.setattr(kvm, "PVM_MODULE", "/nonexistent/kvm_pvm")
+    monkeypatch.setattr(kvm, "_MEASURED", {})
+    return outcomes
+
+
+def _probe() -> dict[str, object]:
+    result = kvm.probe(kernel=KERNEL).to_json()
+    json.dumps(result)  # what snapshots store
+    assert isinstance(result["usable"], bool) and isinstance(result["detail"], str)
+    return result
+
+
+def test_a_kernel_that_boots_with_the_host_cpu_makes_kvm_usable(steps: dict[str | None, Boot]) -> None:
+    steps["host"] = RAN
+    result = _probe()
+    assert result["usable"] is True
+    assert "the image abc's kernel (/images/abc/vmlinux) booted under KVM with -cpu host" in str(result["detail"])
+    assert result["linux"] == {"tried": True, "kernel": "/images/abc/vmlinux", "cpu": "host", "ok": True,
+                               "seconds": 0.4, "detail": RAN.detail, "deadline": 5.0, "tcg": None}
+
+
+def test_a_kernel_that_hangs_makes_kvm_unusable_and_says_why(steps: dict[str | None, Boot],
+                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    steps["host"] = HANG
+    monkeypatch.setattr(kvm, "PVM_MODULE", str(tmp_path))
+    result = _probe()
+    assert result["usable"] is False
+    assert "did not print its banner within 5 s" in str(result["detail"])
+    assert "while under TCG the kernel printed its banner and then 'Calibrating delay loop' after 1.2 s" in str(
+        result["detail"])
+    assert "this /dev/kvm cannot run a standard kernel (kvm_pvm is loaded" in str(result["detail"])
+    assert "linux_default_cpu" not in result
+    assert result["linux"]["tcg"] == {"ok": True, "seconds": 1.2, "detail": TCG_RAN.detail}  # type: ignore[index]
+
+
+def test_qemu_refusing_the_host_cpu_tries_its_default_model(steps: dict[str | None, Boot]) -> None:
+    steps["host"], steps[None] = REFUSED, HANG
+    result = _probe()
+    assert result["usable"] is False
+    detail = str(result["detail"])
+    assert "error: MSR" in detail and "with QEMU's default CPU model, the kernel did not print" in detail
+    assert "cannot run a standard kernel" in detail and "kvm_pvm" not in detail
+
+
+def test_a_kernel_that_runs_only_with_the_default_model_is_not_enough(steps: dict[str | None, Boot]) -> None:
+    steps["host"], steps[None] = REFUSED, RAN
+    result = _probe()
+    assert result["usable"] is False and "but not with the host's CPU model" in str(result["detail"])
+
+
+def test_qemu_that_starts_no_kvm_guest_at_all(steps: dict[str | None, Boot]) -> None:
+    steps["host"] = steps[None] = REFUSED
+    assert "QEMU cannot start a KVM guest here" in str(_probe()["detail"])
+
+
+def test_the_tiny_guest_failing_ends_the_probe(steps: dict[str | None, Boot], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kvm, "long_mode", lambda dev, timeout: kvm.KvmProbe(False, "the guest triple-faulted"))
+    result = _probe()
+    assert result["usable"] is False and result["detail"] == "the guest triple-faulted"
+    assert "linux" not in result
+
+
+def test_without_a_kernel_the_result_says_no_linux_boot_was_tried(steps: dict[str | None, Boot],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kvm_boot, "find_kernel", lambda: None)
+    result = kvm.probe().to_json()
+    assert result["usable"] is True
+    assert "a Linux boot was not tried: no kernel to boot" in str(result["detail"])
+    assert "is not proven" in str(result["detail"])
+    assert result["linux"] == {"tried": False, "detail": "no kernel to boot (no image is built, and /boot has no "
+                                                         "vmlinuz for the running kernel)"}
+
+
+# Which kernel the probe boots.
+
+def _image(folder: Path, name: str, mtime: float, files: tuple[str, ...] = ("vmlinuz", "vmlinux")) -> Path:
+    (folder / name).mkdir(parents=True)
+    (folder / name / "image.json").write_text("{}")
+    for f in files:
+        (folder / name / f).write_bytes(b"kernel")
+        os.utime(folder / name / f, (mtime, mtime))
+    return folder / name
+
+
+@pytest.fixture()
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    images, boot = tmp_path / "images", tmp_path / "boot"
+    images.mkdir()
+    boot.mkdir()
+    monkeypatch.setenv("VMHARNESS_IMAGE_DIR", str(images))
+    monkeypatch.setattr(kvm_boot, "BOOT", str(boot))
+    return images, boot
+
+
+def test_the_newest_images_vmlinux_is_booted(places: tuple[Path, Path]) -> None:
+    images, _ = places
+    _image(images, "old", 1000.0)
+    new = _image(images, "new", 2000.0)
+    assert kvm_boot.find_kernel() == (new / "vmlinux", "the image new's kernel")
+
+
+def test_an_image_without_vmlinux_gives_its_vmlinuz(places: tuple[Path, Path]) -> None:
+    one = _image(places[0], "one", 1000.0, files=("vmlinuz",))
+    assert kvm_boot.find_kernel() == (one / "vmlinuz", "the image one's kernel")
+
+
+def test_links_unfinished_images_and_huge_files_are_passed_over(places: tuple[Path, Path]) -> None:
+    images, boot = places
+    linked = images / "linked"
+    linked.mkdir()
+    (linked / "image.json").write_text("{}")
+    (linked / "vmlinuz").symlink_to("/etc/passwd")
+    (images / "unfinished").mkdir()
+    (images / "unfinished" / "vmlinuz").write_bytes(b"kernel")
+    huge = _image(images, "huge", 3000.0, files=())
+    with (huge / "vmlinuz").open("wb") as f:
+        f.truncate(kvm_boot.KERNEL_MAX_BYTES + 1)
+    assert kvm_boot.find_kernel() is None
+    running = boot / f"vmlinuz-{os.uname().release}"
+    running.write_bytes(b"kernel")
+    assert kvm_boot.find_kernel() == (running, "the running host's kernel")
+
+
+def test_an_image_folder_that_is_a_file_finds_no_image(places: tuple[Path, Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("VMHARNESS_IMAGE_DIR", str(tmp_path / "file"))
+    assert kvm_boot.find_kernel() is None
+
+
+# The race itself, against a stand-in for QEMU: a script that acts out a guest by its -accel and -cpu.
+
+FAKE_QEMU = """\
+import sys, time
+args = sys.argv[1:]
+accel, cpu = args[args.index("-accel") + 1], args[args.index("-cpu") + 1] if "-cpu" in args else "default"
+act = dict(a.split("=") for a in sys.argv[0].rsplit("/", 1)[1].split("+")[1:])[accel + "-" + cpu]
+if act.startswith("fail"):
+    sys.stderr.write("qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\\\\n")
+    sys.exit(1)
+if act.startswith("boot"):
+    time.sleep(float(act[4:] or 0))
+    print("[    0.000000] Linux version 6.1.0-50-amd64", flush=True)
+    print("[    0.120000] Calibrating delay loop (skipped)", flush=True)
+time.sleep(60)
+"""
+
+
+def fake_qemu(tmp_path: Path, **acts: str) -> str:
+    """A QEMU whose guests act by name: kvm-host=boot0.3 (proof after 0.3 s), kvm-host=fail, tcg-max=hang."""
+    path = tmp_path / "+".join(["qemu", *(f"{k.replace('_', '-')}={v}" for k, v in acts.items())])
+    path.write_text(f"#!{sys.executable}\n{FAKE_QEMU}")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_kvm_guest_that_proves_itself_ends_the_race_at_once(tmp_path: Path) -> None:
+    qemu = fake_qemu(tmp_path, kvm_host="boot0.2", tcg_max="boot3")
+    began = time.monotonic()
+    result = kvm_boot.race(Path("/k"), "host", 5.0, 3.0, 30.0, qemu)
+    assert result.kvm.ok and result.tcg is None
+    assert result.kvm.seconds is not None and 0.2 <= result.kvm.seconds < 2.0
+    assert time.monotonic() - began < 4.0
+
+
+def test_a_hung_kvm_guest_fails_at_the_floor_when_tcg_is_quick(tmp_path: Path) -> None:
+    qemu = fake_qemu(tmp_path, kvm_host="hang", tcg_max="boot0")
+    began = time.monotonic()
+    result = kvm_boot.race(Path("/k"), "host", 1.0, 3.0, 30.0, qemu)
+    assert not result.kvm.ok and not result.kvm.exited and result.deadline == 1.0
+    assert result.kvm.detail == "the kernel did not print its banner within 1 s (nothing on its console)"
+    assert result.tcg is not None and result.tcg.ok
+    assert 1.0 <= time.monotonic() - began < 3.0
+
+
+def test_a_slow_machine_gives_kvm_a_multiple_of_tcgs_time(tmp_path: Path) -> None:
+    # TCG needs 0.6 s: KVM's guest, proving itself at 1.2 s, is past the 0.5 s floor but within 3 x 0.6 s.
+    qemu = fake_qemu(tmp_path, kvm_host="boot1.2", tcg_max="boot0.6")
+    result = kvm_boot.race(Path("/k"), "host", 0.5, 3.0, 30.0, qemu)
+    assert result.kvm.ok, result
+
+
+def test_qemu_refusing_its_arguments_under_kvm_is_reported_with_its_error(tmp_path: Path) -> None:
+    qemu = fake_qemu(tmp_path, kvm_host="fail", tcg_max="boot0")
+    result = kvm_boot.race(Path("/k"), "host", 5.0, 3.0, 30.0, qemu)
+    assert result.kvm.exited and result.tcg is None
+    assert "QEMU exited with status 1 before the kernel printed its banner" in result.kvm.detail
+    assert "failed to set MSR 0x10a" in result.kvm.detail
+
+
+def test_the_default_cpu_model_passes_no_cpu_argument(tmp_path: Path) -> None:
+    qemu = fake_qemu(tmp_path, kvm_default="boot0", tcg_max="hang")
+    assert kvm_boot.race(Path("/k"), None, 5.0, 3.0, 30.0, qemu).kvm.ok
+
+
+def test_a_missing_qemu_is_named(tmp_path: Path) -> None:
+    result = kvm_boot.race(Path("/k"), "host", 5.0, 3.0, 30.0, str(tmp_path / "no-such-qemu"))
+    assert result.kvm.exited and "no-such-qemu" in result.kvm.detail
+
+
+@pytest.mark.parametrize(("tcg_proof", "tcg_over", "want"), [
+    (None, False, 150.0),  # TCG still booting: KVM may take as long
+    (None, True, 5.0),  # TCG gave up without proof: the floor
+    (0.7, False, 5.0),  # a quick machine: the floor
+    (20.0, False, 60.0),  # the rig's L1: three times TCG's time
+    (80.0, False, 150.0),  # never past the cap
+])
+def test_kvm_deadline(tcg_proof: float | None, tcg_over: bool, want: float) -> None:
+    assert kvm_boot.kvm_deadline(tcg_proof, tcg_over, 5.0, 3.0, 150.0) == want
+
+
+def test_a_found_kernels_verdict_is_measured_once_per_process(steps: dict[str | None, Boot],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    found: list[int] = []
+
+    def find_kernel() -> tuple[Path, str]:
+        found.append(1)
+        return KERNEL
+
+    monkeypatch.setattr(kvm_boot, "find_kernel", find_kernel)
+    steps["host"] = RAN
+    assert kvm.probe().usable and kvm.probe().usable
+    steps["host"] = HANG
+    assert not kvm.probe(linux_timeout=1.0).usable  # other settings: measured anew
+    assert len(found) == 2
+    assert kvm.probe(kernel=KERNEL).usable is False  # a kernel named by the caller: always measured

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vmharness import proc
 from vmharness.host import kvm, kvm_boot
 from vmharness.host.kvm_boot import Boot
 
@@ -333,3 +335,30 @@ def test_a_found_kernels_verdict_is_measured_once_per_process(steps: dict[str | 
     assert not kvm.probe(linux_timeout=1.0).usable  # other settings: measured anew
     assert len(found) == 2
     assert kvm.probe(kernel=KERNEL).usable is False  # a kernel named by the caller: always measured
+
+
+# The tiny guest's child, read by the parent: its guest is timed from its word that it runs.
+
+def _child(script: str) -> subprocess.Popen[bytes]:
+    return proc.spawn([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize(("script", "timeout", "startup", "state"), [
+    ("import time; time.sleep(0.3); print('running', flush=True); print('{}')", 0.2, 5.0, "ended"),
+    ("print('running', flush=True); import time; time.sleep(30)", 0.3, 5.0, "hung"),
+    ("import time; time.sleep(30)", 5.0, 0.3, "slow"),
+    ("import sys; print('{}'); sys.exit(1)", 5.0, 5.0, "ended"),
+])
+def test_the_tiny_guests_clock_starts_when_its_vcpu_runs(script: str, timeout: float, startup: float,
+                                                         state: str) -> None:
+    child = _child(script)
+    try:
+        assert kvm._read_probe(child, timeout, startup)[2] == state
+    finally:
+        proc.stop(child, grace=1.0)
+
+
+@pytest.mark.parametrize(("dev", "says"), [("/dev/null", "Inappropriate ioctl"), ("/nonexistent/kvm", "No such file")])
+def test_a_device_that_is_not_kvm_is_named_by_the_childs_error(dev: str, says: str) -> None:
+    result = kvm.long_mode(dev)
+    assert not result.usable and says in result.detail

@@ -9,16 +9,22 @@ The JSON keeps {"usable", "detail"} (snapshots and `auto` read those) and adds w
 from __future__ import annotations
 
 import json
+import os
+import select
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vmharness import proc
 from vmharness.errors import HarnessError
-from vmharness.host import kvm_boot
+from vmharness.host import kvm_boot, kvm_probe
 
 PROBE_TIMEOUT = 5.0  # the tiny guest: it finishes in milliseconds where KVM works
+PROBE_OUTPUT_MAX = 65536  # bytes kept of each of the child's streams (it prints one short JSON line)
+STARTUP_TIMEOUT = 60.0  # the child's Python start: 0.1 s here, seconds in the rig's L1 (files over 9p)
 LINUX_TIMEOUT = 5.0  # the kernel's proof: well under a second on a working KVM; more if TCG is slow too
 TCG_FACTOR = 3.0  # KVM's guest may take this many times what the same kernel needs under TCG beside it
 LINUX_CAP = 150.0  # in the rig's L1 (itself under TCG, on a loaded machine) TCG needs 20-40 s
@@ -116,21 +122,51 @@ def _pvm_hint() -> str:
     return " (kvm_pvm is loaded: a PVM hypervisor, which runs only kernels built for PVM)" if _pvm() else ""
 
 
-def long_mode(dev: str = "/dev/kvm", timeout: float = PROBE_TIMEOUT) -> KvmProbe:
-    """The tiny guest (kvm_probe) in a child process: a broken KVM can hang in KVM_RUN."""
+def long_mode(dev: str = "/dev/kvm", timeout: float = PROBE_TIMEOUT, startup: float = STARTUP_TIMEOUT) -> KvmProbe:
+    """The tiny guest (kvm_probe) in a child process: a broken KVM can hang in KVM_RUN, and only a child
+    can be given up on. `timeout` counts from the child's word that its vCPU is about to run; before
+    that, the child has `startup` s to start Python and set the VM up."""
     try:
-        res = proc.run(
-            [sys.executable, "-m", "vmharness.host.kvm_probe", dev], timeout=timeout, check=False
-        )
-    except HarnessError:
-        return KvmProbe(
-            False,
-            f"the probe guest did not finish within {timeout:g} s: /dev/kvm exists but guests hang",
-        )
+        child = proc.spawn([sys.executable, "-m", "vmharness.host.kvm_probe", dev], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, die_with_parent=True)
+    except HarnessError as exc:
+        return KvmProbe(False, f"the probe could not start: {exc.message}")
     try:
-        data = json.loads(res.stdout.strip().splitlines()[-1])
+        out, err, state = _read_probe(child, timeout, startup)
+    finally:
+        code = proc.stop(child, grace=2.0)
+    if state == "hung":
+        return KvmProbe(False, f"the probe guest did not finish within {timeout:g} s: /dev/kvm exists but guests hang")
+    if state == "slow":
+        return KvmProbe(False, f"the probe did not get to run its guest within {startup:g} s")
+    try:
+        data = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return KvmProbe(False, f"the probe crashed (exit {res.returncode}): {res.stderr.strip()[-200:]}")
-    if res.ok:
+        return KvmProbe(False, f"the probe crashed (exit {code}): {err.strip()[-200:]}")
+    if code == 0:
         return KvmProbe(True, f"a guest entered long mode and ran (KVM API {data.get('api_version')})")
     return KvmProbe(False, str(data.get("error", "unknown failure")))
+
+
+def _read_probe(child: subprocess.Popen[bytes], timeout: float, startup: float) -> tuple[str, str, str]:
+    """The child's stdout and stderr, and how it went: "ended" (it closed its output), "hung" (its guest
+    ran past `timeout`), "slow" (it did not get to run its guest within `startup`)."""
+    assert child.stdout is not None and child.stderr is not None
+    out, err = bytearray(), bytearray()
+    bufs = {child.stdout.fileno(): out, child.stderr.fileno(): err}
+    ready = kvm_probe.READY.encode() + b"\n"
+    deadline, started = time.monotonic() + startup, False
+    while bufs:
+        if not started and ready in out:
+            started, deadline = True, time.monotonic() + timeout
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return out.decode(errors="replace"), err.decode(errors="replace"), "hung" if started else "slow"
+        for fd in select.select(list(bufs), [], [], min(left, 0.2))[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                del bufs[fd]
+                continue
+            buf = (out if fd == child.stdout.fileno() else err)
+            buf += chunk[: max(PROBE_OUTPUT_MAX - len(buf), 0)]
+    return out.decode(errors="replace"), err.decode(errors="replace"), "ended"

@@ -37,12 +37,17 @@ def test_kvm_amd_loads_with_nested_paging(kvm_in_l1: Rig) -> None:
     assert "Nested Paging enabled" in sh(kvm_in_l1, "dmesg | grep -i 'nested paging'")
 
 
+def _rig_image(rig: Rig) -> None:
+    """An image folder in L1 whose kernel is the rig's (the probe boots the newest image's kernel)."""
+    kernel = shlex.quote(str(rig.kernel.boot_image))
+    sh(rig, f"test -f {IMAGES}/rig/vmlinux || {{ mkdir -p {IMAGES}/rig && cp {kernel} {IMAGES}/rig/vmlinux"
+            f" && echo '{{}}' > {IMAGES}/rig/image.json; }}")
+
+
 def test_host_check_finds_kvm_usable_in_l1(kvm_in_l1: Rig) -> None:
     """The probe boots the rig's own kernel (a standard Debian kernel) under KVM in L1, with TCG beside
     it as the yardstick: everything in L1 is emulated, so both take seconds, and KVM wins."""
-    kernel = kvm_in_l1.kernel.boot_image
-    sh(kvm_in_l1, f"mkdir -p {IMAGES}/rig && cp {shlex.quote(str(kernel))} {IMAGES}/rig/vmlinux"
-                  f" && echo '{{}}' > {IMAGES}/rig/image.json")
+    _rig_image(kvm_in_l1)
     res = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/vmharness"), "host-check", "--json"], timeout=900,
                         env={"PYTHONPATH": str(kvm_in_l1.repo), "VMHARNESS_IMAGE_DIR": IMAGES})
     rows = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
@@ -50,6 +55,15 @@ def test_host_check_finds_kvm_usable_in_l1(kvm_in_l1: Rig) -> None:
     usable = rows["KVM usable"]
     assert usable["status"] == "PASS", usable
     assert "the image rig's kernel" in usable["detail"] and "booted under KVM with -cpu host" in usable["detail"]
+
+
+def test_auto_chooses_kvm_for_a_guest_in_l1(kvm_in_l1: Rig) -> None:
+    _rig_image(kvm_in_l1)
+    res = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/vmharness"), "vm", "up", "--print-xml"], timeout=900,
+                        env={"PYTHONPATH": str(kvm_in_l1.repo), "VMHARNESS_IMAGE_DIR": IMAGES})
+    assert res.ok, res.stderr
+    assert "note: accelerator: KVM (the image rig's kernel" in res.stderr
+    assert "type=\"kvm\"" in res.stdout and "host-passthrough" in res.stdout
 
 
 @pytest.mark.parametrize(("name", "value", "reads"), [

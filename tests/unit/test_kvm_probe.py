@@ -182,6 +182,19 @@ def test_without_a_kernel_the_result_says_no_linux_boot_was_tried(steps: dict[st
                                                          "vmlinuz for the running kernel)"}
 
 
+def test_without_a_kernel_a_pvm_kvm_is_not_usable_and_nothing_is_kept(steps: dict[str | None, Boot],
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    kernels: list[tuple[Path, str] | None] = [None, KERNEL]
+    monkeypatch.setattr(kvm_boot, "find_kernel", lambda: kernels.pop(0))
+    monkeypatch.setattr(kvm, "PVM_MODULE", str(tmp_path))
+    first = kvm.probe()
+    assert first.usable is False and "kvm_pvm is loaded" in first.detail and "not tried" in first.detail
+    steps["host"] = HANG
+    second = kvm.probe()  # an image built since: booted now, not the earlier answer
+    assert second.extra["linux"]["tried"] is True and "cannot run a standard kernel" in second.detail
+
+
 # Which kernel the probe boots.
 
 def _image(folder: Path, name: str, mtime: float, files: tuple[str, ...] = ("vmlinuz", "vmlinux")) -> Path:

@@ -54,7 +54,7 @@ def probe(dev: str = "/dev/kvm", timeout: float = PROBE_TIMEOUT, linux_timeout: 
     if kernel is None and key in _MEASURED:
         return _MEASURED[key]
     result = _probe(dev, timeout, linux_timeout, kernel)
-    if kernel is None:
+    if kernel is None and result.extra.get("linux", {}).get("tried", True):  # an image built later is tried
         _MEASURED[key] = result
     return result
 
@@ -70,9 +70,11 @@ def _probe(dev: str, timeout: float, linux_timeout: float, kernel: tuple[Path, s
         why = f"{kvm_boot.QEMU} is not installed" if qemu is None else (
             "no kernel to boot (no image is built, and /boot has no vmlinuz for the running kernel)")
         steps["linux"] = {"tried": False, "detail": why}
-        pvm = "; kvm_pvm is loaded: a PVM /dev/kvm runs only kernels built for PVM" if _pvm() else ""
+        if _pvm():  # known not to run a standard kernel: no need to boot one to say so
+            return KvmProbe(False, f"{tiny.detail}, but kvm_pvm is loaded: a PVM /dev/kvm runs only kernels "
+                                   f"built for PVM (a Linux boot was not tried: {why})", steps)
         return KvmProbe(True, f"{tiny.detail}; a Linux boot was not tried: {why}, so whether a standard "
-                              f"kernel runs under this KVM is not proven{pvm}", steps)
+                              "kernel runs under this KVM is not proven", steps)
     return _linux(qemu, kernel, linux_timeout, steps)
 
 

@@ -257,7 +257,7 @@ def test_an_image_folder_that_is_a_file_finds_no_image(places: tuple[Path, Path]
 FAKE_QEMU = """\
 import sys, time
 args = sys.argv[1:]
-accel, cpu = args[args.index("-accel") + 1], args[args.index("-cpu") + 1] if "-cpu" in args else "default"
+accel, cpu = args[args.index("-accel") + 1].split(",")[0], args[args.index("-cpu") + 1] if "-cpu" in args else "default"
 act = dict(a.split("=") for a in sys.argv[0].rsplit("/", 1)[1].split("+")[1:])[accel + "-" + cpu]
 if act.startswith("fail"):
     sys.stderr.write("qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69\\\\n")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune, interrupts
+from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune, interrupts, textsafe
 from vmharness.config import HugepageSize
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command, every signal that would end the process unwinding it instead (every rollback runs),
     from the first word parsed to the last line printed; the first signal sets the exit status."""
-    with terminate_as_interrupt(keep=argv is None):
+    with terminate_as_interrupt(keep=argv is None), textsafe.terminal(keep=argv is None):
         try:
             code = _main(argv)
             interrupts.disarm()

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import stat
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -206,7 +207,7 @@ class RunDir:
         self.left_out = left
         if left and not self._said:
             self._said = True
-            log.warning("warning: %s", record_check.summary([(path, *x) for x in left]))
+            print(f"warning: {record_check.summary([(path, *x) for x in left])}", file=sys.stderr, flush=True)
         return iter(out)
 
     def completed(self) -> set[str]:

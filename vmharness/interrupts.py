@@ -11,9 +11,9 @@ child that exited before reading its input) sends it to the writing thread; Pyth
 that the write fails with EPIPE instead (BrokenPipeError: a quiet exit 141 for stdout, a failed child
 for the others). A `kill -PIPE` sends it to the process, to end it. Both are kept apart by the threads'
 signal masks: every thread of the harness blocks SIGPIPE (the writer's is then left pending on it, and
-its write fails with EPIPE, as before), but one thread that does nothing else: the kernel hands a signal
-sent to the process to that thread, and Python runs the handler in the main thread. Children start with
-SIGPIPE unblocked (`for_child`), as a shell would start them."""
+its write fails with EPIPE, as before); one thread does nothing but wait for a SIGPIPE sent to the
+process, and hands it to the main thread. Children start with SIGPIPE unblocked (`for_child`), as a shell
+would start them."""
 
 from __future__ import annotations
 
@@ -110,29 +110,46 @@ def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
         yield
         return
     _first, _state = None, "armed"
-    watch = threading.Event()
-    thread = threading.Thread(target=_take_process_pipes, args=(watch,), name="vmh-sigpipe", daemon=True)
     old = {s: signal.signal(s, _handler) for s in SIGNALS}
-    thread.start()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)
+    old_wake = signal.signal(WAKE, _woken)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)  # the watch inherits it: it waits for one
+    stop: list[bool] = []
+    watch = threading.Thread(target=_watch_pipe, args=(threading.main_thread().ident, stop), name="vmh-sigpipe",
+                             daemon=True)
+    watch.start()
     try:
         yield
     finally:
         disarm()
         if not keep:
+            stop.append(True)
+            if watch.ident is not None:
+                signal.pthread_kill(watch.ident, signal.SIGPIPE)
+            watch.join(timeout=5)
             signal.signal(signal.SIGPIPE, old.pop(signal.SIGPIPE))  # ignored again: one pending is dropped
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
             for s, h in old.items():
                 signal.signal(s, h)
-            watch.set()
-            thread.join(timeout=5)
+            signal.signal(WAKE, old_wake)
             _state = "off"
 
 
-def _take_process_pipes(stop: threading.Event) -> None:
-    """The one thread that takes a SIGPIPE sent to the process (the others block it)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, PIPE)
-    stop.wait()
+WAKE = signal.SIGRTMIN  # the watch's call to the main thread: a SIGPIPE was sent to the process
+
+
+def _watch_pipe(main: int | None, stop: list[bool]) -> None:
+    """The one thread that takes a SIGPIPE sent to the process (kill -PIPE; every thread blocks it), and
+    hands it to the main thread as WAKE: a signal taken by another thread would run its handler in the
+    main thread only once that thread wakes, and a main thread asleep (time.sleep, a wait) would not."""
+    while True:
+        signal.sigwaitinfo(PIPE)
+        if stop or main is None:
+            return
+        signal.pthread_kill(main, WAKE)
+
+
+def _woken(signum: int, frame: FrameType | None) -> None:
+    _handler(signal.SIGPIPE, frame)
 
 
 @contextmanager

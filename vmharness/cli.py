@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import shlex
 import signal
 import sys
@@ -14,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune, digits
+from vmharness import __version__, cli_bench, cli_guest, cli_report, cli_run, cli_tune, digits, interrupts, textsafe
 from vmharness.config import HugepageSize
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
@@ -289,6 +288,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command, every signal that would end the process unwinding it instead (every rollback runs),
+    from the first word parsed to the last line printed; the first signal sets the exit status."""
+    with terminate_as_interrupt(keep=argv is None), textsafe.terminal(keep=argv is None):
+        try:
+            code = _main(argv)
+            interrupts.disarm()
+        except KeyboardInterrupt as exc:  # the first signal, just as the command ended
+            interrupts.disarm()
+            interrupts.note(getattr(exc, "signum", signal.SIGINT))
+            code = 0
+        return interrupts.status(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` is a command for the guest (`vm exec NAME -- argv...`), split off
@@ -308,20 +321,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):  # `vmharness`, `vmharness vm`: what is there to do
             _chosen(parser, args).print_help()
             return 0
-        with terminate_as_interrupt():  # SIGTERM and SIGHUP unwind like Ctrl-C: every rollback runs
-            code: int = args.func(args)
+        code: int = args.func(args)
         return code
     except Done as done:
         return done.code
     except HarnessError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"error: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
-        return 128 + signum
+    except KeyboardInterrupt as exc:  # a signal (interrupts.Interrupted): interrupts.status says which
+        interrupts.note(getattr(exc, "signum", signal.SIGINT))
+        return 0
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        interrupts.quiet_stdout()
         return 141
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from vmharness import cli_types, config, schema
+from vmharness import cli_types, config, schema, textsafe
 from vmharness.cli_live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.root import HostRoot
@@ -97,8 +97,8 @@ def cmd_vm_exec(args: argparse.Namespace) -> int:
         res = agent.run(dom, args.argv, timeout=args.timeout)
     finally:
         conn.close()
-    sys.stdout.write(res.stdout)
-    sys.stderr.write(res.stderr)
+    textsafe.raw(sys.stdout).write(res.stdout)  # what the guest's command printed, untouched (as ssh passes it)
+    textsafe.raw(sys.stderr).write(res.stderr)
     return res.returncode
 
 

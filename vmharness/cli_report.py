@@ -79,7 +79,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from vmharness.bench.store import RunDir
 
     _out(args)  # refused before any work
-    run = RunDir.open(Path(args.run_dir))
+    run = RunDir.open(Path(args.run_dir), strict=args.strict)
     baseline = _baseline(args.baseline, _instances(run))
     return _show(saturation.analyse(run, baseline), args, f"vmharness report: {run.path.name}")
 
@@ -89,7 +89,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from vmharness.bench.store import RunDir
 
     _out(args)  # refused before any work
-    runs = [RunDir.open(Path(p)) for p in args.run_dirs]
+    runs = [RunDir.open(Path(p), strict=args.strict) for p in args.run_dirs]
     baseline = _baseline(args.baseline, [f"{r.path.name}/{name}" for r in runs for name in _instances(r)])
     title = "vmharness compare: " + " vs ".join(r.path.name for r in runs)
     return _show(saturation.compare(runs, baseline), args, title)
@@ -98,6 +98,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _options(p: argparse.ArgumentParser, baseline: str) -> None:
     p.add_argument("--format", default="text", choices=["text", "markdown", "csv", "json"])
     p.add_argument("--baseline", help=baseline)
+    p.add_argument("--strict", action="store_true",
+                   help="refuse a run directory with a damaged record (a number out of range, an unknown kind, a "
+                        "point measured twice) instead of leaving it out of every figure with a warning")
     p.add_argument("--out", metavar="DIR", help="write every form there: report.txt/.md/.csv/.json, throughput and "
                                                "latency plots (PNG, SVG) and report.html")
     p.add_argument("--force", action="store_true",

@@ -14,7 +14,10 @@ class HarnessError(Exception):
         self.hint = hint
 
     def render(self) -> str:
+        """`error:` and `hint:` lines, with any control character a value brought escaped (textsafe)."""
+        from vmharness.textsafe import clean
+
         lines = [f"error: {self.message}"]
         if self.hint:
             lines.append(f"hint: {self.hint}")
-        return "\n".join(lines)
+        return clean("\n".join(lines))

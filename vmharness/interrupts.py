@@ -1,16 +1,34 @@
-"""Signals. SIGTERM and SIGHUP are turned into KeyboardInterrupt, so that the rollback a Ctrl-C runs
-also runs for them; and while the harness gives things back, a further signal is held until the
-giving back is done (a second Ctrl-C must not leave half a clean-up), then raised."""
+"""Signals. Every signal whose default action ends the process (SIGNALS) is turned into Interrupted, a
+KeyboardInterrupt, so that the rollback a Ctrl-C runs also runs for it: a SIGQUIT or a SIGUSR1 must not
+leave an nginx listening or a journal record live. The first one decides how the command ends (exit 128
++ its number). Any that comes after it, while the harness gives back what it took, is noted and nothing
+more: raised, it would cut the giving back short and change the exit status. While a shield is up (a
+journal record and the state that goes with it, a clean-up), a signal is held until the shield ends,
+then raised (if it is the first).
+
+SIGPIPE is two things. A write to a pipe whose reader went away (`vmharness report ... | head`, or a
+child that exited before reading its input) sends it to the writing thread; Python ignores it there, so
+that the write fails with EPIPE instead (BrokenPipeError: a quiet exit 141 for stdout, a failed child
+for the others). A `kill -PIPE` sends it to the process, to end it. Both are kept apart by the threads'
+signal masks: every thread of the harness blocks SIGPIPE (the writer's is then left pending on it, and
+its write fails with EPIPE, as before); one thread does nothing but wait for a SIGPIPE sent to the
+process, and hands it to the main thread. Children start with SIGPIPE unblocked (`for_child`), as a shell
+would start them."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+           signal.SIGPIPE, signal.SIGALRM)
+PIPE = {signal.SIGPIPE}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -25,30 +43,138 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+_held: list[int] = []
+_holding = False  # from a shield's first handler swap to its last
+_state = "off"  # "armed": a command runs and the first signal is raised; "ended": the command is over,
+# a signal is only noted; "off": outside terminate_as_interrupt (a shield raises what it held)
+_first: int | None = None  # the signal that ended the command
+
+
+def first() -> int | None:
+    """The signal that ended the command (or came once it had ended), if one did."""
+    return _first
+
+
+def note(signum: int) -> None:
+    """A signal that ends the command, had another way than the handler (a plain KeyboardInterrupt)."""
+    global _first
+    if _first is None:
+        _first = signum
+
+
+def disarm() -> None:
+    """The command is over: from now on a signal is noted (it sets the exit status), never raised."""
+    global _state
+    if _state == "armed":
+        _state = "ended"
+
+
+def status(code: int) -> int:
+    """How the program ends: 128 + the first signal's number if one came (whatever came after it), said
+    on stderr; else the command's own code."""
+    signum = _first
+    if signum is None:
+        return code
+    if signum == signal.SIGPIPE:  # the reader went away, or a kill -PIPE: quietly, as a shell's pipe ends
+        quiet_stdout()
+    else:
+        with contextlib.suppress(OSError):
+            print(f"error: interrupted by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+    return 128 + signum
+
+
+def quiet_stdout() -> None:
+    """stdout onto /dev/null: what is left in its buffer must not fail again at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    if _holding:  # a shield is swapping its handlers in or out: held with the others
+        _held.append(signum)
+        return
+    if _first is not None or _state != "armed":  # giving back after the first, or the command is over
+        note(signum)
+        return
+    note(signum)
+    raise Interrupted(signum)
+
+
 @contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
+def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
+    """Every signal of SIGNALS unwinds the command in the block as Interrupted. `keep` (the program
+    itself, which exits right after): the handlers stay, so that a signal that comes as it exits is
+    noted, not acted on; otherwise they are given back."""
+    global _first, _state
     if not _main_thread():
         yield
         return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if _holding:  # a shield is swapping its handlers in or out: held with the others
-            _held.append(signum)
-            return
-        raise Interrupted(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    _first, _state = None, "armed"
+    old = {s: signal.signal(s, _handler) for s in SIGNALS}
+    old_wake = signal.signal(WAKE, _woken)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)  # the watch inherits it: it waits for one
+    stop: list[bool] = []
+    watch = threading.Thread(target=_watch_pipe, args=(threading.main_thread().ident, stop), name="vmh-sigpipe",
+                             daemon=True)
+    watch.start()
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        disarm()
+        if not keep:
+            stop.append(True)
+            if watch.ident is not None:
+                signal.pthread_kill(watch.ident, signal.SIGPIPE)
+            watch.join(timeout=5)
+            signal.signal(signal.SIGPIPE, old.pop(signal.SIGPIPE))  # ignored again: one pending is dropped
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+            for s, h in old.items():
+                signal.signal(s, h)
+            signal.signal(WAKE, old_wake)
+            _state = "off"
+
+
+WAKE = signal.SIGRTMIN  # the watch's call to the main thread: a SIGPIPE was sent to the process
+
+
+def _watch_pipe(main: int | None, stop: list[bool]) -> None:
+    """The one thread that takes a SIGPIPE sent to the process (kill -PIPE; every thread blocks it), and
+    hands it to the main thread as WAKE: a signal taken by another thread would run its handler in the
+    main thread only once that thread wakes, and a main thread asleep (time.sleep, a wait) would not."""
+    while True:
+        signal.sigwaitinfo(PIPE)
+        if stop or main is None:
+            return
+        signal.pthread_kill(main, WAKE)
+
+
+def _woken(signum: int, frame: FrameType | None) -> None:
+    _handler(signal.SIGPIPE, frame)
+
+
+@contextmanager
+def for_child() -> Iterator[None]:
+    """Around the start of a child process: SIGPIPE unblocked in this thread, so that the child inherits
+    it unblocked (it dies of a write to a closed pipe, as `producer | head` expects). A SIGPIPE left
+    pending here by a write that failed with EPIPE is dropped first: delivered now, it would end the
+    command for a pipe that merely closed."""
+    if signal.SIGPIPE not in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        yield
+        return
+    while signal.sigtimedwait(PIPE, 0) is not None:
+        pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, PIPE)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)
 
 
 @contextmanager
 def shielded() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP while the block runs (a clean-up); the first one held is
-    raised as Interrupted when it ends. Nested shields hold until the outermost ends."""
+    """Hold every signal of SIGNALS while the block runs (a clean-up); the first one held is raised as
+    Interrupted when it ends, unless the command is already ending by an earlier one (then the
+    clean-up after this block must run too). Nested shields hold until the outermost ends."""
     if not _main_thread() or signal.getsignal(signal.SIGINT) is _hold:
         yield
         return
@@ -71,12 +197,12 @@ def shielded() -> Iterator[None]:
                     signal.signal(s, h)
     finally:
         _holding = False
-    if _held:
+    if not _held:
+        return
+    ending = _state == "ended" or (_state == "armed" and _first is not None)  # by an earlier signal, or over
+    note(_held[0])
+    if not ending:
         raise Interrupted(_held[0])
-
-
-_held: list[int] = []
-_holding = False  # from a shield's first handler swap to its last
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vmharness.errors import HarnessError
+from vmharness.interrupts import for_child
 
 log = logging.getLogger("vmharness.proc")
 
@@ -97,25 +98,27 @@ def run(
     args = [str(a) for a in argv]
     log.debug("run: %s", shlex.join(args))
     try:
-        cp = subprocess.run(
-            args,
-            input=input,
-            capture_output=True,
-            encoding="utf-8",
-            errors="replace",  # a tool's output that is not UTF-8 is still read, never a traceback
-            timeout=timeout,
-            env=_env(env),
-            cwd=cwd,
-            check=False,
-        )
+        with for_child():  # subprocess.run, the start apart: a child starts with SIGPIPE unblocked
+            p = subprocess.Popen(args, stdin=None if input is None else subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, encoding="utf-8",
+                                 errors="replace",  # a tool's output that is not UTF-8 is still read, never a traceback
+                                 env=_env(env), cwd=cwd)
     except FileNotFoundError as exc:
         raise _not_installed(args[0]) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise HarnessError(
-            f"{shlex.join(args)} did not finish within {timeout:g} s",
-            "the tool hung; check the machine's state and retry",
-        ) from exc
-    result = Result(tuple(args), cp.returncode, cp.stdout, cp.stderr)
+    with p:
+        try:
+            stdout, stderr = p.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            p.kill()
+            p.wait()
+            raise HarnessError(
+                f"{shlex.join(args)} did not finish within {timeout:g} s",
+                "the tool hung; check the machine's state and retry",
+            ) from exc
+        except BaseException:
+            p.kill()
+            raise
+    result = Result(tuple(args), p.returncode, stdout, stderr)
     if check and not result.ok:
         raise result.failure()
     return result
@@ -137,16 +140,17 @@ def spawn(
     args = [str(a) for a in argv]
     log.debug("spawn: %s", shlex.join(args))
     try:
-        return subprocess.Popen(
-            args,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            env=_env(env),
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_kill_me_with_parent if die_with_parent else None,
-        )
+        with for_child():
+            return subprocess.Popen(
+                args,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=_env(env),
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_kill_me_with_parent if die_with_parent else None,
+            )
     except FileNotFoundError as exc:
         raise _not_installed(args[0]) from exc
 

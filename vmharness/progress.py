@@ -15,6 +15,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from vmharness import textsafe
+
 if TYPE_CHECKING:
     import rich.progress
 
@@ -26,7 +28,7 @@ _open = 0  # the Progress contexts drawing on it: the last one to end takes it d
 
 def say(line: str) -> None:
     """One line of progress, on stderr (above the bar while one is drawn)."""
-    text = f"  {line}"
+    text = f"  {textsafe.line(line)}"
     if _display is not None:
         _display.console.out(text, highlight=False)
     else:
@@ -45,12 +47,15 @@ def interactive() -> bool:
 def _start() -> rich.progress.Progress:
     from rich import progress as rp
     from rich.console import Console
+    from rich.file_proxy import FileProxy
 
     display = rp.Progress(rp.SpinnerColumn(), rp.TextColumn("{task.description}", markup=False), rp.BarColumn(),
                           rp.MofNCompleteColumn(), rp.TimeElapsedColumn(), rp.TextColumn("left"),
-                          rp.TimeRemainingColumn(), console=Console(stderr=True), transient=True, redirect_stdout=False,
-                          redirect_stderr=True, refresh_per_second=4)
-    display.start()
+                          rp.TimeRemainingColumn(), console=Console(file=textsafe.raw(sys.stderr)), transient=True,
+                          redirect_stdout=False, redirect_stderr=True, refresh_per_second=4)
+    display.start()  # rich draws the bar, its own escapes raw; what else goes to stderr meanwhile is escaped
+    if isinstance(sys.stderr, FileProxy):  # rich's, put back by stop()
+        sys.stderr = textsafe.SafeStream(sys.stderr)
     return display
 
 

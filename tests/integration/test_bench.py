@@ -281,6 +281,8 @@ def test_killed_mid_sweep_then_resumed(tmp_path: Path) -> None:
     assert sorted(got) == sorted(f"baseline/{c}/{i}" for c in (2, 4, 8) for i in (0, 1))  # each exactly once
     assert set(got[:len(before)]) == before
     assert nginx_gone("baseline") and not JOURNAL.exists()
+    strict = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--strict"], timeout=120, check=False)
+    assert strict.ok and "left out" not in strict.stdout + strict.stderr, strict.stderr  # no record twice, none bad
 
 
 def test_a_server_that_answers_wrongly_is_refused(tmp_path: Path) -> None:

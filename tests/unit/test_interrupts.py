@@ -1,13 +1,20 @@
 """Signals around a shield, with real signals sent to this process: one that arrives while the shield
 swaps its handlers is held and raised when the shield ends, never lost (a SIGTERM that came just as
-`bench` started a client's capacity server was once dropped that way, and the sweep ran on)."""
+`bench` started a client's capacity server was once dropped that way, and the sweep ran on). Then the
+whole program in a child process, sent each signal whose default action ends a process: it gives back
+what it took and exits 128 + that signal's number, whatever comes while it gives back (SIGQUIT and
+SIGUSR1 once ended `bench` at once, its nginx left listening); and SIGPIPE's two faces, a reader of
+our output gone (quiet, 141) and a child's pipe closed (nothing)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,3 +94,117 @@ def test_a_signal_mid_swap_is_held_while_another_thread_lives(monkeypatch: pytes
     finally:
         stop.set()
         other.join()
+
+
+# --- the whole program, for real: every signal that would end it, sent to a child running cli.main ---------
+# The child's command (standing in for `bench`) takes something (a file), then waits; on the signal its
+# `finally` gives it back, in a shield and then without one, as the harness's clean-ups do.
+CHILD = r"""
+import os, sys, time
+from pathlib import Path
+from vmharness import cli, cli_report, interrupts, proc
+
+marks, give_back_s = Path(sys.argv[1]), float(sys.argv[2])
+
+def command(args):
+    (marks / "taken").write_text("")
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+    finally:
+        with interrupts.shielded():
+            print("giving back", flush=True)
+            time.sleep(give_back_s)
+            (marks / "taken").unlink()
+        print("giving back, unshielded", flush=True)
+        time.sleep(give_back_s)
+        (marks / "given back").write_text("")
+    return 0
+
+cli_report.cmd_report = command
+sys.argv = ["vmharness", "report", "x"]
+sys.exit(cli.main())
+"""
+
+
+def _child(tmp_path: Path, give_back_s: float = 0.0, script: str = CHILD) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(give_back_s)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(p: subprocess.Popen[str], line: str) -> None:
+    assert p.stdout is not None
+    for got in p.stdout:
+        if got.strip() == line:
+            return
+    pytest.fail(f"{line!r} never came: {p.communicate()[1]}")
+
+
+def _ended(p: subprocess.Popen[str], tmp_path: Path, signum: int) -> None:
+    """Exit 128 + signum, everything given back, one line saying why (none for SIGPIPE)."""
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signum, err
+    assert not (tmp_path / "taken").exists() and (tmp_path / "given back").exists()
+    said = [] if signum == signal.SIGPIPE else [f"error: interrupted by {signal.Signals(signum).name}"]
+    assert err.splitlines() == said, err
+
+
+ENDING = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE,
+          signal.SIGALRM)  # every signal whose default action ends the process (signal(7): Term or Core)
+
+
+@pytest.mark.parametrize("signum", ENDING, ids=[s.name for s in ENDING])
+def test_every_ending_signal_unwinds_and_gives_back(tmp_path: Path, signum: signal.Signals) -> None:
+    p = _child(tmp_path)
+    _wait_for(p, "ready")
+    p.send_signal(signum)
+    _ended(p, tmp_path, signum)
+
+
+@pytest.mark.parametrize(("first", "then"), [(signal.SIGTERM, signal.SIGINT), (signal.SIGQUIT, signal.SIGTERM),
+                                             (signal.SIGUSR1, signal.SIGHUP), (signal.SIGPIPE, signal.SIGUSR2)],
+                         ids=lambda s: s.name)
+def test_a_signal_during_the_giving_back_changes_neither_it_nor_the_status(
+        tmp_path: Path, first: signal.Signals, then: signal.Signals) -> None:
+    """A second signal in the shielded part of the giving back, a third (SIGALRM) in the part after it."""
+    p = _child(tmp_path, give_back_s=0.5)
+    _wait_for(p, "ready")
+    p.send_signal(first)
+    _wait_for(p, "giving back")
+    p.send_signal(then)
+    _wait_for(p, "giving back, unshielded")
+    p.send_signal(signal.SIGALRM)
+    _ended(p, tmp_path, first)
+
+
+PIPES = r"""
+import subprocess, sys
+from vmharness import cli, cli_report, proc
+
+def command(args):
+    # a child that exits without reading its input: the write fails (EPIPE), the command goes on
+    assert proc.run(["true"], input="x" * (1 << 20), timeout=30).ok
+    # a child starts with SIGPIPE unblocked (it dies of a write to a closed pipe, as `yes | head` expects)
+    blocked = int(proc.run(["sh", "-c", "grep SigBlk /proc/self/status"], timeout=30).stdout.split()[1], 16)
+    print("child blocks SIGPIPE" if blocked & (1 << 12) else "child does not block SIGPIPE", flush=True)
+    yes = proc.run(["sh", "-c", "yes | head -1"], timeout=30)  # a blocked SIGPIPE: yes says "Broken pipe"
+    print(f"{yes.stdout.strip()} {yes.stderr.strip() or 'quietly'}", flush=True)
+    for n in range(200000):  # then the reader of our own output goes away (`| head -3`)
+        print(f"line {n}")
+    return 0
+
+cli_report.cmd_report = command
+sys.argv = ["vmharness", "report", "x"]
+sys.exit(cli.main())
+"""
+
+
+def test_a_closed_pipe_is_a_quiet_141_and_a_childs_closed_pipe_nothing(tmp_path: Path) -> None:
+    p = _child(tmp_path, script=PIPES)
+    assert p.stdout is not None
+    head = [p.stdout.readline().strip() for _ in range(3)]
+    p.stdout.close()
+    err = p.stderr.read() if p.stderr else ""
+    p.wait(timeout=60)
+    assert head == ["child does not block SIGPIPE", "y quietly", "line 0"], (head, err)
+    assert (p.returncode, err) == (141, ""), err

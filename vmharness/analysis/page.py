@@ -12,6 +12,7 @@ from typing import Any
 from vmharness import userfile
 from vmharness.analysis import loadcurve, report
 from vmharness.analysis.saturation import PERCENTILES, Analysis
+from vmharness.textsafe import line as one_line
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 p{white-space:pre-wrap}.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.4em .8em;margin:.3em 0}
@@ -26,8 +27,8 @@ LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histo
 
 def render(a: Analysis, title: str, figures: list[Path]) -> str:
     data = report.to_json(a)
-    warnings = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in a.flags)
-    answer = "".join(f"<p>{html.escape(line)}</p>" for line in report.answer(a))
+    warnings = "".join(f'<div class="warn">{_text(w)}</div>' for w in a.flags)
+    answer = "".join(f"<p>{_text(line)}</p>" for line in report.answer(a))
     methods = sorted({c.method for ch in a.changes.values() for c in ch.values()})
     method = ("<h2>Method</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in
                                            [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods),
@@ -35,24 +36,30 @@ def render(a: Analysis, title: str, figures: list[Path]) -> str:
               + "</ul><p>docs/statistics.md explains each.</p>") if a.peak is not None else ""
     rows = data["rows"]
     head = "".join(f"<th>{html.escape(k)}</th>" for k in (rows[0] if rows else {}))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r, k))}</td>" for k in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_text(_cell(r, k))}</td>" for k in r) + "</tr>" for r in rows)
     foot = f"<p>{html.escape(report.THIN_FOOT)}</p>" if any(r["thin_percentiles"] for r in rows) else ""
     if a.load is not None and a.load.rows:
         load_rows = loadcurve.rows(a.load)
         keys = list(load_rows[0])
         load_table = (f"<h2>{html.escape(loadcurve.title(a.load))}</h2><div style=overflow-x:auto><table><tr>"
                       + "".join(f"<th>{html.escape(k)}</th>" for k in keys) + "</tr>"
-                      + "".join("<tr>" + "".join(f"<td>{html.escape('' if r[k] is None else str(r[k]))}</td>"
+                      + "".join("<tr>" + "".join(f"<td>{_text('' if r[k] is None else str(r[k]))}</td>"
                                                 for k in keys) + "</tr>" for r in load_rows) + "</table></div>")
     else:
         load_table = ""
     svgs = "".join(f"<figure>{userfile.text(f, MAX_FIGURE).split('?>', 1)[-1]}</figure>"
                    for f in figures if f.suffix == ".svg")
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{warnings}{answer}{svgs}{method}"
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{answer}{svgs}{method}"
             f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>{foot}"
             f"{load_table}"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
+
+
+def _text(text: str) -> str:
+    """Text from the run for the page: HTML-escaped, its control characters escaped too (an ESC is no
+    character of HTML, and the file may go to a terminal)."""
+    return html.escape(one_line(text))
 
 
 def _cell(row: dict[str, Any], key: str) -> str:

@@ -28,6 +28,7 @@ from vmharness.bench import histogram
 from vmharness.bench.histogram import Histogram
 from vmharness.owned import Folder
 from vmharness.stats import mean_interval
+from vmharness.textsafe import line as one_line  # a name in a figure: an ESC is not a character of SVG
 
 
 def _save(fig: Figure, out: Folder, stem: str) -> list[Path]:
@@ -51,9 +52,10 @@ def throughput(a: Analysis, out: Folder) -> list[Path]:
         ivs = [by_count[c].interval() for c in counts]
         means = [iv.mean / 1000 for iv in ivs]
         errs = [0.0 if math.isinf(iv.half) else iv.half / 1000 for iv in ivs]
-        line = ax.errorbar(counts, means, yerr=errs, marker="o", capsize=3, label=f"{name} requests/s")
+        line = ax.errorbar(counts, means, yerr=errs, marker="o", capsize=3, label=f"{one_line(name)} requests/s")
         busy = [statistics.fmean(by_count[c].server_busy) if by_count[c].server_busy else math.nan for c in counts]
-        cpu.plot(counts, busy, linestyle="--", color=line[0].get_color(), alpha=0.6, label=f"{name} server CPU")
+        cpu.plot(counts, busy, linestyle="--", color=line[0].get_color(), alpha=0.6,
+                 label=f"{one_line(name)} server CPU")
     if a.peak is not None:
         ax.axvline(a.peak, color="grey", linewidth=0.8, linestyle=":")
     p = a.peak_estimate
@@ -88,7 +90,8 @@ def latency(a: Analysis, out: Folder) -> list[Path]:
         # the lower bar stops short of zero: the axis is logarithmic
         errs = [[0.0 if math.isinf(iv.half) else min(iv.half, 0.99 * iv.mean) / 1000 for iv in ivs],
                 [0.0 if math.isinf(iv.half) else iv.half / 1000 for iv in ivs]]
-        ax.bar([x + i * width for x in range(len(PERCENTILES))], values, width, yerr=errs, capsize=3, label=name)
+        ax.bar([x + i * width for x in range(len(PERCENTILES))], values, width, yerr=errs, capsize=3,
+               label=one_line(name))
     ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(PERCENTILES))],
                   [f"p{q}" for q in PERCENTILES])
     ax.set_yscale("log")
@@ -113,7 +116,7 @@ def ccdf(a: Analysis, out: Folder) -> list[Path]:
     lowest = 1.0
     for name, hists in shown.items():
         x, y = _steps(histogram.merge(hists))
-        line = ax.step(x, y, where="pre", linewidth=1.8, label=f"{name} ({len(hists)} iterations pooled)")[0]
+        line = ax.step(x, y, where="pre", linewidth=1.8, label=f"{one_line(name)} ({len(hists)} iterations pooled)")[0]
         for h in hists:
             x, y = _steps(h)
             ax.step(x, y, where="pre", linewidth=0.6, alpha=0.35, color=line.get_color())
@@ -160,7 +163,7 @@ def latency_vs_load(la: LoadAnalysis, out: Folder) -> list[Path]:
             errs = [[(iv.mean - iv.low) / 1000 if math.isfinite(iv.low) else 0.0 for iv in ivs],
                     [(iv.high - iv.mean) / 1000 if math.isfinite(iv.high) else 0.0 for iv in ivs]]
             colour = colours[i % len(colours)]
-            ax.errorbar(x, y, yerr=errs, fmt=style, color=colour, capsize=3, label=f"{name} p{q}")
+            ax.errorbar(x, y, yerr=errs, fmt=style, color=colour, capsize=3, label=f"{one_line(name)} p{q}")
             missed = [(p, v) for r, p, v in zip(mine, x, y, strict=True) if r.missed]
             if missed:
                 ax.plot(*zip(*missed, strict=True), "o", mfc="white", color=colour)

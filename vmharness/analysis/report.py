@@ -14,6 +14,7 @@ from vmharness.analysis import loadcurve, sides, variants
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis, Cell, Noise, vcpu_means
 from vmharness.bench import histogram
 from vmharness.stats import Change, Interval, Peak
+from vmharness.textsafe import line as one_line
 
 THIN_NOTE = f" (thin: under {histogram.MIN_BEYOND} requests beyond it in an iteration)"
 THIN_FOOT = (f"* fewer than {histogram.MIN_BEYOND} requests lay beyond this percentile in an iteration: "
@@ -198,8 +199,8 @@ def text(a: Analysis) -> str:
              "-" if r["client_busy_percent"] is None else f"{r['client_busy_percent']:.0f}%", str(r["errors"])]
             for r in rows]
     foot = [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
-    return "\n".join([*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body), *foot,
-                      *_load_text(a)])
+    return "\n".join(map(one_line, [*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body),
+                                    *foot, *_load_text(a)]))  # a name's control characters escaped
 
 
 def _server_cell(row: dict[str, Any]) -> str:
@@ -244,7 +245,7 @@ def markdown(a: Analysis) -> str:
         lines += _md_table(rows)
     if a.load is not None and a.load.rows:
         lines += ["", f"**{loadcurve.title(a.load)}**", "", *_md_table(loadcurve.rows(a.load))]
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(one_line, lines)) + "\n"
 
 
 def _md_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -262,5 +263,5 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     if rows:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: one_line(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows)
     return buf.getvalue()

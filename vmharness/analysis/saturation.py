@@ -20,7 +20,7 @@ from vmharness.analysis.sides import SATURATED, Sides
 from vmharness.analysis.variants import Control, Diff
 from vmharness.bench import histogram
 from vmharness.bench.histogram import Histogram
-from vmharness.bench.store import RECORDS, RunDir
+from vmharness.bench.store import RECORDS, RunDir, left_out_line
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.stats import Change, Interval, Peak, Plan, Split, mean_interval, ratio_change
@@ -222,6 +222,7 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     peak = a.peak_interval.mean if a.peak_interval is not None else 0.0
     highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0
     a.flags += (a.load.flags if a.load is not None else []) + loadcurve.capacity_flags(a.capacity, peak, highest)
+    a.flags[:0] = left_out_line([run])  # first: every figure above is without them
     return a
 
 
@@ -246,7 +247,9 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                                        "different names")
                 table[key] = cells_of[name]
                 first = first or key
-    return analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
+    a = analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
+    a.flags[:0] = left_out_line(runs)
+    return a
 
 
 def noise(by_count: dict[int, Cell], d: Design) -> Noise | None:

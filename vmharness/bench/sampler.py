@@ -11,6 +11,7 @@ included, is found at each instant by parent links, and the sampler's own cost i
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,43 +109,51 @@ def _section(line: str, section: str) -> str | None:
 
 
 def has_snapshot_after(path: Path, end: float) -> bool:
-    """Whether a sampler's stream file holds a complete snapshot taken at or after `end`: the last one's
-    time, read from the file's tail (a snapshot of a busy machine is some tens of KiB)."""
+    """Whether a sampler's stream file holds a complete snapshot (up to a whole `@end` line) taken at or
+    after `end`: the last one's time, read from the file's tail (a snapshot is some tens of KiB)."""
     with path.open("rb") as f:
         f.seek(max(0, path.stat().st_size - (512 << 10)))
-        tail = f.read()
-    stop = tail.rfind(b"\n@end")
-    start = tail.rfind(b"@t ", 0, stop) if stop >= 0 else -1
+        tail = b"\n" + f.read() + b"\n"
+    stop = tail.rfind(b"\n@end\n")
+    start = tail.rfind(b"\n@t ", 0, stop) if stop >= 0 else -1
     if start < 0:
         return False
     try:
-        return float(tail[start + 3:tail.index(b"\n", start)]) >= end
+        return float(tail[start + 4:tail.index(b"\n", start + 1)]) >= end
     except ValueError:
         return False
 
 
-def parse(text: str) -> tuple[int | None, list[Snapshot]]:
-    """The sampler's PID and its complete snapshots (a torn last one is dropped)."""
+def parse(text: str, damaged: list[tuple[int, str]] | None = None) -> tuple[int | None, list[Snapshot]]:
+    """The sampler's PID and its complete snapshots: from an `@t` line to its `@end` line. One without its
+    `@end` is dropped unread, wherever it was cut (a kill or a full disk mid-write, or a read that began
+    inside it). A complete one that cannot be read (a line cut short mid-stream: the disk filled, then had
+    room again) is left out, noted in `damaged` as (its `@t` line's number in `text`, that line: the fault)."""
     pid: int | None = None
     snaps: list[Snapshot] = []
-    snap: Snapshot | None = None
-    section = ""
-    irq_lines: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("@pid "):
+    begun: int | None = None  # the line number of the current snapshot's `@t` line
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
+        if line.startswith("@pid ") and line[5:].isdecimal() and (n < len(lines) or text.endswith("\n")):
             pid = int(line[5:])
-            continue
-        if line.startswith("@t "):
-            snap, section, irq_lines = Snapshot(float(line[3:])), "", []
-            continue
-        if line == "@end":
-            if snap is not None:
-                _interrupts(irq_lines, snap)
-                snaps.append(snap)
-            snap = None
-            continue
-        if snap is None:
-            continue
+        elif line.startswith("@t "):
+            begun = n
+        elif line == "@end" and begun is not None:
+            try:
+                snaps.append(_snapshot(lines[begun - 1:n - 1]))
+            except (ValueError, IndexError) as exc:
+                if damaged is not None:
+                    damaged.append((begun, f"{lines[begun - 1]!r}: {exc or type(exc).__name__}"))
+            begun = None
+    return pid, snaps
+
+
+def _snapshot(lines: list[str]) -> Snapshot:
+    """One complete snapshot from its lines (`@t` first, `@end` left off); ValueError on a damaged one."""
+    snap, section, irq_lines = Snapshot(float(lines[0][3:])), "", []
+    if not math.isfinite(snap.t):
+        raise ValueError(f"its time {lines[0][3:]!r} is not a finite number")
+    for line in lines[1:]:
         section = _section(line, section) or section
         if section == "stat" and line.startswith("cpu"):
             name, *values = line.split()
@@ -152,17 +161,18 @@ def parse(text: str) -> tuple[int | None, list[Snapshot]]:
         elif section == "net" and ":" in line and "|" not in line:
             name, _, rest = line.partition(":")
             v = rest.split()
+            if len(v) < 16:
+                raise ValueError(f"/proc/net/dev line {name.strip()!r} has {len(v)} of its 16 fields")
             snap.net[name.strip()] = (int(v[0]), int(v[1]), int(v[8]), int(v[9]))
         elif section == "irq":
             irq_lines.append(line)
         elif section == "softirq" and ":" in line:
             name, _, rest = line.partition(":")
             snap.softirq[name.strip()] = tuple(int(v) for v in rest.split())
-        elif section == "procs":
-            parsed = proc_line(line)
-            if parsed:
-                snap.procs[parsed[0]] = parsed[1]
-    return pid, snaps
+        elif section == "procs" and (parsed := proc_line(line)):
+            snap.procs[parsed[0]] = parsed[1]
+    _interrupts(irq_lines, snap)
+    return snap
 
 
 def tree(snap: Snapshot, roots: set[int]) -> set[int]:
@@ -215,10 +225,10 @@ def busy_share(shares: dict[str, Any]) -> float | None:
 
 
 def _cpu_shares(a: tuple[int, ...], b: tuple[int, ...]) -> dict[str, float]:
-    d = [y - x for x, y in zip(a, b, strict=False)]
+    d = [max(0, y - x) for x, y in zip(a, b, strict=False)]  # iowait may go back (proc(5)): counted as none
     total = sum(d) or 1
     shares = {name: round(100.0 * v / total, 2) for name, v in zip(CPU_FIELDS, d, strict=False)}
-    shares["busy"] = busy_share(shares) or 0.0  # without steal, which is kept beside it
+    shares["busy"] = max(0.0, busy_share(shares) or 0.0)  # without steal, kept beside it; rounded shares: >= -0.02
     return shares
 
 
@@ -238,7 +248,7 @@ def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid:
     out["ncpu"] = sum(1 for name in b.cpus if name != "cpu")
     if roots:
         first, last = tree(a, roots), tree(b, roots)
-        ticks = sum(b.procs[p].ticks - (a.procs[p].ticks if p in first else 0) for p in last)
+        ticks = sum(max(0, b.procs[p].ticks - (a.procs[p].ticks if p in first else 0)) for p in last)  # a PID reused
         rss = [sum(s.procs[p].rss_pages for p in tree(s, roots)) * PAGE for s in snaps]
         vms = [sum(s.procs[p].vsize for p in tree(s, roots)) for s in snaps]
         out["process"] = {
@@ -265,8 +275,9 @@ def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid:
             continue
         ra, rpa, ta, tpa = a.net[name]
         if (rb, rp, tb, tp) != (ra, rpa, ta, tpa):
-            nets[name] = {"rx_bytes_per_s": round((rb - ra) / dt), "rx_packets_per_s": round((rp - rpa) / dt),
-                          "tx_bytes_per_s": round((tb - ta) / dt), "tx_packets_per_s": round((tp - tpa) / dt)}
+            nets[name] = {k: round(max(0, y - x) / dt) for k, x, y in (  # a re-created interface starts from 0
+                ("rx_bytes_per_s", ra, rb), ("rx_packets_per_s", rpa, rp), ("tx_bytes_per_s", ta, tb),
+                ("tx_packets_per_s", tpa, tp))}
     out["net"] = nets
     if sampler_pid is not None and sampler_pid in a.procs and sampler_pid in b.procs:
         pa, pb = a.procs[sampler_pid], b.procs[sampler_pid]

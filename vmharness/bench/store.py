@@ -6,7 +6,9 @@ A run directory is read back long after it was written, perhaps copied, perhaps 
 that is not a JSON object, or a record line in the middle that is not one, is an error naming the file
 (and line); a torn last line is what a crash mid-write leaves, so it is reported once and the rest is
 used. Only regular files are read (a FIFO would block the reader forever), each at most a size the
-error names.
+error names. A whole record whose values
+cannot be a measurement, of an unknown kind, or repeating a point (bench/record_check.py) is left out of
+every figure and said once; with `strict` (report --strict) it is an error naming its line.
 
 The folder is the harness's (vmharness/owned.py): made and marked by `create`, or checked by `resume`
 (its manifest's kind, no link where it writes, its samples/ folder there) before anything is written;
@@ -19,6 +21,7 @@ import errno
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import owned, userfile
+from vmharness.bench import record_check
 from vmharness.errors import HarnessError
 
 MANIFEST = "manifest.json"
@@ -80,7 +84,11 @@ def _legacy(path: Path, entries: list[str]) -> bool:
 @dataclass
 class RunDir:
     path: Path
+    strict: bool = False  # a record left out of every figure is an error instead (report --strict)
     _reported: set[int] = field(default_factory=set, repr=False, compare=False)  # torn lines warned of
+    # the records the last read left out of every figure: (line, why, what), said once on stderr
+    left_out: list[tuple[int, str, str]] = field(default_factory=list, repr=False, compare=False)
+    _said: bool = field(default=False, repr=False, compare=False)
 
     @classmethod
     def create(cls, path: Path, manifest: dict[str, Any]) -> RunDir:
@@ -121,7 +129,7 @@ class RunDir:
         return run
 
     @classmethod
-    def open(cls, path: Path) -> RunDir:
+    def open(cls, path: Path, strict: bool = False) -> RunDir:
         """A run directory to read (or resume); its manifest is checked here, once."""
         hint = "pass the directory a run wrote (bench --out, run --out)"
         if not path.exists():
@@ -130,7 +138,7 @@ class RunDir:
             raise HarnessError(f"{path} is a file, not a run directory", hint)
         if not os.path.lexists(path / MANIFEST):
             raise HarnessError(f"{path} is not a run directory (no {MANIFEST})", hint)
-        run = cls(path)
+        run = cls(path, strict)
         _ = run.manifest  # read for its checks
         return run
 
@@ -173,18 +181,21 @@ class RunDir:
             raise _full(exc, self.path) from exc
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every complete record; a torn last line (a crash mid-write) is reported and skipped, any other
-        damage is an error naming the line, raised before the first record is handed out."""
+        """Every complete record that counts; a torn last line (a crash mid-write) is reported and
+        skipped, a record that cannot count (record_check) is left out and said once (`left_out`), any
+        other damage is an error naming the line, raised before the first record is handed out."""
         path = self.path / RECORDS
         if not os.path.lexists(path):
             return iter(())
         lines = _read(path, MAX_RECORDS).splitlines()
         out = []
+        seen = record_check.Seen()
+        left: list[tuple[int, str, str]] = []
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec, odd = record_check.loads(line)
             except (ValueError, RecursionError) as exc:
                 if n == len(lines):
                     if n not in self._reported:
@@ -197,12 +208,31 @@ class RunDir:
                 raise _damaged(path, f"line {n} is not a record (a JSON {type(rec).__name__})")
             if (fault := _fault(rec)) is not None:
                 raise _damaged(path, f"line {n} is a {rec.get('kind')} record {fault}")
+            if (bad := record_check.fault(rec, seen, odd)) is not None:
+                if self.strict:
+                    raise HarnessError(f"{path} line {n}: {record_check.describe(rec, bad)}",
+                                       "without --strict the report leaves such a record out of every figure, "
+                                       "and its first warning says so")
+                left.append((n, bad.why, record_check.describe(rec, bad)))
+                continue
             out.append(rec)
+        self.left_out = left
+        if left and not self._said:
+            self._said = True
+            print(f"warning: {record_check.summary([(path, *x) for x in left])}", file=sys.stderr, flush=True)
         return iter(out)
 
     def completed(self) -> set[str]:
-        """Keys of the points measured successfully: what --resume does not measure again."""
+        """Keys of the points measured successfully: what --resume does not measure again (a record left
+        out of every figure is not among them: its point is measured again)."""
         return {r["key"] for r in self.records() if r.get("kind") in POINTS and r.get("ok")}
+
+
+def left_out_line(runs: list[RunDir]) -> list[str]:
+    """The report's first warning, when a run's records were left out of every figure: how many, why, and
+    the first few by file:line (empty when none was)."""
+    left = [(r.path / RECORDS, *x) for r in runs for x in r.left_out]
+    return [record_check.summary(left)] if left else []
 
 
 def _fault(rec: dict[str, Any]) -> str | None:

@@ -7,6 +7,7 @@ before all, what each client can generate against a trivial nginx on itself (`ca
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from vmharness.host.root import HostRoot
 from vmharness.interrupts import shielded
 from vmharness.machine import Machine
 
+log = logging.getLogger("vmharness.sampler")
 IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # a run's idle reading: after the samplers' first snapshot, over 3 s
 
 
@@ -41,6 +43,7 @@ class Samplers:
     interval: float
     files: dict[str, Path] = field(default_factory=dict)
     popens: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    damaged: set[tuple[str, str]] = field(default_factory=set)  # (machine, snapshot) said to be left out
 
     def start(self, machines: list[Machine]) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -74,7 +77,12 @@ class Samplers:
                 # the parser skips the torn snapshot this lands in.
                 f.seek(max(0, since.get(label, 0) - (1 << 20)))
                 text = f.read()
-            _, snaps = sampler.parse(text)
+            found: list[tuple[int, str]] = []
+            _, snaps = sampler.parse(text, found)
+            for _, what in found:
+                if (label, what) not in self.damaged:
+                    self.damaged.add((label, what))
+                    log.warning("warning: %s: a damaged snapshot is left out of the points' figures: %s", path, what)
             chosen, how = sampler.choose(snaps, start, end)
             out[label] = {**sampler.summarize(chosen, roots.get(label), pid), "window": how}
         return out

@@ -213,6 +213,7 @@ RESUME_MANIFEST = json.dumps({"kind": "bench", "id": "0123456789", "started": "2
 
 def _resume(cwd: Path, records: str) -> subprocess.CompletedProcess[str]:
     a_run_dir(RESUME_MANIFEST, records)(cwd)
+    (cwd / "rd" / "samples").mkdir()  # a whole run directory (--resume refuses one without it)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_")}
     return subprocess.run([sys.executable, "-m", "vmharness.cli", "bench", "--resume", "rd"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)

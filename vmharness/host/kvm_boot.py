@@ -32,7 +32,7 @@ BANNER = "Linux version "
 PROGRESS = ("Calibrating delay loop", "clocksource: Switched to", "Freeing unused kernel", "Run /init",
             "VFS: ", "Kernel panic")
 APPEND = "console=ttyS0 ignore_loglevel panic=-1"
-_STAMP = re.compile(r"^\s*\[\s*\d+\.\d+\]\s*")  # the kernel's "[    0.123456] " before a line
+_STAMP = re.compile(r"^\s*\[\s*[0-9]+\.[0-9]+\]\s*")  # the kernel's "[    0.123456] " before a line
 KERNEL_MAX_BYTES = 512 << 20  # a vmlinux with debug info stays well below
 CONSOLE_MAX_BYTES = 1 << 20  # more than a whole boot log; what comes after is not read
 BOOT = "/boot"

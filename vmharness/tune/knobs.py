@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.cpus import format_mask, parse_cpulist, parse_mask
+from vmharness.errors import HarnessError
 from vmharness.host import irqs
 from vmharness.tune.access import Target
 from vmharness.tune.profile import SEED_SYSCTLS, Profile
@@ -110,7 +111,8 @@ class Facts:
     nics: tuple[Nic, ...]
 
     def node_cpus(self, node: int | None) -> tuple[int, ...]:
-        return self.nodes.get(node if node is not None else 0, self.online)
+        """A node's CPUs; the online ones for a node that has none (memory only) or is unknown."""
+        return self.nodes.get(node if node is not None else 0) or self.online
 
     def node_of(self, cpu: int) -> int | None:
         return next((n for n, cpus in self.nodes.items() if cpu in cpus), None)
@@ -157,8 +159,9 @@ def _vectors(t: Target, iface: str) -> tuple[Vector, ...]:
 
 
 def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
-    possible = parse_cpulist(t.read(f"{CPU}/possible") or "0", f"{CPU}/possible")
-    online = parse_cpulist(t.read(f"{CPU}/online") or "0", f"{CPU}/online")
+    possible, online = (parse_cpulist(t.read(f"{CPU}/{n}") or "0", f"{CPU}/{n}") for n in ("possible", "online"))
+    if not possible or not online:
+        raise HarnessError(f"{CPU}/{'online' if possible else 'possible'} lists no CPU", "the host root is damaged")
     nodes = {}
     for d in t.listdir(NODES):
         if re.fullmatch(r"node\d+", d):
@@ -167,8 +170,8 @@ def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
     for iface in ifaces:
         node_text = t.read(f"{NET}/{iface}/device/numa_node") or t.read(f"{NET}/{iface}/device/../numa_node")
         node = int(node_text) if node_text and node_text.lstrip("-").isdigit() and int(node_text) >= 0 else None
-        rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if q.startswith("rx-")),
-                          key=lambda q: int(q[3:])))
+        rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if re.fullmatch(r"rx-[0-9]+", q)),
+                          key=lambda q: int(q[3:])))  # the kernel's rx-N only: anything else is no queue
         nics.append(Nic(iface, node, rx, _vectors(t, iface)))
     return Facts(max(possible) + 1, online, nodes or {0: online}, tuple(nics))
 

@@ -183,6 +183,7 @@ def damages(targets: tuple[str, ...]) -> st.SearchStrategy[list[Damage]]:
     return st.lists(one, min_size=1, max_size=4)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="device nodes are made with mknod, which needs root")
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])

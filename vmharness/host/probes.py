@@ -132,8 +132,9 @@ def _flag(flag: str) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, dict) and isinstance(v.get(flag), bool) and isinstance(v.get("detail"), str)
 
 
-# What the readers of a snapshot's probes take for granted (the libvirt entry is checked where it is read).
+# What the readers of a snapshot's probes take for granted (the libvirt and hugeadm entries are checked
+# where they are read).
 _SHAPES: dict[str, Callable[[Any], bool]] = {
-    "kvm": _flag("usable"), "libvirtd": _flag("reachable"), "hugeadm": lambda v: isinstance(v, dict),
+    "kvm": _flag("usable"), "libvirtd": _flag("reachable"),
     "qemu": lambda v: isinstance(v, dict) and all(isinstance(v.get(k), (str, type(None))) for k in ("path", "version")),
 }

@@ -97,12 +97,25 @@ def test_a_record_of_an_unknown_op_is_reported_and_the_journal_kept(cli, host: F
     assert len(problems) == 1 and "record 1 has op 'netns'" in problems[0] and path.exists()
 
 
+PAGES = '{"seq": 1, "op": "pages", "node": 0, "size_kib": 2048, "before": 0, "owner": "x"}'
+
+
 @pytest.mark.parametrize(("text", "fault"), [
-    ('{"seq": 1, "op": "pages"}\nnot json\n{"seq": 3, "op": "pages"}\n', "line 2 is not JSON"),
+    (f'{PAGES}\nnot json\n{PAGES}\n', "line 2 is not JSON"),
     ("[1, 2]\n[3]\n", "line 1 is not a record (a JSON list)"),
-    ('{"seq": 1, "op": "begin"}\n{"op": "pages"}\n{"seq": 3, "op": "begin"}\n', "line 2 has no seq number or no op"),
+    ('{"seq": 1, "op": "begin", "pid": 1}\n{"op": "pages"}\n{"seq": 3, "op": "begin", "pid": 1}\n',
+     "line 2 has no seq number or no op"),
     ('{"seq": "1", "op": "begin"}\n', "line 1 has no seq number or no op"),
-    ('{"seq": 1, "op": "begin"}\n\n{"seq": 2, "op": "begin"}\n', "line 2 is not JSON"),
+    ('{"seq": true, "op": "begin", "pid": 1}\n', "line 1 has no seq number or no op"),
+    ('{"seq": 1, "op": "begin", "pid": 1}\n\n{"seq": 2, "op": "begin", "pid": 1}\n', "line 2 is not JSON"),
+    # a record of a known op without its fields, or with one of another shape (each was a traceback)
+    ('{"seq": 1, "op": "pages"}\n', "line 1 is a 'pages' record without node, size_kib, before"),
+    (PAGES.replace('"node": 0', '"node": "x"') + "\n", "line 1 is a 'pages' record whose node is 'x'"),
+    ('{"seq": 1, "op": "released", "seqs": 5}\n', "line 1 is a 'released' record whose seqs is '5'"),
+    ('{"seq": 1, "op": "owner", "seqs": [1], "to": 7}\n', "line 1 is a 'owner' record whose to is '7'"),
+    ('{"seq": 1, "op": "bind", "bdf": ["x"], "driver": null, "override": null, "owner": "host-prepare"}\n',
+     "line 1 is a 'bind' record whose bdf is \"['x']\""),
+    (PAGES.replace('"owner": "x"', '"owner": 5') + "\n", "line 1 is a 'pages' record whose owner is '5'"),
 ])
 def test_a_damaged_journal_is_one_line_naming_it_and_the_fault(cli, host: FakeHost, text: str, fault: str) -> None:
     path = host.base / journal.JOURNAL.lstrip("/")

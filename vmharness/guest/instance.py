@@ -68,11 +68,10 @@ def use_kvm(root: HostRoot, req: VmRequest) -> tuple[bool, str]:
         raise HarnessError(f"unknown accelerator {req.accel!r}", "use auto, kvm or tcg")
     if not for_uri(req.uri).local:
         return True, "a remote server is assumed to have KVM (pass --accel tcg if it has not)"
-    facts = probes.load(root)
-    if facts is None:
+    kvm = (probes.load(root) or {}).get("kvm")
+    if kvm is None:
         return False, "the host root has no KVM probe result: TCG"
-    usable = bool(facts["kvm"]["usable"])
-    return usable, facts["kvm"]["detail"]
+    return bool(kvm["usable"]), kvm["detail"]
 
 
 def _check_device(root: HostRoot, bdf: str, managed: bool, bound: set[str]) -> str:

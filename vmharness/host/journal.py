@@ -30,8 +30,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
@@ -56,6 +56,27 @@ class Op:
     undo: Undo | None
     fields: tuple[str, ...] = ()  # keys every record of it holds
     kept: Callable[[Record], str | None] | None = None  # why a record is never undone (kept), if it is
+    types: Mapping[str, Callable[[object], bool]] = field(default_factory=dict)  # checks of some of them
+
+
+def is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_str(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def str_or_none(v: object) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def ints(v: object) -> bool:
+    return isinstance(v, list) and all(is_int(x) for x in v)
+
+
+def strs(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
 OPS: dict[str, Op] = {}
@@ -73,8 +94,8 @@ def _marker(text: str) -> Callable[[Record], str]:
 
 
 register("begin", Op(_marker("(start of a host-prepare)"), None, ("pid",)))
-register("released", Op(_marker("(records given back)"), None, ("seqs",)))
-register("owner", Op(_marker("(records handed over)"), None, ("seqs", "to")))
+register("released", Op(_marker("(records given back)"), None, ("seqs",), {"seqs": ints}))
+register("owner", Op(_marker("(records handed over)"), None, ("seqs", "to"), {"seqs": ints, "to": is_str}))
 
 
 def _state_dir(root: HostRoot) -> None:
@@ -145,10 +166,28 @@ def load(root: HostRoot) -> Contents:
             raise _damaged(n, "is not JSON") from None
         if not isinstance(rec, dict):
             raise _damaged(n, f"is not a record (a JSON {type(rec).__name__})")
-        if not isinstance(rec.get("seq"), int) or not isinstance(rec.get("op"), str):
+        if not is_int(rec.get("seq")) or not isinstance(rec.get("op"), str):
             raise _damaged(n, "has no seq number or no op")
+        fault = _shape(rec)
+        if fault is not None:
+            raise _damaged(n, fault)
         records.append(rec)
     return Contents(records)
+
+
+def _shape(rec: Record) -> str | None:
+    """What is wrong with a record of a known op: a field missing, or one of the wrong type (a record
+    of an op this process does not know is kept as it is, see `unknown`)."""
+    op = OPS.get(rec["op"])
+    if op is None:
+        return None
+    missing = [f for f in op.fields if f not in rec]
+    if missing:
+        return f"is a {rec['op']!r} record without {', '.join(missing)}"
+    for key, ok in {"owner": is_str, **op.types}.items():
+        if key in rec and not ok(rec[key]):
+            return f"is a {rec['op']!r} record whose {key} is {str(rec[key])[:40]!r}"
+    return None
 
 
 def read(root: HostRoot) -> list[Record]:

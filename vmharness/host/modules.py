@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from vmharness.errors import HarnessError
 from vmharness.host.root import LARGE_READ, HostRoot
+
+OSRELEASE = "/proc/sys/kernel/osrelease"
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,13 @@ class ModuleState:
 
 
 def kernel_release(root: HostRoot) -> str | None:
-    return root.read_optional("/proc/sys/kernel/osrelease")
+    """The running kernel's release ("6.1.0-18-amd64"), which names its /lib/modules folder; None if
+    the file is not there."""
+    rel = root.read_optional(OSRELEASE)
+    if rel is not None and not re.fullmatch(r"[\w.+~-]{1,128}", rel):
+        raise HarnessError(f"{OSRELEASE} holds {rel[:40]!r}, not a kernel release",
+                           "the host root is damaged: unpack the snapshot again, or take a new one")
+    return rel
 
 
 def _files_name(name: str) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vmharness import proc
@@ -116,7 +116,26 @@ def load(root: HostRoot) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        data: dict[str, Any] = json.loads(text)
-    except ValueError as exc:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise HarnessError(f"{PROBES_FILE} in the host root is not JSON", "re-create the snapshot") from exc
-    return data
+    fault = "it is not a JSON object" if not isinstance(data, dict) else next(
+        (f"its {key} entry is not what host-snapshot writes" for key, ok in _SHAPES.items()
+         if data.get(key) is not None and not ok(data[key])), None)
+    if fault is not None:
+        raise HarnessError(f"{PROBES_FILE} in the host root is damaged: {fault}", "re-create the snapshot")
+    checked: dict[str, Any] = data
+    return checked
+
+
+def _flag(flag: str) -> Callable[[Any], bool]:
+    """{flag: bool, "detail": str}, as kvm and libvirtd are recorded."""
+    return lambda v: isinstance(v, dict) and isinstance(v.get(flag), bool) and isinstance(v.get("detail"), str)
+
+
+# What the readers of a snapshot's probes take for granted (the libvirt and hugeadm entries are checked
+# where they are read).
+_SHAPES: dict[str, Callable[[Any], bool]] = {
+    "kvm": _flag("usable"), "libvirtd": _flag("reachable"),
+    "qemu": lambda v: isinstance(v, dict) and all(isinstance(v.get(k), (str, type(None))) for k in ("path", "version")),
+}

@@ -24,7 +24,12 @@ def describe(rec: Record) -> str:
     op = journal.OPS.get(rec["op"])
     if op is None:
         return f"{rec['op']} (a record this vmharness does not know)"
-    return op.describe(rec)
+    try:
+        return op.describe(rec)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field of a shape its op does not know
+        raise HarnessError(f"{journal.JOURNAL}: record {rec['seq']} ({rec['op']}) is damaged: "
+                           f"{type(exc).__name__} {str(exc)[:60]}", "look at it; put the host back by hand, "
+                           "then move the journal away") from exc
 
 
 # bind -------------------------------------------------------------------------------------------
@@ -103,10 +108,18 @@ def _undo_modules(root: HostRoot, rec: Record) -> list[str]:
     return ["still loaded: " + "; ".join(f"{n} ({r})" for n, r in sorted(why.items()))] if why else []
 
 
-journal.register("bind", Op(_describe_bind, _undo_bind, ("bdf", "driver", "override")))
-journal.register("pages", Op(_describe_pages, _undo_pages, ("node", "size_kib", "before")))
-journal.register("mount", Op(_describe_mount, _undo_mount, ("path", "created")))
-journal.register("modules", Op(_describe_modules, _undo_modules, ("names", "loaded_before")))
+def _netdevs(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(n, dict) and isinstance(n.get("name"), str) for n in v)
+
+
+journal.register("bind", Op(_describe_bind, _undo_bind, ("bdf", "driver", "override"), {
+    "bdf": journal.is_str, "driver": journal.str_or_none, "override": journal.str_or_none, "netdevs": _netdevs}))
+journal.register("pages", Op(_describe_pages, _undo_pages, ("node", "size_kib", "before"), {
+    "node": journal.is_int, "size_kib": lambda v: isinstance(v, int) and journal.is_int(v) and v > 0,
+    "before": journal.is_int}))
+journal.register("mount", Op(_describe_mount, _undo_mount, ("path", "created"), {"path": journal.is_str}))
+journal.register("modules", Op(_describe_modules, _undo_modules, ("names", "loaded_before"), {
+    "names": journal.strs, "loaded_before": journal.strs}))
 
 
 # the undo loop ----------------------------------------------------------------------------------

@@ -145,6 +145,9 @@ class HostRoot:
 
     def path(self, p: str | Path) -> Path:
         rel = str(p).lstrip("/")
+        if "\0" in rel:  # no file has such a name: the path was built from a damaged file's content
+            raise HarnessError(f"{str(p)[:80]!r} holds a NUL byte: it cannot name a file",
+                               "a file it was built from is damaged")
         if _reads is not None:
             _reads.add("/" + rel)
         return self.base / rel if rel else self.base
@@ -167,18 +170,28 @@ class HostRoot:
             self.realpath(p)
         return real
 
+    def fault(self, p: str | Path, exc: OSError, verb: str = "read") -> HarnessError:
+        """An OSError met on `p` as one line naming it and the fault, then a hint."""
+        damaged = "the host root is damaged: unpack the snapshot again, or take a new one"
+        if isinstance(exc, PermissionError):
+            return HarnessError(f"no permission to {verb} {p}", "run as root (sudo)")
+        if exc.errno == errno.ELOOP:
+            where = "" if self.live else f" under host root {self.base}"
+            return HarnessError(f"cannot {verb} {p}{where}: a symlink loop (a link on the way leads back to itself)",
+                                "look at the links on that path (ls -l)" if self.live else damaged)
+        return HarnessError(f"cannot {verb} {p}: {exc.strerror or exc}",
+                            "vmharness -v shows what was read before it" if self.live else damaged)
+
     def read_bytes(self, p: str | Path, *, limit: int = MAX_READ) -> bytes:
         try:
             return read_file(self._inside(p), str(p), limit)
-        except PermissionError as exc:
-            raise HarnessError(f"no permission to read {p}", "run as root (sudo)") from exc
         except OSError as exc:
             if exc.errno in _ABSENT:
                 raise HarnessError(
                     f"{p} is missing under host root {self.base}",
                     "this kernel may be too old for vmharness, or the host root is incomplete",
                 ) from exc
-            raise HarnessError(f"cannot read {p}: {exc.strerror}") from exc
+            raise self.fault(p, exc) from exc
 
     def read_text(self, p: str | Path, *, limit: int = MAX_READ) -> str:
         return self.read_bytes(p, limit=limit).decode(errors="replace")
@@ -192,7 +205,7 @@ class HostRoot:
         except OSError as exc:
             if exc.errno in _ABSENT or exc.errno in _REFUSED_BY_KERNEL:
                 return None
-            raise HarnessError(f"cannot read {p}: {exc.strerror}") from exc
+            raise self.fault(p, exc) from exc
 
     def read_int(self, p: str | Path, *, minimum: int | None = None) -> int | None:
         """A file that holds one integer (a sysfs count, a NUMA node): None as read_optional gives
@@ -215,8 +228,8 @@ class HostRoot:
             names = sorted(os.listdir(self._inside(p)))
         except (FileNotFoundError, NotADirectoryError):
             return []
-        except PermissionError as exc:
-            raise HarnessError(f"no permission to list {p}", "run as root (sudo)") from exc
+        except OSError as exc:
+            raise self.fault(p, exc, "list") from exc
         for name in names:
             check_name(name, f"an entry of {p}")
         return names

@@ -9,6 +9,7 @@ from typing import Any
 
 from vmharness.cpus import format_mask, parse_cpulist, parse_mask
 from vmharness.digits import integer, is_digits
+from vmharness.errors import HarnessError
 from vmharness.host import irqs
 from vmharness.tune.access import Target
 from vmharness.tune.profile import SEED_SYSCTLS, Profile
@@ -111,7 +112,8 @@ class Facts:
     nics: tuple[Nic, ...]
 
     def node_cpus(self, node: int | None) -> tuple[int, ...]:
-        return self.nodes.get(node if node is not None else 0, self.online)
+        """A node's CPUs; the online ones for a node that has none (memory only) or is unknown."""
+        return self.nodes.get(node if node is not None else 0) or self.online
 
     def node_of(self, cpu: int) -> int | None:
         return next((n for n, cpus in self.nodes.items() if cpu in cpus), None)
@@ -158,8 +160,9 @@ def _vectors(t: Target, iface: str) -> tuple[Vector, ...]:
 
 
 def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
-    possible = parse_cpulist(t.read(f"{CPU}/possible") or "0", f"{CPU}/possible")
-    online = parse_cpulist(t.read(f"{CPU}/online") or "0", f"{CPU}/online")
+    possible, online = (parse_cpulist(t.read(f"{CPU}/{n}") or "0", f"{CPU}/{n}") for n in ("possible", "online"))
+    if not possible or not online:
+        raise HarnessError(f"{CPU}/{'online' if possible else 'possible'} lists no CPU", "the host root is damaged")
     nodes = {}
     for d in t.listdir(NODES):
         if re.fullmatch(r"node[0-9]{1,4}", d):
@@ -170,7 +173,7 @@ def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
         node = integer(node_text or "", signed=True)
         node = node if node is not None and node >= 0 else None
         rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if q.startswith("rx-") and is_digits(q[3:])),
-                          key=lambda q: int(q[3:])))
+                          key=lambda q: int(q[3:])))  # the kernel's rx-N only: anything else is no queue
         nics.append(Nic(iface, node, rx, _vectors(t, iface)))
     return Facts(max(possible) + 1, online, nodes or {0: online}, tuple(nics))
 

@@ -94,8 +94,8 @@ def _marker(text: str) -> Callable[[Record], str]:
 
 
 register("begin", Op(_marker("(start of a host-prepare)"), None, ("pid",)))
-register("released", Op(_marker("(records given back)"), None, ("seqs",), {"seqs": ints}))
-register("owner", Op(_marker("(records handed over)"), None, ("seqs", "to"), {"seqs": ints, "to": is_str}))
+register("released", Op(_marker("(records given back)"), None, ("seqs",), types={"seqs": ints}))
+register("owner", Op(_marker("(records handed over)"), None, ("seqs", "to"), types={"seqs": ints, "to": is_str}))
 
 
 def _state_dir(root: HostRoot) -> None:

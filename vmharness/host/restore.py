@@ -112,13 +112,13 @@ def _netdevs(v: object) -> bool:
     return isinstance(v, list) and all(isinstance(n, dict) and isinstance(n.get("name"), str) for n in v)
 
 
-journal.register("bind", Op(_describe_bind, _undo_bind, ("bdf", "driver", "override"), {
+journal.register("bind", Op(_describe_bind, _undo_bind, ("bdf", "driver", "override"), types={
     "bdf": journal.is_str, "driver": journal.str_or_none, "override": journal.str_or_none, "netdevs": _netdevs}))
-journal.register("pages", Op(_describe_pages, _undo_pages, ("node", "size_kib", "before"), {
+journal.register("pages", Op(_describe_pages, _undo_pages, ("node", "size_kib", "before"), types={
     "node": journal.is_int, "size_kib": lambda v: isinstance(v, int) and journal.is_int(v) and v > 0,
     "before": journal.is_int}))
-journal.register("mount", Op(_describe_mount, _undo_mount, ("path", "created"), {"path": journal.is_str}))
-journal.register("modules", Op(_describe_modules, _undo_modules, ("names", "loaded_before"), {
+journal.register("mount", Op(_describe_mount, _undo_mount, ("path", "created"), types={"path": journal.is_str}))
+journal.register("modules", Op(_describe_modules, _undo_modules, ("names", "loaded_before"), types={
     "names": journal.strs, "loaded_before": journal.strs}))
 
 

@@ -200,8 +200,11 @@ def apply(tree: Path, d: Damage) -> bool:
         return True
     head = _clear(at)
     if d.kind == "loop":
-        os.symlink(at.name + "~loop", at)
-        os.symlink(at.name, at.with_name(at.name + "~loop"))
+        partner = at.with_name(at.name + "~loop")
+        if os.path.lexists(partner):  # the same loop drawn twice
+            _clear(partner)
+        os.symlink(partner.name, at)
+        os.symlink(at.name, partner)
     elif d.kind == "self-loop":
         os.symlink(at.name, at)
     elif d.kind == "parent-loop":

@@ -29,12 +29,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vmharness import proc, stats
+from vmharness import stats
 from vmharness.bench import bench, clients, server, sweep
-from vmharness.bench.store import RunDir
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
-from vmharness.machine import Machine
+from vmharness.journal import journal
+from vmharness.rundir.store import RunDir
+from vmharness.system import proc
+from vmharness.system.machine import Machine
+from vmharness.system.root import HostRoot
 
 HARNESS_PORT, STOCK_PORT = 18199, 18198
 HARNESS_URL = f"http://127.0.0.1:{HARNESS_PORT}/"

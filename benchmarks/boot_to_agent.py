@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from vmharness import proc
 from vmharness.guest import agent, domain, image, instance, session, vm
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
+from vmharness.journal import journal
+from vmharness.system import proc
+from vmharness.system.root import HostRoot
 
 INITS = {"systemd": "", "minimal": session.MINIMAL_INIT}
 
@@ -128,7 +128,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from vmharness.interrupts import terminate_as_interrupt
+    from vmharness.signals import terminate_as_interrupt
 
     with terminate_as_interrupt():  # as the CLI does: SIGTERM unwinds, the guest is taken down
         sys.exit(main())

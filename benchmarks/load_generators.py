@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench_fidelity import STOCK_PORT, stock_server
 
-from vmharness import proc
+from vmharness.system import proc
 
 URL = f"http://127.0.0.1:{STOCK_PORT}/"
 FRACTIONS = (25, 50, 75, 90)

@@ -1,7 +1,7 @@
 """Time to the answer: seed 001's fixed grid against the adaptive search, on the same target, in one run.
 
     .venv/bin/python benchmarks/time_to_answer.py [--filesize 4096] [--duration 3] [--rounds 1]
-    .venv/bin/python -m vmharness.host.libvirtd .venv/bin/python benchmarks/time_to_answer.py --guest
+    .venv/bin/python -m vmharness.libvirt.daemon .venv/bin/python benchmarks/time_to_answer.py --guest
 
 The target is nginx on loopback (`vmharness bench`), one worker, with the response size as its
 per-request cost (--filesize); with --guest it is the image's guest under TCG (`vmharness run`, one
@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from vmharness import proc
 from vmharness.analysis import saturation
-from vmharness.bench import connections
-from vmharness.bench.store import RunDir
+from vmharness.model import connections
+from vmharness.rundir.store import RunDir
+from vmharness.system import proc
 
 GRID = "16:256:16,256:1024:128,1024:1536:256"  # seed 001's three ranges
 GUEST_GRID = "1:8:1,8:32:4,32:64:8"  # the same shape, where one TCG vCPU saturates

@@ -25,8 +25,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from vmharness.cli import main
-from vmharness.host import root as host_root
+from vmharness.cli.main import main
+from vmharness.system import root as host_root
 
 # Knobs whose state comes from running a program on the machine (ethtool, a scan for irqbalance): a
 # snapshot holds files, not programs, so on one the plan says it cannot tell (docs/tuning.md).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from vmharness import proc
+from vmharness.system import proc
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fakehost import FakeHost
-from vmharness.host import journal, restore
-from vmharness.host.root import LARGE_READ, MAX_READ, HostRoot
+from vmharness.journal import journal, restore
+from vmharness.system.root import LARGE_READ, MAX_READ, HostRoot
 
 NIC = "0000:b3:00.0"
 NIC_DIR = f"sys/devices/pci0000:00/0000:00:1c.0/{NIC}"
@@ -97,7 +97,7 @@ def rich_host(base: Path) -> str:
         "libvirt": {"daemon": daemon, "conf": {"paths": None, "mtime": 0}, "mounts": {"/dev/hugepages": [0.5, True]}},
     }))
     writer = HostRoot(base, allow_writes=True)
-    assert {"bind", "pages"} <= set(journal.OPS), restore  # registered by host/restore.py
+    assert {"bind", "pages"} <= set(journal.OPS), restore  # registered by journal/restore.py
     journal.record(writer, {"op": "bind", "bdf": "0000:b3:00.1", "driver": "mlx5_core", "override": None,
                             "netdevs": [], "named": True}, "host-prepare")
     journal.record(writer, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0}, "host-prepare")

@@ -1,5 +1,5 @@
 import sys
 
-from vmharness.cli import main
+from vmharness.cli.main import main
 
 sys.exit(main())

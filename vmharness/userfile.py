@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vmharness.errors import HarnessError
-from vmharness.host.root import read_file
+from vmharness.system.root import read_file
 
 Fault = Callable[[str], HarnessError]  # "is missing" -> the error naming the file
 

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from tests.integration.netns_host import NetnsHost, netns_host
-from vmharness import proc
 from vmharness.analysis import saturation
 from vmharness.bench import sampler, threads, wrk
-from vmharness.bench.histogram import Histogram
-from vmharness.bench.store import RunDir
-from vmharness.machine import SSH_CONFIG_ENV
+from vmharness.rundir.histogram import Histogram
+from vmharness.rundir.store import RunDir
+from vmharness.system import proc
+from vmharness.system.machine import SSH_CONFIG_ENV
 
 pytestmark = pytest.mark.integration
 

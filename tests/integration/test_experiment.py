@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from vmharness import proc
-from vmharness.host import libvirtd
+from vmharness.libvirt import daemon as libvirtd
+from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import proc
 from vmharness.guest import image, kernelfile
-from vmharness.host import libvirtd
+from vmharness.libvirt import daemon as libvirtd
+from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.rig import kernel
-from vmharness import proc
-from vmharness.host import kvm, kvm_boot, kvm_probe
+from vmharness.host.inspect import kvm, kvm_boot, kvm_probe
+from vmharness.system import proc
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import proc
+from vmharness.system import proc
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.integration.test_bench import JOURNAL, bench, config, records
-from vmharness import proc
-from vmharness.bench.histogram import Histogram
+from vmharness.rundir.histogram import Histogram
+from vmharness.system import proc
 
 # Timed: the rate held within 2%, percentiles within 5 ms of a delay (conftest.quiet_machine).
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("quiet_machine")]

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from tests.integration.netns_host import netns_host
-from vmharness import proc
 from vmharness.errors import HarnessError
-from vmharness.machine import SSH_CONFIG_ENV, Machine
+from vmharness.system import proc
+from vmharness.system.machine import SSH_CONFIG_ENV, Machine
 
 pytestmark = pytest.mark.integration
 

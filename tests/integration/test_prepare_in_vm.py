@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.rig import Rig
-from vmharness.proc import Result
+from vmharness.system.proc import Result
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 

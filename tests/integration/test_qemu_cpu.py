@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vmharness.host import qemu_cpu
+from vmharness.host.inspect import qemu_cpu
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 not installed")]

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.integration.netns_host import netns_host
-from vmharness import proc
-from vmharness.host import libvirtd
-from vmharness.host.root import HostRoot
-from vmharness.machine import SSH_CONFIG_ENV
+from vmharness.libvirt import daemon
+from vmharness.system import proc
+from vmharness.system.machine import SSH_CONFIG_ENV
+from vmharness.system.root import HostRoot
 from vmharness.tune import apply
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ def test_seeds_on_a_namespace_client(tmp_path: Path) -> None:
 
 @pytest.mark.vm
 def test_seeds_inside_a_guest(tmp_path: Path) -> None:
-    with libvirtd.running():
+    with daemon.running():
         built = vmh("image", "build", timeout=1800)
         assert built.ok, built.stderr
         up = vmh("vm", "up", "--name", "itune")  # with its link: a virtio-net NIC to tune

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.host.uevent import RECHECK_INTERVAL, Waiter
+from vmharness.system.uevent import RECHECK_INTERVAL, Waiter
 
 pytestmark = pytest.mark.integration
 

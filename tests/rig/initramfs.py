@@ -16,7 +16,7 @@ from tests.rig import cpio, topology
 from tests.rig.kernel import Kernel
 from tests.rig.paths import cache_lock
 from vmharness.errors import HarnessError
-from vmharness.proc import run
+from vmharness.system.proc import run
 
 BUSYBOX = Path("/bin/busybox")
 INIT_TEMPLATE = Path(__file__).with_name("l1-init.sh")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.rig.paths import cache_lock
 from vmharness.errors import HarnessError
-from vmharness.proc import run
+from vmharness.system.proc import run
 
 log = logging.getLogger("tests.rig.kernel")
 

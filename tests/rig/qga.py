@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.rig.jsonsock import JsonSocket, ReplyTimeoutError
 from vmharness.errors import HarnessError
-from vmharness.proc import Result
+from vmharness.system.proc import Result
 
 log = logging.getLogger("tests.rig.qga")
 

@@ -19,7 +19,7 @@ from tests.rig.paths import REPO, cache_dir
 from tests.rig.qga import GuestAgent
 from tests.rig.qmp import quit_qemu
 from vmharness.errors import HarnessError
-from vmharness.proc import Result, spawn, stop
+from vmharness.system.proc import Result, spawn, stop
 
 log = logging.getLogger("tests.rig")
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness.cli import main
+from vmharness.cli.main import main
 
 
 @pytest.fixture

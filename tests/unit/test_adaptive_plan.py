@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from vmharness import config
 from vmharness.bench import plan, search
 from vmharness.experiment import runner
+from vmharness.model import config
 
 
 def _cfg(kind: str = "bench", **sweep: Any) -> config.BenchConfig:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from vmharness.analysis import publish, report, saturation
-from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
+from vmharness.rundir.store import RunDir
 
 
 def _record(run: RunDir, instance: str, conns: int, it: int, rps: float, p99: float, server: float,

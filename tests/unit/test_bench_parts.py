@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import config
-from vmharness.bench import clients, connections, plan, sampler, wrk
-from vmharness.bench.store import RunDir
+from vmharness.bench import clients, plan, sampler, wrk
 from vmharness.errors import HarnessError
-from vmharness.machine import Machine
+from vmharness.model import config, connections
+from vmharness.rundir.store import RunDir
+from vmharness.system.machine import Machine
 
 GOLDEN = Path(__file__).with_name("golden")
 

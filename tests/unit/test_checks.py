@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness.host import checks, hugepages, probes
-from vmharness.host.root import HostRoot
+from vmharness.host.inspect import checks, hugepages, probes
+from vmharness.system.root import HostRoot
 
 
 def rows(root: Path) -> dict[str, checks.Check]:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.host.root import HostRoot
+from vmharness.system.root import HostRoot
 
 
 def assert_one_line_error(result: tuple[int, str, str], *needles: str) -> None:
@@ -63,7 +63,7 @@ def test_no_permission(cli, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> 
     def denied(*a: object, **k: object) -> bytes:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("vmharness.host.root.read_file", denied)
+    monkeypatch.setattr("vmharness.system.root.read_file", denied)
     assert_one_line_error(cli("host-groups", "--host-root", str(host.base)), "no permission", "root")
 
 

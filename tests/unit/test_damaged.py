@@ -16,11 +16,12 @@ import pytest
 
 from tests.fakehost import FakeHost
 from tests.unit.test_cli_errors import assert_one_line_error
-from vmharness import config, tomlfile
-from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
-from vmharness.host import hugepages, netstate, plan
-from vmharness.host.root import HostRoot
+from vmharness.host.inspect import hugepages, netstate
+from vmharness.host.prepare import plan
+from vmharness.model import config, tomlfile
+from vmharness.rundir.store import RunDir
+from vmharness.system.root import HostRoot
 
 MISSING = HarnessError("no such file", "pass one")
 

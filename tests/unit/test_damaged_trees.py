@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 
 from tests import treedamage
 from tests.treedamage import DEVICES, ESCAPES, HUGE, Damage
-from vmharness.cli import main
-from vmharness.host import root as host_root
+from vmharness.cli.main import main
+from vmharness.system import root as host_root
 
 LIMIT = 20.0  # seconds a command may take on a damaged tree (each takes well under one)
 EXAMPLES = int(os.environ.get("VMH_DAMAGE_EXAMPLES", "60"))

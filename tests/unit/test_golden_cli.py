@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness import cli
+from vmharness.cli import main as cli
 from vmharness.experiment import ops  # noqa: F401 - every journal op registered
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
+from vmharness.journal import journal
+from vmharness.system.root import HostRoot
 
 GOLDEN = Path(__file__).parent / "golden" / "cli"
 RUNS = Path(__file__).parent / "golden" / "runs"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.fakehost import FakeHost
-from vmharness.host import iommu
-from vmharness.host.pci import PciDevice, scan
-from vmharness.host.root import HostRoot
+from vmharness.host.inspect import iommu
+from vmharness.host.inspect.pci import PciDevice, scan
+from vmharness.system.root import HostRoot
 
 MLX, CX5 = 0x15B3, 0x1019
 

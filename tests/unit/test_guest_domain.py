@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness import cli, cpus
+from vmharness import cpus
+from vmharness.cli import main as cli
 from vmharness.errors import HarnessError
 from vmharness.guest import domain, instance, placement, vm
 from vmharness.guest.domain import DomainSpec, Link, Placement
-from vmharness.host.root import HostRoot
+from vmharness.system.root import HostRoot
 
 NIC = "0000:b3:00.0"
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import cli, proc
+from vmharness.cli import main as cli
 from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile
-from vmharness.machine import Machine, for_uri
+from vmharness.system import proc
+from vmharness.system.machine import Machine, for_uri
 
 
 def _recipe_copy(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.cli import build_parser, main, subcommands
+from vmharness.cli.main import build_parser, main, subcommands
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

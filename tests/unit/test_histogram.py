@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmharness.analysis import publish, report, saturation
-from vmharness.bench import histogram, wrk
-from vmharness.bench.histogram import PERCENTILES, Histogram
-from vmharness.bench.store import RunDir
+from vmharness.bench import wrk
+from vmharness.rundir import histogram
+from vmharness.rundir.histogram import PERCENTILES, Histogram
+from vmharness.rundir.store import RunDir
 
 latencies = st.lists(st.floats(min_value=0, max_value=50_000, allow_nan=False), min_size=1, max_size=400)
 

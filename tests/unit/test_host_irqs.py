@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness import config
 from vmharness.errors import HarnessError
 from vmharness.experiment import ops
 from vmharness.guest import placement, session, vm
 from vmharness.guest.domain import Placement
-from vmharness.host import irqs, journal
-from vmharness.host.root import HostRoot
-from vmharness.interrupts import Interrupted, terminate_as_interrupt
+from vmharness.host.prepare import irqs
+from vmharness.journal import journal
+from vmharness.model import config
+from vmharness.signals import Interrupted, terminate_as_interrupt
+from vmharness.system.root import HostRoot
 
 NIC = "0000:b3:00.0"
 OTHER = "0000:b3:00.1"
@@ -271,6 +272,6 @@ def test_no_vectors_within_the_wait_is_a_note(tmp_path: Path, monkeypatch: pytes
 
 
 def test_the_seeds_profile_asks_for_it_and_none_does_not() -> None:
-    from vmharness.tune import profile
+    from vmharness.model import profile
 
     assert profile.load("seeds").vfio_irqs == "off-vcpus" and profile.load("none").vfio_irqs == "keep"

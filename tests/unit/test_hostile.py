@@ -312,7 +312,7 @@ def test_no_case_changed_state_outside_its_folder(outcomes: Outcomes) -> None:
 
 def test_there_are_at_least_sixty_cases_and_each_subcommand_has_one() -> None:
     assert len(CASES) >= 60
-    from vmharness.cli import build_parser
+    from vmharness.cli.main import build_parser
 
     tried = {" ".join(w for w in c.argv[:2] if not w.startswith("-") and w not in ("snap",)) for c in CASES}
     words = {c.argv[0] for c in CASES}

@@ -1,6 +1,6 @@
 """Damaged records and escape sequences, through the real command (tests/hostile_kit.py runs each case).
 
-- **Records left out** (bench/record_check.py): a number that cannot be a measurement (NaN, Infinity,
+- **Records left out** (rundir/record_check.py): a number that cannot be a measurement (NaN, Infinity,
   1e308, below 0, not whole, percentiles that fall), an unknown kind, a point measured twice or a key
   that is not its fields'. `report` and `compare` exit 0, the first warning counts what was left out and
   names it by file:line, and every figure is the one the same folder gives without the damaged record

@@ -19,9 +19,9 @@ import pytest
 
 from tests import hostile_kit
 from tests.fakehost import FakeHost
-from vmharness import cli
-from vmharness.host import wire_routes
-from vmharness.host.root import HostRoot
+from vmharness.cli import main as cli
+from vmharness.host.inspect import wire_routes
+from vmharness.system.root import HostRoot
 
 NIC = "0000:b3:00.0"
 

@@ -75,8 +75,8 @@ def a_run(manifest: str = GOOD_MANIFEST, records: bool = True, samples: bool = T
 
 
 def earlier_snapshot(cwd: Path) -> None:
-    from vmharness.host import snapshot
-    from vmharness.host.root import HostRoot
+    from vmharness.host.snapshot import snapshot
+    from vmharness.system.root import HostRoot
 
     snapshot_host(cwd)
     snapshot.write(HostRoot(cwd / "snap"), cwd / "s.tgz")

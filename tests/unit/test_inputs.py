@@ -10,9 +10,8 @@ import pytest
 
 from tests.fakehost import FakeHost
 from tests.unit.test_cli_errors import assert_one_line_error
-from vmharness import config
 from vmharness.errors import HarnessError
-from vmharness.tune import profile
+from vmharness.model import config, profile
 
 MLX, CX5 = 0x15B3, 0x1017
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from vmharness import interrupts
-from vmharness.interrupts import Interrupted, shielded, terminate_as_interrupt
+from vmharness import signals
+from vmharness.signals import Interrupted, shielded, terminate_as_interrupt
 
 
 def _signal_midway(monkeypatch: pytest.MonkeyPatch, when: Callable[[int], bool], settle: float = 0.0) -> None:
@@ -49,7 +49,7 @@ def test_a_signal_while_the_shield_sets_up_is_held_then_raised(monkeypatch: pyte
             ran.append("the block")
         monkeypatch.undo()
     assert ran == ["the block"] and got.value.signum == signal.SIGTERM
-    assert signal.getsignal(signal.SIGINT) is not interrupts._hold  # every handler given back
+    assert signal.getsignal(signal.SIGINT) is not signals._hold  # every handler given back
 
 
 @pytest.mark.parametrize("call", [4, 5, 6], ids=["after SIGINT's", "after SIGTERM's", "after SIGHUP's"])
@@ -61,8 +61,8 @@ def test_a_signal_while_the_shield_ends_is_raised_and_no_handler_is_left_holding
             pass
         monkeypatch.undo()
         assert got.value.signum == signal.SIGTERM
-        assert all(signal.getsignal(s) is not interrupts._hold for s in interrupts.SIGNALS)
-    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) & set(interrupts.SIGNALS) == set()  # nothing left blocked
+        assert all(signal.getsignal(s) is not signals._hold for s in signals.SIGNALS)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) & set(signals.SIGNALS) == set()  # nothing left blocked
 
 
 def test_a_signal_inside_the_shield_waits_for_its_end() -> None:
@@ -89,7 +89,7 @@ def test_a_signal_mid_swap_is_held_while_another_thread_lives(monkeypatch: pytes
             with pytest.raises(Interrupted) as got, shielded():
                 ran.append("the block")
             monkeypatch.undo()
-            assert all(signal.getsignal(s) is not interrupts._hold for s in interrupts.SIGNALS)
+            assert all(signal.getsignal(s) is not signals._hold for s in signals.SIGNALS)
         assert ran == ["the block"] and got.value.signum == signal.SIGTERM
     finally:
         stop.set()
@@ -102,7 +102,10 @@ def test_a_signal_mid_swap_is_held_while_another_thread_lives(monkeypatch: pytes
 CHILD = r"""
 import os, sys, time
 from pathlib import Path
-from vmharness import cli, cli_report, interrupts, proc
+from vmharness.cli import main as cli
+from vmharness.cli import report as cli_report
+from vmharness import signals
+from vmharness.system import proc
 
 marks, give_back_s = Path(sys.argv[1]), float(sys.argv[2])
 
@@ -112,7 +115,7 @@ def command(args):
         print("ready", flush=True)
         time.sleep(60)
     finally:
-        with interrupts.shielded():
+        with signals.shielded():
             print("giving back", flush=True)
             time.sleep(give_back_s)
             (marks / "taken").unlink()
@@ -179,7 +182,9 @@ def test_a_signal_during_the_giving_back_changes_neither_it_nor_the_status(
 
 PIPES = r"""
 import subprocess, sys
-from vmharness import cli, cli_report, proc
+from vmharness.cli import main as cli
+from vmharness.cli import report as cli_report
+from vmharness.system import proc
 
 def command(args):
     # a child that exits without reading its input: the write fails (EPIPE), the command goes on

@@ -8,8 +8,8 @@ import pytest
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
 from vmharness.experiment import ops
-from vmharness.host import journal, restore
-from vmharness.host.root import HostRoot
+from vmharness.journal import journal, restore
+from vmharness.system.root import HostRoot
 
 HP = "host-prepare"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.host import kvm_boot
+from vmharness.host.inspect import kvm_boot
 
 # Which kernel the probe boots.
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmharness import proc
-from vmharness.host import kvm, kvm_boot
-from vmharness.host.kvm_boot import Boot
+from vmharness.host.inspect import kvm, kvm_boot
+from vmharness.host.inspect.kvm_boot import Boot
+from vmharness.system import proc
 
 # The first lines of the image's kernel (Debian 6.1) on its serial console, booted without root.
 BOOTED = """\

@@ -1,4 +1,4 @@
-"""Whether the libvirt daemon sees a hugetlbfs of the guest's page size (host/libvirt_hugetlbfs.py): the
+"""Whether the libvirt daemon sees a hugetlbfs of the guest's page size (libvirt/hugetlbfs.py): the
 judgement on facts (a daemon older or newer than the mount, its libvirt/qemu directory, qemu.conf's
 hugetlbfs_mount, the modular daemon, one vmharness started), the facts read from a /proc tree, and
 hostile qemu.conf values and VMHARNESS_LIBVIRTD."""
@@ -17,9 +17,9 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.host import libvirt_hugetlbfs as lh
-from vmharness.host import libvirtd
-from vmharness.host.root import HostRoot
+from vmharness.libvirt import daemon as libvirtd
+from vmharness.libvirt import hugetlbfs as lh
+from vmharness.system.root import HostRoot
 
 G1 = 1 << 20
 M2 = 2048
@@ -301,7 +301,7 @@ def test_vmharness_libvirtd_naming_other_files_claims_no_daemon(monkeypatch: pyt
 
 def test_the_wrapped_command_asks_the_wrapper_for_restarts_and_learns_each_new_pid(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The protocol between `python -m vmharness.host.libvirtd` and its command, through a shell as the
+    """The protocol between `python -m vmharness.libvirt.daemon` and its command, through a shell as the
     rig uses it; the restart itself (libvirtd stopped and started) is the rig's test_hugepages_1g.py."""
 
     class Started:
@@ -321,7 +321,7 @@ def test_the_wrapped_command_asks_the_wrapper_for_restarts_and_learns_each_new_p
     busy = threading.Lock()
     threading.Thread(target=libvirtd._serve, args=(started, busy, asks, answers), daemon=True).start()
     env = {**os.environ, libvirtd.ENV: f"100:{ask}:{os.fstat(ask).st_ino}:{answer}:{os.fstat(answer).st_ino}"}
-    code = ("from vmharness.errors import HarnessError\nfrom vmharness.host import libvirtd as l\n"
+    code = ("from vmharness.errors import HarnessError\nfrom vmharness.libvirt import daemon as l\n"
             "print(l.owned_pid(), l.restart_owned(), l.restart_owned(), l.owned_pid())\n"
             "try:\n    l.restart_owned()\nexcept HarnessError as e:\n    print(e.message)\n")
     try:

@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vmharness.analysis import loadcurve, publish, report, saturation
-from vmharness.bench.histogram import Histogram
 from vmharness.bench.openloop import MISS
-from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
+from vmharness.rundir.histogram import Histogram
+from vmharness.rundir.store import RunDir
 
 WHERE = Path("/runs/x/records.jsonl")
 

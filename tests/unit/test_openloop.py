@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmharness.bench import clients, openloop, plan
-from vmharness.bench.histogram import Histogram
-from vmharness.config import (
+from vmharness.errors import HarnessError
+from vmharness.model.config import (
     BenchConfig,
     ControlSection,
     InstanceSection,
@@ -21,8 +21,8 @@ from vmharness.config import (
     SweepSection,
     validate,
 )
-from vmharness.errors import HarnessError
-from vmharness.machine import Machine
+from vmharness.rundir.histogram import Histogram
+from vmharness.system.machine import Machine
 
 HEADER = "request-start,DNS,DNS+dialup,Response-delay,request-duration,bytes,status\n"
 

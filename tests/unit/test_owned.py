@@ -1,4 +1,4 @@
-"""The one way to write into a folder a user named (vmharness/owned.py), and what uses it: a folder is
+"""The one way to write into a folder a user named (vmharness/system/owned.py), and what uses it: a folder is
 made and marked, or verified by its marker; a file is replaced by a rename (a link there is replaced,
 never written through) or appended to only when it is a regular file with one name; another's folder
 or file is refused unless --force. Also the run directory's resume checks, the cap on the reads of
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.hostile_kit import GOOD_MANIFEST, GOOD_RECORDS, a_run_dir, snapshot_host
-from vmharness import owned
-from vmharness.bench.store import RECORDS, RunDir
 from vmharness.errors import HarnessError
-from vmharness.host import files, journal, restore
-from vmharness.host.root import HostRoot
+from vmharness.journal import files, journal, restore
+from vmharness.rundir.store import RECORDS, RunDir
+from vmharness.system import owned
+from vmharness.system.root import HostRoot
 
 ME = "report"
 
@@ -194,7 +194,7 @@ def _snapshot(tmp_path: Path, stdout: int) -> subprocess.CompletedProcess[bytes]
 
 
 def test_a_snapshot_to_stdout_is_the_tarball_alone_and_what_is_said_goes_to_stderr(tmp_path: Path) -> None:
-    from vmharness.host import snapshot
+    from vmharness.host.snapshot import snapshot
 
     res = _snapshot(tmp_path, subprocess.PIPE)
     assert res.returncode == 0, res.stderr
@@ -235,7 +235,7 @@ def test_the_undo_never_removes_a_file_outside_the_harness_folders(tmp_path: Pat
 
 
 def test_the_harness_never_journals_a_file_outside_its_folders(tmp_path: Path) -> None:
-    from vmharness.machine import Machine
+    from vmharness.system.machine import Machine
 
     root = HostRoot(tmp_path, allow_writes=True)
     with pytest.raises(RuntimeError, match="not where vmharness makes files"):

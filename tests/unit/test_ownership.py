@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness import config
 from vmharness.bench import server, sweep
-from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep
-from vmharness.host import files, journal, kmod, restore
-from vmharness.host.root import HostRoot
+from vmharness.host.prepare import kmod
+from vmharness.journal import files, journal, restore
+from vmharness.model import config
+from vmharness.rundir.store import RunDir
+from vmharness.system.root import HostRoot
 
 DEAD, ALIVE = "run:0000000001", "run:0000000002"
 

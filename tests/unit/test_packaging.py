@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness import proc
 from vmharness.guest import image
+from vmharness.system import proc
 
 SOURCES = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,8 @@ def test_the_data_files_resolve_inside_the_installed_package(installed: Installe
     script = textwrap.dedent("""
         import json
         import vmharness
-        from vmharness import config, data
+        from vmharness import data
+        from vmharness.model import config
         from vmharness.bench import bench, server, wrk
         from vmharness.guest import image
         recipe = image.load_recipe()

@@ -6,9 +6,9 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.host import hugepages, netstate, pciids
-from vmharness.host.pci import parse_bdf
-from vmharness.host.root import HostRoot
+from vmharness.host.inspect import hugepages, netstate, pciids
+from vmharness.host.inspect.pci import parse_bdf
+from vmharness.system.root import HostRoot
 
 
 @pytest.mark.parametrize(("text", "bdf"), [

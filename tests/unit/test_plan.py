@@ -9,8 +9,9 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.host import journal, plan, restore
-from vmharness.host.root import HostRoot
+from vmharness.host.prepare import plan
+from vmharness.journal import journal, restore
+from vmharness.system.root import HostRoot
 
 MLX, CX5 = 0x15B3, 0x1019
 

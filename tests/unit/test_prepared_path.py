@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness import cli, config
+from vmharness.cli import main as cli
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, runner
 from vmharness.guest import instance
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
+from vmharness.journal import journal
+from vmharness.model import config
+from vmharness.system.root import HostRoot
 
 MLX, CX5 = 0x15B3, 0x1017
 NIC, SIBLING, OTHER = "0000:b3:00.0", "0000:b3:00.1", "0000:17:00.0"

@@ -15,7 +15,8 @@ import pytest
 
 from tests.fakehost import FakeHost
 from tests.unit.conftest import Cli
-from vmharness import proc, progress
+from vmharness import progress
+from vmharness.system import proc
 
 SOURCES = Path(__file__).resolve().parents[2]
 

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmharness import cli_types, config, cpus, digits, libvirt_uri, schema, wire
-from vmharness.bench import connections
+from vmharness import cpus, digits
+from vmharness.cli import types as cli_types
 from vmharness.errors import HarnessError
-from vmharness.host import plan
-from vmharness.host.pci import parse_bdf
-from vmharness.tune import profile
+from vmharness.host.inspect.pci import parse_bdf
+from vmharness.host.prepare import plan
+from vmharness.model import config, connections, libvirt_uri, profile, schema, wire
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 WHOLE = settings(FAST, max_examples=80)  # a whole configuration per example: fewer, to keep the suite fast

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vmharness.errors import HarnessError
-from vmharness.host import qemu_cpu
+from vmharness.host.inspect import qemu_cpu
 
 GOLDEN = Path(__file__).with_name("golden")
 HELP = (GOLDEN / "qemu-7.2-cpu-help.txt").read_text()

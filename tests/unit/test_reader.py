@@ -16,10 +16,10 @@ import pytest
 
 from tests.fakehost import FakeHost
 from tests.unit.test_cli_errors import assert_one_line_error
-from vmharness import machine, proc
 from vmharness.errors import HarnessError
-from vmharness.host import snapshot
-from vmharness.host.root import MAX_READ, HostRoot
+from vmharness.host.snapshot import snapshot
+from vmharness.system import machine, proc
+from vmharness.system.root import MAX_READ, HostRoot
 from vmharness.tune.access import ShellTarget
 
 BDF = "0000:00:03.0"

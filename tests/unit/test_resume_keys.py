@@ -1,4 +1,4 @@
-"""The harness never writes a point's key twice (bench/record_check.py's rule: a key's failed attempts,
+"""The harness never writes a point's key twice (rundir/record_check.py's rule: a key's failed attempts,
 then at most one success), also across `--resume` after a kill at any moment: the real sweep
 (bench/sweep.py: the grid, its added iterations, the open-loop load, the adaptive search) with its
 measurement, servers and samplers replaced, killed right after each of its appends in turn, or halfway
@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from vmharness import config
-from vmharness.bench import capacity, clients, plan, record_check, sweep
-from vmharness.bench.store import RECORDS, RunDir
+from vmharness.bench import capacity, clients, plan, sweep
+from vmharness.model import config
+from vmharness.rundir import record_check
+from vmharness.rundir.store import RECORDS, RunDir
 
 OWNER = "run:0123456789"
 

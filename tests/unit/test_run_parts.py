@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import config, provenance
 from vmharness.analysis import saturation
 from vmharness.bench import plan
-from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
-from vmharness.guest import session
+from vmharness.guest import provenance, session
 from vmharness.guest.domain import Placement
-from vmharness.host import journal, restore
-from vmharness.host.root import HostRoot
+from vmharness.journal import journal, restore
+from vmharness.model import config
+from vmharness.rundir.store import RunDir
+from vmharness.system.root import HostRoot
 
 
 def test_the_embedded_experiment() -> None:
@@ -261,7 +261,7 @@ def test_failed_sessions_and_a_shared_host_are_warnings(tmp_path: Path) -> None:
 def test_a_local_wrk_is_kept_off_the_guests_vcpus(tmp_path: Path) -> None:
     from tests.fakehost import FakeHost
     from vmharness.bench import clients, wrk
-    from vmharness.machine import Machine
+    from vmharness.system.machine import Machine
 
     run = wrk.WrkRun("http://198.18.1.2:8080/", 8, 1, 5, 10, "/tmp/r.lua")
     pinned = clients.Client(Machine(), pin=(0, 2))
@@ -279,7 +279,7 @@ def test_a_local_wrk_is_kept_off_the_guests_vcpus(tmp_path: Path) -> None:
 
 
 def test_the_control_flags_help_names_the_cap_it_sets(capsys: pytest.CaptureFixture[str]) -> None:
-    from vmharness import cli
+    from vmharness.cli import main as cli
 
     assert cli.main(["run", "--help"]) == 0
     assert f"capped to {config.CONTROL_CAP}% of a CPU" in " ".join(capsys.readouterr().out.split())

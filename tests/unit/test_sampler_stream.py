@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from vmharness.bench import sampler, sweep
-from vmharness.bench.store import RunDir
+from vmharness.rundir.store import RunDir
 
 GOLDEN = Path(__file__).parent / "golden" / "sampler-2.txt"
 _PROC = re.compile(r"^\d+ \(.*\) [A-Z] ", re.M)

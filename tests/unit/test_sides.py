@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from vmharness import proc
 from vmharness.analysis import report, saturation, sides
 from vmharness.bench import clients, hostview, sampler, sweep, threads
 from vmharness.bench.sampler import Snapshot
-from vmharness.bench.store import RunDir
+from vmharness.rundir.store import RunDir
+from vmharness.system import proc
 
 
 # the window ----------------------------------------------------------------------------------------

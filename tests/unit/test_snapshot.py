@@ -15,8 +15,8 @@ import pytest
 from tests.fakehost import FakeHost
 from tests.snapshot_compare import normalise
 from tests.unit.test_cli_errors import assert_one_line_error
-from vmharness.host import files, journal, restore
-from vmharness.host.root import HostRoot
+from vmharness.journal import files, journal, restore
+from vmharness.system.root import HostRoot
 
 
 def build(host: FakeHost) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from vmharness import machine, proc
 from vmharness.errors import HarnessError
-from vmharness.host.root import MAX_READ
-from vmharness.machine import SSH_CONFIG_ENV, Machine, check_destination, for_uri
+from vmharness.system import machine, proc
+from vmharness.system.machine import SSH_CONFIG_ENV, Machine, check_destination, for_uri
+from vmharness.system.root import MAX_READ
 from vmharness.tune.access import from_spec, ssh_target
 
 HOSTILE = ("-oProxyCommand=touch /tmp/PWNED", "-F/etc/passwd", "-", "", "host name", "host\nname", "a\x00b")

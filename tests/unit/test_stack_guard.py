@@ -18,8 +18,9 @@ import pytest
 from tests.fakehost import FakeHost
 from tests.unit.conftest import Cli
 from vmharness.errors import HarnessError
-from vmharness.host import netstate, plan, probes
-from vmharness.host.root import HostRoot
+from vmharness.host.inspect import netstate, probes
+from vmharness.host.prepare import plan
+from vmharness.system.root import HostRoot
 
 MLX, CX5 = 0x15B3, 0x1019
 SSH = "SSH_CONNECTION"
@@ -284,7 +285,7 @@ def test_an_ssh_peer_no_route_reaches_keeps_every_nic_in_use(tmp_path: Path) -> 
 
 def test_ssh_connection_is_found_in_an_ancestor_when_sudo_dropped_it() -> None:
     # sh keeps SSH_CONNECTION in its environment; the python it starts has it removed, as sudo does
-    code = ("import os; from vmharness.host import probes, root; "
+    code = ("import os; from vmharness.host.inspect import probes; from vmharness.system import root; "
             "print(probes.ssh_connection(root.HostRoot('/'), os.environ))")
     env = {**os.environ, SSH: "192.0.2.5 4242 192.0.2.6 22"}
     out = subprocess.run(["sh", "-c", 'env -u SSH_CONNECTION "$0" -c "$1"; true', sys.executable, code],

@@ -10,9 +10,10 @@ import pytest
 from tests.fakehost import FakeHost
 from vmharness.cpus import format_mask, parse_mask
 from vmharness.errors import HarnessError
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
-from vmharness.tune import apply, knobs, profile
+from vmharness.journal import journal
+from vmharness.model import profile
+from vmharness.system.root import HostRoot
+from vmharness.tune import apply, knobs
 from vmharness.tune.access import HostTarget
 
 NIC = "0000:b3:00.0"

@@ -11,8 +11,8 @@ import textwrap
 import time
 from dataclasses import dataclass
 
-from vmharness import proc
-from vmharness.host.uevent import Waiter
+from vmharness.system import proc
+from vmharness.system.uevent import Waiter
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def test_a_monitor_that_fails_mid_wait_turns_the_waiter_to_polling_and_says_why(
 CHILD = textwrap.dedent("""
     import json, logging, resource, sys
     logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(message)s")
-    from vmharness.host.uevent import Waiter
+    from vmharness.system.uevent import Waiter
     Waiter(("pci",)).close()  # libudev loaded while file descriptors are still to be had
     resource.setrlimit(resource.RLIMIT_NOFILE, (3, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     reads = []

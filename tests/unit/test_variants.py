@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from vmharness import config
 from vmharness.analysis import report, saturation, variants
-from vmharness.bench.store import RunDir
 from vmharness.errors import HarnessError
+from vmharness.model import config
+from vmharness.rundir.store import RunDir
 from vmharness.stats import Change
 
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmharness.bench import histogram
-from vmharness.bench.histogram import Histogram
 from vmharness.bench.openloop import MISS
 from vmharness.errors import HarnessError
+from vmharness.rundir import histogram
+from vmharness.rundir.histogram import Histogram
 from vmharness.stats import Change, Interval, mean_interval, ratio_change
 
 CAPACITY_SHARE = 0.8

@@ -24,10 +24,10 @@ from matplotlib.ticker import FormatStrFormatter
 
 from vmharness.analysis.loadcurve import LoadAnalysis
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis
-from vmharness.bench import histogram
-from vmharness.bench.histogram import Histogram
-from vmharness.owned import Folder
+from vmharness.rundir import histogram
+from vmharness.rundir.histogram import Histogram
 from vmharness.stats import mean_interval
+from vmharness.system.owned import Folder
 from vmharness.textsafe import line as one_line  # a name in a figure: an ESC is not a character of SVG
 
 

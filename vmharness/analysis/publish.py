@@ -1,7 +1,7 @@
 """Every form of a report written into one folder (`report --out`, `compare --out`, a run's own
 `report/`): text, Markdown, CSV, JSON, the figures and one HTML page.
 
-The folder is the report's own (vmharness/owned.py): made and marked by the first report written
+The folder is the report's own (vmharness/system/owned.py): made and marked by the first report written
 there, and refused when it is a symlink, another command's, or a folder of the user's that no report
 wrote (their own `report.md` would be overwritten), unless `--force`. A report folder written before
 folders were marked is recognised by holding all the files a report always writes, and no other. Each file is
@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vmharness import owned
 from vmharness.analysis import loadcurve, page, plots, report
 from vmharness.analysis.saturation import Analysis
 from vmharness.errors import HarnessError
+from vmharness.system import owned
 
 OWNER = "report"
 HINT = "name a new folder, or one an earlier report wrote"

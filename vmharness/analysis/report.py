@@ -12,7 +12,7 @@ from typing import Any
 from vmharness import table
 from vmharness.analysis import loadcurve, sides, variants
 from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis, Cell, Noise, vcpu_means
-from vmharness.bench import histogram
+from vmharness.rundir import histogram
 from vmharness.stats import Change, Interval, Peak
 from vmharness.textsafe import line as one_line
 

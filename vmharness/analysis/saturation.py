@@ -18,11 +18,11 @@ from vmharness.analysis import loadcurve, packets, sides, variants
 from vmharness.analysis.loadcurve import LoadAnalysis
 from vmharness.analysis.sides import SATURATED, Sides
 from vmharness.analysis.variants import Control, Diff
-from vmharness.bench import histogram
-from vmharness.bench.histogram import Histogram
-from vmharness.bench.store import RECORDS, RunDir, left_out_line
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
+from vmharness.rundir import histogram
+from vmharness.rundir.histogram import Histogram
+from vmharness.rundir.store import RECORDS, RunDir, left_out_line
 from vmharness.stats import Change, Interval, Peak, Plan, Split, mean_interval, ratio_change
 
 LEVEL = stats.LEVEL

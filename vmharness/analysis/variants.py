@@ -1,7 +1,7 @@
 """Is each variant what it claims, and does the run recover a cost known in advance?
 
 A variant's cmdline says what was asked; the guest's kernel says what it did. The manifest holds
-each instance's facts as its guest reported them at its first boot (provenance.py): kernel, cmdline,
+each instance's facts as its guest reported them at its first boot (guest/provenance.py): kernel, cmdline,
 microcode, CPU flags (`pti`, `ibpb`, `ssbd`... are set by the kernel, not the CPU), the
 vulnerabilities files and the kernel's own boot-log lines on mitigations. Against the baseline's,
 they show what differs; when a variant differs only in the words of its cmdline, the option may have

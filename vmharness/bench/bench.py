@@ -12,14 +12,16 @@ import secrets
 import time
 from pathlib import Path
 
-from vmharness import __version__, config, proc
+from vmharness import __version__
 from vmharness.bench import plan, sweep, tuning
-from vmharness.bench.store import RunDir
-from vmharness.config import BenchConfig
 from vmharness.errors import HarnessError
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
+from vmharness.journal import journal
+from vmharness.model import config
+from vmharness.model.config import BenchConfig
 from vmharness.progress import Say
+from vmharness.rundir.store import RunDir
+from vmharness.system import proc
+from vmharness.system.root import HostRoot
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # the source tree, when the harness runs from one
 

@@ -13,11 +13,11 @@ from typing import Any
 from vmharness import progress
 from vmharness.bench import server
 from vmharness.bench.clients import Client, merge, open_runs, run_together, wrk_runs
-from vmharness.bench.store import RunDir
-from vmharness.config import BenchConfig
 from vmharness.errors import HarnessError
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
+from vmharness.journal import journal
+from vmharness.model.config import BenchConfig
+from vmharness.rundir.store import RunDir
+from vmharness.system.root import HostRoot
 
 PORT = 18099  # the trivial nginx's, on each client's loopback
 

@@ -17,14 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vmharness import digits, proc
-from vmharness.bench import histogram, openloop, threads, wrk
+from vmharness import digits
+from vmharness.bench import openloop, threads, wrk
 from vmharness.bench.server import write_file
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
-from vmharness.host import files, journal
-from vmharness.host.root import HostRoot
-from vmharness.machine import Machine
+from vmharness.journal import files, journal
+from vmharness.rundir import histogram
+from vmharness.system import proc
+from vmharness.system.machine import Machine
+from vmharness.system.root import HostRoot
 
 Load = wrk.WrkRun | openloop.OpenRun
 
@@ -223,7 +225,7 @@ def _kill(r: ClientRun) -> None:
 
 def merge(runs: list[ClientRun]) -> dict[str, Any]:
     """One result for the point: requests, bytes and errors summed, and the clients' latency
-    histograms summed into one (vmharness/bench/histogram.py), from which its percentiles come. Each
+    histograms summed into one (vmharness/rundir/histogram.py), from which its percentiles come. Each
     client's own result is kept in clients_detail, its histogram left in its raw output."""
     results = [r.result for r in runs if r.result is not None]
     if len(results) != len(runs):

@@ -7,7 +7,7 @@ candidates on this machine (benchmarks/load_generators.py, docs/load.md): it hol
 
 oha prints one CSV row per answered request; the rows are summed on the client by `SUMMARY` (POSIX awk,
 after the load has ended) into counts per whole microsecond, the shape of wrk's histogram
-(vmharness/bench/histogram.py), so the result crossing ssh is a few KiB however many requests there
+(vmharness/rundir/histogram.py), so the result crossing ssh is a few KiB however many requests there
 were, and several clients' histograms are merged exactly as wrk's are. A request that got no answer
 (refused, reset, timed out, or never sent because the client fell behind) leaves no row: such requests
 are `unanswered`, the schedule's (rate × duration) less the rows, which is the achieved rate's shortfall
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from vmharness.bench import wrk
-from vmharness.bench.histogram import Histogram
 from vmharness.errors import HarnessError
+from vmharness.rundir.histogram import Histogram
 
 MARKER = "VMHARNESS-OPEN"
 MISS = 0.02  # a point whose achieved rate is off the requested one by more than this is flagged

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness import config
 from vmharness.bench import search
-from vmharness.config import BenchConfig
+from vmharness.model import config
+from vmharness.model.config import BenchConfig
 
 TARGET = 0.02  # the adaptive search's relative interval width at the peak, unless sweep.until_ci names one
 

@@ -9,7 +9,7 @@ import re
 
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
-from vmharness.machine import Machine
+from vmharness.system.machine import Machine
 
 # nginx: [emerg] bind() to 127.0.0.1:8080 failed (98: Address already in use)
 _IN_USE = re.compile(r"bind\(\) to (\S+) failed \(98: ")

@@ -24,14 +24,14 @@ from vmharness import data, userfile
 from vmharness.bench import ports
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
-from vmharness.host import journal
-from vmharness.host.journal import Op
-from vmharness.host.root import HostRoot
-from vmharness.interrupts import shielded
-from vmharness.machine import Machine, alive, read, stop_process
+from vmharness.journal import journal
+from vmharness.journal.journal import Op
+from vmharness.signals import shielded
+from vmharness.system.machine import Machine, alive, read, stop_process
+from vmharness.system.root import HostRoot
 
 if TYPE_CHECKING:
-    from vmharness.config import InstanceSection
+    from vmharness.model.config import InstanceSection
 
 TEMPLATE = data.NGINX_TEMPLATE
 FILE = "index.bin"

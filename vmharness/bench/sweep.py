@@ -15,17 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import proc, progress
+from vmharness import progress
 from vmharness.bench import capacity, hostview, plan, sampler, server
 from vmharness.bench import clients as clients_mod
 from vmharness.bench.plan import Point
-from vmharness.bench.store import RunDir
-from vmharness.config import BenchConfig, InstanceSection
 from vmharness.errors import HarnessError
-from vmharness.host import journal
-from vmharness.host.root import HostRoot
-from vmharness.interrupts import shielded
-from vmharness.machine import Machine
+from vmharness.journal import journal
+from vmharness.model.config import BenchConfig, InstanceSection
+from vmharness.rundir.store import RunDir
+from vmharness.signals import shielded
+from vmharness.system import proc
+from vmharness.system.machine import Machine
+from vmharness.system.root import HostRoot
 
 log = logging.getLogger("vmharness.sampler")
 IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # a run's idle reading: after the samplers' first snapshot, over 3 s

@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness.config import BenchConfig
-from vmharness.host.root import HostRoot
+from vmharness.model import profile
+from vmharness.model.config import BenchConfig
 from vmharness.progress import Say
-from vmharness.tune import access, apply, knobs, profile
+from vmharness.system.root import HostRoot
+from vmharness.tune import access, apply, knobs
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """wrk, the load generator: its command line, and its result read from the JSON line that report.lua's
 done() hook prints (wrk's own text is kept raw beside it, never scraped), its latency histogram
-checked here (vmharness/bench/histogram.py)."""
+checked here (vmharness/rundir/histogram.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmharness.bench.histogram import Histogram
 from vmharness.errors import HarnessError
+from vmharness.rundir.histogram import Histogram
 
 REPORT_LUA = Path(__file__).with_name("report.lua")
 MARKER = "VMHARNESS-WRK "

@@ -7,3 +7,4 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 IMAGE_RECIPE = HERE / "images"  # recipe.toml, hooks/, overlay/ (images/README.md)
 NGINX_TEMPLATE = HERE / "guest-setup" / "nginx.conf.template"
+DEFAULT_RUN = HERE / "default-run.toml"  # the embedded experiment: `vmharness run` with no CONFIG, `make demo`

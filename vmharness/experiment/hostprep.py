@@ -15,13 +15,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, cast
 
-from vmharness import progress, schema
-from vmharness.config import HugepageSize, RunConfig, wire
+from vmharness import progress
 from vmharness.errors import HarnessError
 from vmharness.guest import placement
-from vmharness.host import hugepages, journal, libvirt_hugetlbfs, pci, plan, prepare, restore, show_plan, wire_routes
-from vmharness.host.root import HostRoot
-from vmharness.machine import for_uri
+from vmharness.host.inspect import hugepages, pci, wire_routes
+from vmharness.host.prepare import plan, prepare, show_plan
+from vmharness.journal import journal, restore
+from vmharness.libvirt import hugetlbfs
+from vmharness.model import schema
+from vmharness.model.config import HugepageSize, RunConfig, wire
+from vmharness.system.machine import for_uri
+from vmharness.system.root import HostRoot
 
 
 def request(cfg: RunConfig) -> plan.Request | None:
@@ -207,7 +211,7 @@ def prepare_host(root: HostRoot, cfg: RunConfig, say: progress.Say, owner: str) 
         prepare.execute(root, the_plan, say, owner)
     if the_plan.pages is not None:
         try:
-            line = libvirt_hugetlbfs.ensure(root, the_plan.pages.size_kib, f"{cfg.guest.memory}M")
+            line = hugetlbfs.ensure(root, the_plan.pages.size_kib, f"{cfg.guest.memory}M")
         except BaseException:
             for problem in restore_host(root, since, say):
                 say(f"NOT RESTORED: {problem}")

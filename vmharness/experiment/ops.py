@@ -1,5 +1,5 @@
 """The whole journal table. Each subsystem registers its journal ops when it is imported (the
-host's in host/restore.py, host/files.py and host/irqs.py, tuning's in tune/apply.py, guests' in
+host's in journal/restore.py, journal/files.py and host/prepare/irqs.py, tuning's in tune/apply.py, guests' in
 guest/vm.py, servers' in bench/server.py); the commands that read the journal as a whole —
 host-restore, and run and bench when they reclaim what a dead run left — import them all from
 here, above every layer, so that no record is ever mistaken for an unknown one."""
@@ -11,8 +11,9 @@ from collections.abc import Callable
 from vmharness.bench import server
 from vmharness.errors import HarnessError
 from vmharness.guest import vm
-from vmharness.host import files, irqs, restore
-from vmharness.host.root import HostRoot
+from vmharness.host.prepare import irqs
+from vmharness.journal import files, restore
+from vmharness.system.root import HostRoot
 from vmharness.tune import apply
 
 REGISTRARS = (restore, files, irqs, apply, vm, server)  # imported for their journal.register calls

@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmharness import cpus, progress, provenance
+from vmharness import cpus, progress
 from vmharness.bench import bench, plan, sweep, tuning
-from vmharness.bench.store import POINTS, RunDir
-from vmharness.config import InstanceSection, RunConfig
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
-from vmharness.guest import domain, image, session, vm
-from vmharness.host.root import HostRoot
-from vmharness.machine import for_uri
-from vmharness.tune import access, profile
+from vmharness.guest import domain, image, provenance, session, vm
+from vmharness.model import profile
+from vmharness.model.config import InstanceSection, RunConfig
+from vmharness.rundir.store import POINTS, RunDir
+from vmharness.system.machine import for_uri
+from vmharness.system.root import HostRoot
+from vmharness.tune import access
 
 
 @dataclass(frozen=True)

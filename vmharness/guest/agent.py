@@ -12,8 +12,9 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-from vmharness import proc, userfile
+from vmharness import userfile
 from vmharness.errors import HarnessError
+from vmharness.system import proc
 
 # Bytes per guest-file-write. Measured with libvirt 9.0 and qemu-ga 7.2: 128 KiB (175 KB of base64)
 # goes through, 192 KiB stalls the agent channel until libvirt times out. 64 KiB keeps a margin.

@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmharness import data, proc, tomlfile, userfile
+from vmharness import data, userfile
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.guest import imagedir, kernelfile
-from vmharness.machine import Machine, alive
+from vmharness.model import tomlfile
 from vmharness.progress import Progress, Say
+from vmharness.system import proc
+from vmharness.system.machine import Machine, alive
 
 BUILDER_VERSION = "1"  # bump when the steps below change what an image contains
 RECIPE_DIR = data.IMAGE_RECIPE

@@ -1,5 +1,5 @@
 """The folder guest images are kept in (`--image-dir`, VMHARNESS_IMAGE_DIR, or /var/lib/vmharness/images):
-`image build` owns it (vmharness/owned.py). It is made and marked by the first build; an existing one
+`image build` owns it (vmharness/system/owned.py). It is made and marked by the first build; an existing one
 must hold the marker, be empty, or hold nothing but what builds leave (a `.lock`, unfinished
 `.build-*` folders, finished images named by their 16-hex-digit key: a folder from before markers).
 Anything else, a folder under /proc, /sys or /dev, a symlink or a file there is refused in one line,
@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vmharness import environ, owned
+from vmharness import environ
+from vmharness.system import owned
 
 DEFAULT = "/var/lib/vmharness/images"
 ENV = "VMHARNESS_IMAGE_DIR"

@@ -13,10 +13,12 @@ from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
 from vmharness.guest.vm import check_name, domain_name, new_uuid
-from vmharness.host import files, hugepages, libvirt_hugetlbfs, pci, probes
-from vmharness.host.plan import Plan as HostPlan
-from vmharness.host.root import HostRoot
-from vmharness.machine import Machine, for_uri
+from vmharness.host.inspect import hugepages, pci, probes
+from vmharness.host.prepare.plan import Plan as HostPlan
+from vmharness.journal import files
+from vmharness.libvirt import hugetlbfs
+from vmharness.system.machine import Machine, for_uri
+from vmharness.system.root import HostRoot
 
 VM_DIR = files.VM_DIR  # overlay and console log of `vm up` guests, on the VM's machine
 VFIO = "vfio-pci"
@@ -141,9 +143,9 @@ def _libvirt_sees(root: HostRoot, page_kib: int, memory_mib: int, for_print: boo
     """Whether the local libvirt daemon sees a hugetlbfs of the guest's page size: said in a preflight;
     before a real boot, made so (a daemon vmharness started is restarted) or refused with the fix."""
     if not for_print:
-        line = libvirt_hugetlbfs.ensure(root, page_kib, f"{memory_mib}M")
+        line = hugetlbfs.ensure(root, page_kib, f"{memory_mib}M")
         return [f"libvirt: {line}"] if line else []
-    seen = libvirt_hugetlbfs.judge(root, page_kib, f"{memory_mib}M")
+    seen = hugetlbfs.judge(root, page_kib, f"{memory_mib}M")
     if seen is None:
         return []
     return [f"libvirt: {seen.said}" + (f"; fix: {seen.fix}" if seen.fix else "")]

@@ -11,8 +11,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from vmharness import proc, userfile
+from vmharness import userfile
 from vmharness.errors import HarnessError
+from vmharness.system import proc
 
 # x86 boot protocol (Documentation/arch/x86/boot.rst): 0xAA55 at 0x1fe, "HdrS" at 0x202, and at
 # 0x20e the offset (minus 0x200) of a NUL-terminated version string: "6.1.0-50-amd64 (...) #1 SMP ...".

@@ -7,8 +7,8 @@ from __future__ import annotations
 from vmharness.cpus import parse_cpulist
 from vmharness.errors import HarnessError
 from vmharness.guest.domain import Placement
-from vmharness.host import hugepages, pci
-from vmharness.host.root import HostRoot
+from vmharness.host.inspect import hugepages, pci
+from vmharness.system.root import HostRoot
 
 
 def node_cpus(root: HostRoot, node: int | None) -> tuple[int, ...]:

@@ -12,13 +12,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness import cpus, progress, provenance
-from vmharness.config import InstanceSection, RunConfig
+from vmharness import cpus, progress
 from vmharness.errors import HarnessError
-from vmharness.guest import agent, domain, instance, placement, ssh, vm
-from vmharness.host import irqs, journal
-from vmharness.host.root import HostRoot
-from vmharness.machine import Machine, for_uri
+from vmharness.guest import agent, domain, instance, placement, provenance, ssh, vm
+from vmharness.host.prepare import irqs
+from vmharness.journal import journal
+from vmharness.model.config import InstanceSection, RunConfig
+from vmharness.system.machine import Machine, for_uri
+from vmharness.system.root import HostRoot
 
 STATE_DIR = f"{instance.VM_DIR}/_run"  # the overlay and console log of a run's guest (one at a time: the
 # run holds the host lock; a name `vm up` cannot take)

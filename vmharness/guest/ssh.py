@@ -12,10 +12,10 @@ from pathlib import Path
 
 import libvirt
 
-from vmharness import proc
 from vmharness.errors import HarnessError
 from vmharness.guest import agent
-from vmharness.machine import Machine, for_uri
+from vmharness.system import proc
+from vmharness.system.machine import Machine, for_uri
 
 KEY_DIR = Path("/var/lib/vmharness/ssh")
 KEY = KEY_DIR / "id_ed25519"

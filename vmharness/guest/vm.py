@@ -23,12 +23,13 @@ import libvirt
 from vmharness.errors import HarnessError
 from vmharness.guest import agent, ssh
 from vmharness.guest.domain import CAP_PERIOD_US, DomainSpec, cap_quota
-from vmharness.host import files, journal, libvirt_conn
-from vmharness.host.journal import Op
-from vmharness.host.root import HostRoot
-from vmharness.interrupts import shielded
-from vmharness.machine import Machine, for_uri
+from vmharness.journal import files, journal
+from vmharness.journal.journal import Op
+from vmharness.libvirt import api
 from vmharness.progress import Progress, Say
+from vmharness.signals import shielded
+from vmharness.system.machine import Machine, for_uri
+from vmharness.system.root import HostRoot
 
 DOMAIN_PREFIX = "vmh-"
 STATE = "/run/vmharness/vms"  # name.json per running guest, on the machine running the harness
@@ -86,8 +87,8 @@ def load(root: HostRoot, name: str) -> Guest:
 
 
 def domain(guest: Guest) -> tuple[libvirt.virConnect, libvirt.virDomain]:
-    conn = libvirt_conn.connect(guest.uri)
-    dom = libvirt_conn.lookup(conn, guest.uuid)
+    conn = api.connect(guest.uri)
+    dom = api.lookup(conn, guest.uuid)
     if dom is None or not dom.isActive():
         conn.close()
         raise HarnessError(f"guest {guest.name} is not running any more",
@@ -200,7 +201,7 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
     """Boot the guest `spec` describes (its overlay over `base_disk`) and wait for its agent. `owner`
     goes into its journal records, so that what a dead run left can be reclaimed by the next."""
     machine = for_uri(uri)
-    conn = libvirt_conn.connect(uri)
+    conn = api.connect(uri)
     seqs: list[int] = []
     try:
         try:
@@ -267,7 +268,7 @@ def _give_back(root: HostRoot, uri: str, dom_uuid: str, overlay: str, machine: M
     if not seqs:
         return
     with shielded():
-        libvirt_conn.remove(uri, dom_uuid)
+        api.remove(uri, dom_uuid)
         files.remove(machine, overlay)
         tuned = [r["seq"] for r in journal.outstanding(journal.read(root)) if r["op"] == "tune"
                  and r["target"].get("uuid") == dom_uuid]  # its settings went with it
@@ -278,11 +279,11 @@ def down(root: HostRoot, guest: Guest, say: Say, grace: float = 60) -> None:
     """Shut the guest down (destroyed after `grace` seconds), undefine it, remove its overlay. A
     signal meanwhile waits until the guest is gone."""
     with shielded():
-        conn = libvirt_conn.connect(guest.uri)
+        conn = api.connect(guest.uri)
         try:
-            dom = libvirt_conn.lookup(conn, guest.uuid)
+            dom = api.lookup(conn, guest.uuid)
             if dom is not None:
-                clean = libvirt_conn.stop(dom, grace)
+                clean = api.stop(dom, grace)
                 say("shut down" if clean else f"did not shut down within {grace:g} s: destroyed")
         finally:
             conn.close()
@@ -306,7 +307,7 @@ def _describe_domain(rec: dict[str, Any]) -> str:
 
 def _undo_domain(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     """Found by its UUID only (never by a name another domain could have)."""
-    libvirt_conn.remove(rec["uri"], rec["uuid"])
+    api.remove(rec["uri"], rec["uuid"])
     _forget(root, rec["name"].removeprefix(DOMAIN_PREFIX), rec["uuid"])
     return []
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vmharness import machine, proc
 from vmharness.errors import HarnessError
-from vmharness.host.root import HostRoot
-from vmharness.machine import Machine
+from vmharness.system import machine, proc
+from vmharness.system.machine import Machine
+from vmharness.system.root import HostRoot
 
 
 class Target(Protocol):
@@ -100,12 +100,12 @@ def ssh_target(name: str) -> ShellTarget:
 def guest_target(uri: str, uuid: str, name: str) -> ShellTarget:
     """A running guest, through its agent (no network needed)."""
     from vmharness.guest import agent
-    from vmharness.host import libvirt_conn
+    from vmharness.libvirt import api
 
     def runner(argv: list[str], check: bool) -> proc.Result:
-        conn = libvirt_conn.connect(uri)
+        conn = api.connect(uri)
         try:
-            dom = libvirt_conn.lookup(conn, uuid)
+            dom = api.lookup(conn, uuid)
             if dom is None or not dom.isActive():
                 raise HarnessError(f"guest {name} is not running", "start it: vmharness vm up")
             result = agent.run(dom, argv, timeout=60)
@@ -126,11 +126,11 @@ def from_spec(spec: dict[str, Any], root: HostRoot) -> Target | None:
     if spec["kind"] == "ssh":
         return ssh_target(spec["ssh"])
     if spec["kind"] == "guest":
-        from vmharness.host import libvirt_conn
+        from vmharness.libvirt import api
 
-        conn = libvirt_conn.connect(spec["uri"])
+        conn = api.connect(spec["uri"])
         try:
-            dom = libvirt_conn.lookup(conn, spec["uuid"])
+            dom = api.lookup(conn, spec["uuid"])
             running = dom is not None and dom.isActive()
         finally:
             conn.close()

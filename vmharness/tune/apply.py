@@ -8,11 +8,11 @@ import contextlib
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.host import journal
-from vmharness.host.journal import Op
-from vmharness.host.root import HostRoot
-from vmharness.interrupts import shielded
+from vmharness.journal import journal
+from vmharness.journal.journal import Op
 from vmharness.progress import Say
+from vmharness.signals import shielded
+from vmharness.system.root import HostRoot
 from vmharness.tune.access import Target, from_spec
 from vmharness.tune.knobs import Change, Plan, same
 

@@ -10,9 +10,9 @@ from typing import Any
 from vmharness.cpus import format_mask, parse_cpulist, parse_mask
 from vmharness.digits import integer, is_digits
 from vmharness.errors import HarnessError
-from vmharness.host import irqs
+from vmharness.host.prepare import irqs
+from vmharness.model.profile import SEED_SYSCTLS, Profile
 from vmharness.tune.access import Target
-from vmharness.tune.profile import SEED_SYSCTLS, Profile
 
 NET = "/sys/class/net"
 NODES = "/sys/devices/system/node"

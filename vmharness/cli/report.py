@@ -1,0 +1,121 @@
+"""`vmharness report RUN_DIR` and `vmharness compare RUN_DIR...`: the saturation point, the overhead
+there, and the warnings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vmharness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from vmharness.rundir.store import RunDir
+
+
+def _out(args: argparse.Namespace) -> Path | None:
+    """--out: a folder to (create and) fill, refused before any work when something other than a
+    folder is there, when it holds something other than files and folders (a FIFO would block a write
+    forever), or when it is not a report's folder (vmharness/analysis/publish.py) unless --force."""
+    from vmharness.analysis import publish
+
+    value = args.out
+    if value is None:
+        if args.force:
+            raise HarnessError("--force goes with --out", "drop --force, or add --out DIR")
+        return None
+    hint = publish.HINT
+    if not value.strip():
+        raise HarnessError("--out is empty", hint)
+    out = Path(value)
+    if out.is_dir() and not out.is_symlink():
+        for entry in out.iterdir():
+            mode = entry.lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                raise HarnessError(f"--out {value}: it holds {entry.name}, which is not a regular file", hint)
+    publish.preflight(out, "--out", args.force)
+    return out
+
+
+def _instances(run: RunDir) -> list[str]:
+    """The instances a run measured: its configuration's, else those its records name."""
+    names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])]
+    return names or sorted({r["instance"] for r in run.records() if isinstance(r.get("instance"), str)})
+
+
+def _baseline(value: str | None, known: list[str]) -> str | None:
+    if value is None:
+        return None
+    if value not in known:
+        raise HarnessError(f"--baseline {value!r} is not an instance of this report",
+                           f"choose one of: {', '.join(known) or '(none: nothing was measured)'}")
+    return value
+
+
+def _show(a: Any, args: argparse.Namespace, title: str) -> int:
+    from vmharness.analysis import report
+
+    out = _out(args)
+    if out is not None:
+        from vmharness.analysis import publish
+
+        written = publish.publish(a, out, title=title, force=args.force)
+        print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    elif args.json or args.format == "json":
+        print(json.dumps(report.to_json(a), indent=2, sort_keys=True))
+    elif args.format == "markdown":
+        print(report.markdown(a), end="")
+    elif args.format == "csv":
+        print(report.to_csv(a), end="")
+    else:
+        print(report.text(a))
+    return 1 if a.peak is None else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from vmharness.analysis import saturation
+    from vmharness.rundir.store import RunDir
+
+    _out(args)  # refused before any work
+    run = RunDir.open(Path(args.run_dir), strict=args.strict)
+    baseline = _baseline(args.baseline, _instances(run))
+    return _show(saturation.analyse(run, baseline), args, f"vmharness report: {run.path.name}")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from vmharness.analysis import saturation
+    from vmharness.rundir.store import RunDir
+
+    _out(args)  # refused before any work
+    runs = [RunDir.open(Path(p), strict=args.strict) for p in args.run_dirs]
+    baseline = _baseline(args.baseline, [f"{r.path.name}/{name}" for r in runs for name in _instances(r)])
+    title = "vmharness compare: " + " vs ".join(r.path.name for r in runs)
+    return _show(saturation.compare(runs, baseline), args, title)
+
+
+def _options(p: argparse.ArgumentParser, baseline: str) -> None:
+    p.add_argument("--format", default="text", choices=["text", "markdown", "csv", "json"])
+    p.add_argument("--baseline", help=baseline)
+    p.add_argument("--strict", action="store_true",
+                   help="refuse a run directory with a damaged record (a number out of range, an unknown kind, a "
+                        "point measured twice) instead of leaving it out of every figure with a warning")
+    p.add_argument("--out", metavar="DIR", help="write every form there: report.txt/.md/.csv/.json, throughput and "
+                                               "latency plots (PNG, SVG) and report.html")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out folder no report wrote, and replace links and other files there "
+                        "(never writing through them)")
+
+
+def register(subs: Any, add: Any) -> None:
+    p = add(subs, "report", cmd_report,
+            "the baseline's saturation point, the other instances' throughput and latency change there "
+            "(95% t-intervals), and the reasons not to trust them", "vmharness report runs/loopback --format markdown")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by bench (or run)")
+    _options(p, "the instance to compare against (default: the first one)")
+    p = add(subs, "compare", cmd_compare,
+            "several runs as one report: every instance of every run against the first run's baseline, at its "
+            "saturation point", "vmharness compare runs/kernel-6.1 runs/kernel-6.12 --out cmp/")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories (named RUN/INSTANCE in the report)")
+    _options(p, "RUN/INSTANCE to compare against (default: the first run's first instance)")

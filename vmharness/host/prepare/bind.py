@@ -1,0 +1,63 @@
+"""Driver binding through sysfs, the way the kernel intends: driver_override, unbind, drivers_probe,
+then a check that the driver really is the one asked for (drivers_probe succeeds even when nothing binds)."""
+
+from __future__ import annotations
+
+from vmharness.errors import HarnessError
+from vmharness.system.root import HostRoot
+from vmharness.system.uevent import APPEAR_EVENTS, BIND_EVENTS, Waiter
+
+BIND_TIMEOUT = 15.0
+DEV = "/sys/bus/pci/devices"
+
+
+def driver(root: HostRoot, bdf: str) -> str | None:
+    return root.readlink_name(f"{DEV}/{bdf}/driver")
+
+
+def override(root: HostRoot, bdf: str) -> str | None:
+    value = root.read_optional(f"{DEV}/{bdf}/driver_override")
+    return None if value in (None, "", "(null)") else value
+
+
+def set_override(root: HostRoot, bdf: str, name: str | None) -> None:
+    """A newline clears driver_override, as the kernel documents."""
+    if override(root, bdf) != name:
+        root.write_text(f"{DEV}/{bdf}/driver_override", (name or "") + "\n")
+
+
+def _expect(root: HostRoot, bdf: str, want: str | None, waiter: Waiter) -> None:
+    if not waiter.wait(lambda: driver(root, bdf) == want, BIND_TIMEOUT):
+        raise HarnessError(
+            f"{bdf} is on {driver(root, bdf) or 'no driver'} after {BIND_TIMEOUT:g} s, expected {want or 'none'}",
+            "dmesg says why the driver refused the device")
+
+
+def unbind(root: HostRoot, bdf: str) -> None:
+    current = driver(root, bdf)
+    if current is None:
+        return
+    with Waiter(BIND_EVENTS) as waiter:
+        root.write_text(f"{DEV}/{bdf}/driver/unbind", bdf)
+        _expect(root, bdf, None, waiter)
+
+
+def to_driver(root: HostRoot, bdf: str, name: str | None, override_after: str | None) -> None:
+    """Move `bdf` to driver `name` (None: leave it driverless) and leave `override_after` in
+    driver_override. Setting the override first makes drivers_probe pick exactly that driver."""
+    if driver(root, bdf) == name:
+        set_override(root, bdf, override_after)
+        return
+    unbind(root, bdf)
+    set_override(root, bdf, name)
+    if name is not None:
+        with Waiter(BIND_EVENTS) as waiter:
+            root.write_text("/sys/bus/pci/drivers_probe", bdf)
+            _expect(root, bdf, name, waiter)
+    set_override(root, bdf, override_after)
+
+
+def wait_for(root: HostRoot, path: str, timeout: float = 5.0) -> bool:
+    """Wait for an interface's or a VFIO group's path to appear: both come with a net or vfio event."""
+    with Waiter(APPEAR_EVENTS) as waiter:
+        return waiter.wait(lambda: root.exists(path), timeout)

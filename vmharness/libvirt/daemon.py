@@ -1,0 +1,197 @@
+"""libvirtd on a machine without systemd (CI, containers): started in the foreground when none
+answers, stopped by PID at the end. `python -m vmharness.libvirt.daemon CMD...` runs CMD with it up.
+
+libvirtd lists the hugetlbfs mounts when it starts, so one that CMD mounts (a run's 1 GiB pages) is
+not seen by it. A daemon started here runs no one else's guests, so CMD may have it restarted: the
+wrapper tells CMD (only CMD, not its children) in VMHARNESS_LIBVIRTD which daemon it started and the
+two pipe ends to ask on, and restarts it when asked, provided it runs no guest then
+(`restart_owned`; libvirt/hugetlbfs.py decides when).
+
+/dev/kvm gets the group and mode Debian's udev rule gives it (root:kvm 0660) while it runs: without
+it libvirt's QEMU user cannot open it, libvirt decides its cached QEMU capabilities are stale, and
+re-probes QEMU (about 45 s) on every call."""
+
+from __future__ import annotations
+
+import grp
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from vmharness import environ
+from vmharness.digits import is_digits
+from vmharness.errors import HarnessError
+from vmharness.host.inspect import probes
+from vmharness.system import proc
+
+LOG_DIR = Path("/var/log/libvirt")
+ENV = "VMHARNESS_LIBVIRTD"  # "PID:FD:INODE:FD:INODE" in CMD's environment: the daemon, the pipes to ask on
+RESTART_TIMEOUT = 120.0  # seconds for a restart: stopping (15 s grace) and starting again under TCG
+_restarted: int | None = None  # the daemon's PID after this process had it restarted
+
+
+@contextmanager
+def _kvm_as_udev_leaves_it() -> Iterator[None]:
+    path = "/dev/kvm"
+    if not os.path.exists(path):
+        yield
+        return
+    before = os.stat(path)
+    kvm_gid = grp.getgrnam("kvm").gr_gid
+    os.chown(path, -1, kvm_gid)
+    os.chmod(path, 0o660)
+    try:
+        yield
+    finally:
+        os.chown(path, -1, before.st_gid)
+        os.chmod(path, before.st_mode & 0o7777)
+
+
+def _spawn(daemon: str) -> subprocess.Popen[bytes]:
+    with (LOG_DIR / f"{daemon}-vmharness.log").open("ab") as log:
+        return proc.spawn([daemon], stderr=log.fileno(), stdout=log.fileno())
+
+
+def _wait_reachable(started: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not probes.libvirtd()["reachable"]:
+        if time.monotonic() > deadline or any(p.poll() is not None for p in started):
+            raise HarnessError(f"libvirtd did not start; see {LOG_DIR}/libvirtd-vmharness.log",
+                               "is libvirt-daemon-system installed?")
+        time.sleep(0.2)
+
+
+@contextmanager
+def running(timeout: float = 60.0) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Yields what was started ([virtlogd, libvirtd], or nothing when a daemon answered already)."""
+    started: list[subprocess.Popen[bytes]] = []
+    with _kvm_as_udev_leaves_it():
+        try:
+            if not probes.libvirtd()["reachable"]:
+                LOG_DIR.mkdir(parents=True, exist_ok=True)
+                Path("/run/libvirt").mkdir(parents=True, exist_ok=True)
+                for daemon in ("virtlogd", "libvirtd"):
+                    started.append(_spawn(daemon))
+                _wait_reachable(started, timeout)
+            yield started
+        finally:
+            for p in reversed(started):
+                proc.stop(p, grace=15)
+
+
+def _restart(started: list[subprocess.Popen[bytes]]) -> int:
+    """Stop the libvirtd in `started` and start it again, unless it runs a guest; its new PID."""
+    from vmharness.libvirt import api  # libvirt's bindings, only when a restart is asked for
+
+    conn = api.connect(api.DEFAULT_URI)
+    try:
+        guests = conn.numOfDomains()
+    finally:
+        conn.close()
+    if guests:
+        raise HarnessError(f"the libvirtd vmharness started runs {guests} guest(s): it is not restarted under them",
+                           "stop them (vmharness vm down NAME), then try again")
+    proc.stop(started[-1], grace=15)
+    started[-1] = _spawn("libvirtd")
+    _wait_reachable(started, RESTART_TIMEOUT)
+    return started[-1].pid
+
+
+def _serve(started: list[subprocess.Popen[bytes]], busy: threading.Lock, asks: int, answers: int) -> None:
+    """The wrapper's side: one answer line per "restart" line, until CMD closes its end."""
+    with os.fdopen(asks, "r") as ask, os.fdopen(answers, "w") as answer:
+        for line in ask:
+            try:
+                if line.strip() != "restart":
+                    raise HarnessError(f"unknown request {line.strip()[:40]!r}")
+                with busy:  # the daemon is not stopped at the end while it is being replaced
+                    answer.write(f"ok {_restart(started)}\n")
+            except HarnessError as exc:
+                answer.write(f"error {exc.message}\n")
+            answer.flush()
+
+
+def _pipe_is(fd: int, inode: int) -> bool:
+    try:
+        return os.fstat(fd).st_ino == inode
+    except OSError:
+        return False
+
+
+def _control() -> tuple[int, int, int] | None:
+    """VMHARNESS_LIBVIRTD, checked: it is an input like any other. Its pipes are this process's only
+    when the file descriptors are those very pipes (a child of CMD inherits the variable, mostly not
+    the descriptors, and the numbers may name other files there): otherwise no daemon is ours."""
+    text = environ.get(ENV)
+    if text is None:
+        return None
+    m = re.fullmatch(r"([0-9]{1,9}):([0-9]{1,4}):([0-9]{1,20}):([0-9]{1,4}):([0-9]{1,20})", text)
+    if m is None:
+        raise HarnessError(f"{ENV}={text[:40]!r} is not what python -m vmharness.libvirt.daemon sets",
+                           f"unset {ENV}: it names the libvirtd that wrapper started for its command")
+    pid, ask, ask_inode, answer, answer_inode = (int(g) for g in m.groups())
+    if not (_pipe_is(ask, ask_inode) and _pipe_is(answer, answer_inode)):
+        return None
+    return pid, ask, answer
+
+
+def owned_pid() -> int | None:
+    """The PID of the libvirtd that `python -m vmharness.libvirt.daemon` started for this process."""
+    control = _control()
+    if control is None:
+        return None
+    return _restarted or control[0]
+
+
+def restart_owned(timeout: float = RESTART_TIMEOUT) -> int:
+    """Have the wrapper restart the libvirtd it started for this process; its new PID."""
+    global _restarted
+    control = _control()
+    if control is None:
+        raise HarnessError("no libvirtd was started by vmharness for this command", "restart libvirtd yourself")
+    _, ask, answer = control
+    try:
+        os.write(ask, b"restart\n")
+        ready, _, _ = select.select([answer], [], [], timeout)
+        reply = os.read(answer, 4096).decode(errors="replace").strip() if ready else "error it did not answer"
+    except OSError as exc:
+        raise HarnessError(f"cannot ask the wrapper that started libvirtd to restart it: {exc.strerror}",
+                           f"was {ENV} set by python -m vmharness.libvirt.daemon?") from exc
+    word, _, rest = reply.partition(" ")
+    if word != "ok" or not is_digits(rest):
+        raise HarnessError(f"the libvirtd vmharness started was not restarted: {rest or reply}",
+                           f"see {LOG_DIR}/libvirtd-vmharness.log")
+    _restarted = int(rest)
+    return _restarted
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m vmharness.libvirt.daemon CMD [ARG...]", file=sys.stderr)
+        return 2
+    with running() as started:
+        if not started:
+            return subprocess.call(argv)
+        asks, ask = os.pipe()
+        answer, answers = os.pipe()
+        busy = threading.Lock()
+        threading.Thread(target=_serve, args=(started, busy, asks, answers), daemon=True).start()
+        env = {**os.environ, ENV: f"{started[-1].pid}:{ask}:{os.fstat(ask).st_ino}:{answer}:"
+                                  f"{os.fstat(answer).st_ino}"}
+        try:
+            return subprocess.call(argv, env=env, pass_fds=(ask, answer))
+        finally:
+            os.close(ask)  # the thread ends when it reads the end of its requests
+            os.close(answer)
+            busy.acquire()  # a restart under way ends before the daemons are stopped
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""The one subprocess wrapper: argv lists only, a timeout on every wait, each call logged."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vmharness.errors import HarnessError
+from vmharness.signals import for_child
+
+log = logging.getLogger("vmharness.system.proc")
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def how(self) -> str:
+        """How it ended, in words: "exit 1", "killed by SIGKILL", "not found (exit 127)"."""
+        if self.returncode < 0:
+            try:
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"killed by signal {-self.returncode}"
+        if self.returncode == 127:
+            return "not found (exit 127)"  # the shell's (or ssh's remote shell's) word for it
+        return f"exit {self.returncode}"
+
+    def failure(self, where: str = "") -> HarnessError:
+        """The error for a command that exited non-zero: its last line of output says why. ssh's own
+        failure (exit 255: the machine could not be reached or would not let us in) names the machine
+        and ssh's reason, not the command it was to run there, with what to check."""
+        detail = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        last = detail[-1] if detail else "no output"
+        dest = unreachable(self)
+        if dest is not None:
+            config = self.argv[self.argv.index("-F") + 1] if "-F" in self.argv[:self.argv.index("--")] else ""
+            return HarnessError(f"{where}{dest} is unreachable over ssh ({self.how}): {last}", ssh_hint(dest, config))
+        return HarnessError(f"{where}{shlex.join(self.argv)} failed ({self.how}): {last}")
+
+
+def unreachable(res: Result) -> str | None:
+    """The destination of an ssh that failed by itself (exit 255), or None."""
+    argv = res.argv
+    if res.returncode != 255 or not argv or argv[0] != "ssh" or "--" not in argv[:-1]:
+        return None
+    return argv[argv.index("--") + 1]
+
+
+def ssh_hint(dest: str, config: str = "") -> str:
+    """What to check when ssh cannot reach `dest` (`config`: the -F file vmharness gave ssh, if any)."""
+    where = f"its Host entry in {config}" if config else "~/.ssh/config"
+    return (f"check that `ssh {dest} true` works without a prompt (vmharness runs ssh with BatchMode=yes: "
+            f"a key, no password), and {where}")
+
+
+def _not_installed(program: str) -> HarnessError:
+    return HarnessError(f"{program} is not installed", f"install the package that provides {program}")
+
+
+def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The child's environment: ours, with the locale pinned so that the output parsed (ip, ethtool,
+    error messages) reads the same on every machine, then the caller's additions."""
+    env = dict(os.environ)
+    env.pop("LANGUAGE", None)
+    env["LC_ALL"] = "C"
+    env.update(extra or {})
+    return env
+
+
+def run(
+    argv: Sequence[str | Path],
+    *,
+    timeout: float,
+    check: bool = True,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> Result:
+    """Run argv to completion. A missing program or a timeout is a HarnessError;
+    a non-zero exit is one too when `check` is set."""
+    args = [str(a) for a in argv]
+    log.debug("run: %s", shlex.join(args))
+    try:
+        with for_child():  # subprocess.run, the start apart: a child starts with SIGPIPE unblocked
+            p = subprocess.Popen(args, stdin=None if input is None else subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, encoding="utf-8",
+                                 errors="replace",  # a tool's output that is not UTF-8 is still read, never a traceback
+                                 env=_env(env), cwd=cwd)
+    except FileNotFoundError as exc:
+        raise _not_installed(args[0]) from exc
+    with p:
+        try:
+            stdout, stderr = p.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            p.kill()
+            p.wait()
+            raise HarnessError(
+                f"{shlex.join(args)} did not finish within {timeout:g} s",
+                "the tool hung; check the machine's state and retry",
+            ) from exc
+        except BaseException:
+            p.kill()
+            raise
+    result = Result(tuple(args), p.returncode, stdout, stderr)
+    if check and not result.ok:
+        raise result.failure()
+    return result
+
+
+def spawn(
+    argv: Sequence[str | Path],
+    *,
+    stdout: int | None = subprocess.DEVNULL,
+    stderr: int | None = subprocess.DEVNULL,
+    stdin: int | None = subprocess.DEVNULL,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    die_with_parent: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start a long-running process in its own session; the caller stops it by PID
+    (see `stop`). With `die_with_parent` the kernel kills it if the harness dies first
+    (PR_SET_PDEATHSIG), for helpers that must not outlive a crashed run."""
+    args = [str(a) for a in argv]
+    log.debug("spawn: %s", shlex.join(args))
+    try:
+        with for_child():
+            return subprocess.Popen(
+                args,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=_env(env),
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_kill_me_with_parent if die_with_parent else None,
+            )
+    except FileNotFoundError as exc:
+        raise _not_installed(args[0]) from exc
+
+
+def _kill_me_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0, group: bool = False) -> int:
+    """Stop a process this harness started: SIGTERM, then SIGKILL after `grace` seconds. With `group`,
+    its whole process group (it leads one: see `spawn`), so that a shell's children go with it."""
+    def send(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(p.pid, sig)
+            else:
+                p.send_signal(sig)
+
+    if p.poll() is None or group:
+        send(signal.SIGTERM)
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            send(signal.SIGKILL)
+            p.wait(timeout=grace)
+    return p.returncode

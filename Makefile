@@ -49,7 +49,7 @@ unit: venv
 # pti=on forced, and the positive control, under libvirt (started for the run if none answers), nginx
 # in them loaded by wrk here, and the report; it prints where the report is.
 demo: deps venv oha
-	$(PY) -m vmharness.libvirt.daemon $(VENV)/bin/vmharness run
+	$(PY) -m vmharness.host.libvirt.daemon $(VENV)/bin/vmharness run
 
 # Figures, not pass/fail: the fixed costs of a guest's life beside virtme-ng's (libvirtd is started if
 # none answers), how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
@@ -62,7 +62,7 @@ bench: deps venv oha
 	npm install --silent --prefix $(GENERATORS) autocannon@8.0.0
 	$(PY) benchmarks/load_generators.py --bin $(GENERATORS)
 	$(PY) -m vmharness.cli image build
-	$(PY) -m vmharness.libvirt.daemon $(PY) benchmarks/boot_to_agent.py --boots 3
+	$(PY) -m vmharness.host.libvirt.daemon $(PY) benchmarks/boot_to_agent.py --boots 3
 	$(PY) benchmarks/bench_fidelity.py
 	$(PY) benchmarks/time_to_answer.py
 

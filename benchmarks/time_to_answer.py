@@ -1,7 +1,7 @@
 """Time to the answer: seed 001's fixed grid against the adaptive search, on the same target, in one run.
 
     .venv/bin/python benchmarks/time_to_answer.py [--filesize 4096] [--duration 3] [--rounds 1]
-    .venv/bin/python -m vmharness.libvirt.daemon .venv/bin/python benchmarks/time_to_answer.py --guest
+    .venv/bin/python -m vmharness.host.libvirt.daemon .venv/bin/python benchmarks/time_to_answer.py --guest
 
 The target is nginx on loopback (`vmharness bench`), one worker, with the response size as its
 per-request cost (--filesize); with --guest it is the image's guest under TCG (`vmharness run`, one

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tests.fakehost import FakeHost
 from vmharness.journal import journal, restore
-from vmharness.system.root import LARGE_READ, MAX_READ, HostRoot
+from vmharness.system.root import LARGE_READ, HostRoot
+from vmharness.userfile import MAX_READ
 
 NIC = "0000:b3:00.0"
 NIC_DIR = f"sys/devices/pci0000:00/0000:00:1c.0/{NIC}"

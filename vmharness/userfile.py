@@ -4,17 +4,72 @@ regular file only, at most a cap that the error names, and never blocking. A pat
 would otherwise be read until memory runs out, a FIFO would block the reader forever, and a sparse
 file of gigabytes would cost minutes before anything is said.
 
-The bytes come from the one reader, `host.root.read_file` (which reads every host file too); this
-module turns what it raises into one line naming the file and what is wrong with it.
+`read_file` is the one reader of every file the harness did not write, a host file through HostRoot
+(system/root.py) as much as a user's; `read`/`text` turn what it raises into one line naming the file
+and what is wrong with it.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from vmharness.errors import HarnessError
-from vmharness.system.root import read_file
+
+MAX_READ = 1 << 20  # bytes; larger host files are refused (pass `limit` for the few known to be big)
+
+
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, in words (for errors)."""
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def not_regular(shown: str, mode: int, hint: str | None = None) -> HarnessError:
+    return HarnessError(
+        f"{shown} is {kind_of(mode)}, not a regular file: refusing to read it",
+        hint or "only regular files are read (host-snapshot stores the kernel's files as such)",
+    )
+
+
+def read_file(path: Path, shown: str, limit: int = MAX_READ, hint: str | None = None) -> bytes:
+    """The bytes of a regular file, at most `limit` of them; `shown` names it in errors (`hint`, if
+    given, is their hint). Never blocks: the type is checked before opening (opening a device can act
+    on it), opened non-blocking and checked again on the open file; a file whose size is over `limit`
+    is refused before a byte is read. OSError for a file that is missing or cannot be read."""
+    if not stat.S_ISREG(mode := os.stat(path).st_mode):
+        raise not_regular(shown, mode, hint)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(shown, st.st_mode, hint)
+        too_big = HarnessError(f"{shown} is larger than {limit} bytes: refusing to read it",
+                               hint or "kernel attributes and configuration files are small; this is something else")
+        if st.st_size > limit:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(65536, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
 
 Fault = Callable[[str], HarnessError]  # "is missing" -> the error naming the file
 

@@ -79,7 +79,7 @@ def give_back_leftovers() -> None:
     case it names a guest)."""
     if not JOURNAL.exists():
         return
-    res = proc.run([sys.executable, "-m", "vmharness.libvirt.daemon", sys.executable, "-m", "vmharness.cli",
+    res = proc.run([sys.executable, "-m", "vmharness.host.libvirt.daemon", sys.executable, "-m", "vmharness.cli",
                     "host-restore"], timeout=600, check=False)
     print(f"an earlier session left {JOURNAL}; host-restore said:\n{res.stdout}{res.stderr}")
     if JOURNAL.exists():

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from vmharness.libvirt import daemon as libvirtd
+from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]

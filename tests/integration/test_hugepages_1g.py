@@ -5,7 +5,7 @@ the README's checklist has a real host do: none could be had at run time in L1).
 A libvirtd started before host-prepare mounts the 1G hugetlbfs does not list it: host-prepare says so,
 `vm up` refuses with the command that restarts that daemon, and that command, run as printed, makes
 libvirt start (paused: L2 need not boot) the harness's domain with its memory on the 1 GiB page, in
-the mount host-prepare made. A libvirtd that `python -m vmharness.libvirt.daemon` started is restarted
+the mount host-prepare made. A libvirtd that `python -m vmharness.host.libvirt.daemon` started is restarted
 by the harness instead. host-restore then leaves L1 as it was."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ MOUNT = "/run/vmharness/hugepages-1G"
 DRIVER_PID = "/run/libvirt/qemu/driver.pid"
 PREPARE = ("host-prepare", "--hugepages", "1G", "--hugepage-size", "1G", "--node", "1")
 ENSURE = """
-from vmharness.libvirt import hugetlbfs
-from vmharness.libvirt import daemon
+from vmharness.host.libvirt import hugetlbfs
+from vmharness.host.libvirt import daemon
 from vmharness.system.root import HostRoot
 print(daemon.owned_pid())
 print(hugetlbfs.ensure(HostRoot.open(), 1 << 20, "1G"))
@@ -148,7 +148,7 @@ def test_a_libvirtd_vmharness_started_is_restarted_to_see_a_later_mount(l1: Rig)
     libvirt_in_l1(l1)
     before = host_state(l1)
     try:
-        wrapped = in_l1(l1, python, "-m", "vmharness.libvirt.daemon", "sh", "-c",
+        wrapped = in_l1(l1, python, "-m", "vmharness.host.libvirt.daemon", "sh", "-c",
                         f'"$1" {" ".join(PREPARE)} >&2 && "$2" -c "$3"', "sh", vmh, python, ENSURE, timeout=600)
         print(wrapped.stdout, wrapped.stderr, sep="\n")
         assert wrapped.ok, wrapped.stdout + wrapped.stderr

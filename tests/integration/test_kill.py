@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.libvirt import daemon as libvirtd
+from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

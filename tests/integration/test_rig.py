@@ -99,7 +99,7 @@ def test_the_kernel_can_load_modules_on_demand(l1: Rig) -> None:
 
 
 def test_l0_root_is_visible_read_only_with_writable_scratch(l1: Rig) -> None:
-    sh(l1, f"test -f {l1.repo}/vmharness/proc.py")
+    sh(l1, f"test -f {l1.repo}/vmharness/system/proc.py")
     denied = l1.run(["touch", f"{l1.repo}/.rig-write-probe"], timeout=30)
     assert denied.returncode != 0
     sh(l1, "touch /tmp/probe /var/tmp/probe /run/probe")

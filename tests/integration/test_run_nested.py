@@ -103,7 +103,7 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     print(f"l1# vmharness host-prepare --bdf {nic.bdf} --hugepages {L2_MIB}M", prepared.stderr, prepared.stdout,
           sep="\n")
     try:
-        res = in_l1(l1, str(l1.repo / ".venv/bin/python"), "-m", "vmharness.libvirt.daemon", vmh, "run",
+        res = in_l1(l1, str(l1.repo / ".venv/bin/python"), "-m", "vmharness.host.libvirt.daemon", vmh, "run",
                     "/tmp/nested.toml", "--hugepages", "--address", L2_ADDR, "--client-address", NIC0_ADDR,
                     "--out", "/tmp/nested-run", timeout=2400, env={"MPLCONFIGDIR": "/tmp/mpl"})
         print(res.stderr[-4000:], res.stdout, f"prepare and run took {time.monotonic() - began:.0f} s", sep="\n")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.integration.netns_host import netns_host
-from vmharness.libvirt import daemon
+from vmharness.host.libvirt import daemon
 from vmharness.system import proc
 from vmharness.system.machine import SSH_CONFIG_ENV
 from vmharness.system.root import HostRoot

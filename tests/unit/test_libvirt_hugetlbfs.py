@@ -17,8 +17,8 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.libvirt import daemon as libvirtd
-from vmharness.libvirt import hugetlbfs as lh
+from vmharness.host.libvirt import daemon as libvirtd
+from vmharness.host.libvirt import hugetlbfs as lh
 from vmharness.system.root import HostRoot
 
 G1 = 1 << 20
@@ -301,7 +301,7 @@ def test_vmharness_libvirtd_naming_other_files_claims_no_daemon(monkeypatch: pyt
 
 def test_the_wrapped_command_asks_the_wrapper_for_restarts_and_learns_each_new_pid(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The protocol between `python -m vmharness.libvirt.daemon` and its command, through a shell as the
+    """The protocol between `python -m vmharness.host.libvirt.daemon` and its command, through a shell as the
     rig uses it; the restart itself (libvirtd stopped and started) is the rig's test_hugepages_1g.py."""
 
     class Started:
@@ -321,7 +321,7 @@ def test_the_wrapped_command_asks_the_wrapper_for_restarts_and_learns_each_new_p
     busy = threading.Lock()
     threading.Thread(target=libvirtd._serve, args=(started, busy, asks, answers), daemon=True).start()
     env = {**os.environ, libvirtd.ENV: f"100:{ask}:{os.fstat(ask).st_ino}:{answer}:{os.fstat(answer).st_ino}"}
-    code = ("from vmharness.errors import HarnessError\nfrom vmharness.libvirt import daemon as l\n"
+    code = ("from vmharness.errors import HarnessError\nfrom vmharness.host.libvirt import daemon as l\n"
             "print(l.owned_pid(), l.restart_owned(), l.restart_owned(), l.owned_pid())\n"
             "try:\n    l.restart_owned()\nexcept HarnessError as e:\n    print(e.message)\n")
     try:

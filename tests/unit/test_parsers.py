@@ -7,7 +7,7 @@ import pytest
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import hugepages, netstate, pciids
-from vmharness.host.inspect.pci import parse_bdf
+from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot
 
 

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from vmharness import cpus, digits
 from vmharness.cli import types as cli_types
 from vmharness.errors import HarnessError
-from vmharness.host.inspect.pci import parse_bdf
 from vmharness.host.prepare import plan
 from vmharness.model import config, connections, libvirt_uri, profile, schema, wire
+from vmharness.model.bdf import parse_bdf
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 WHOLE = settings(FAST, max_examples=80)  # a whole configuration per example: fewer, to keep the suite fast

@@ -19,8 +19,9 @@ from tests.unit.test_cli_errors import assert_one_line_error
 from vmharness.errors import HarnessError
 from vmharness.host.snapshot import snapshot
 from vmharness.system import machine, proc
-from vmharness.system.root import MAX_READ, HostRoot
+from vmharness.system.root import HostRoot
 from vmharness.tune.access import ShellTarget
+from vmharness.userfile import MAX_READ
 
 BDF = "0000:00:03.0"
 

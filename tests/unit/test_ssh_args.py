@@ -13,8 +13,8 @@ import pytest
 from vmharness.errors import HarnessError
 from vmharness.system import machine, proc
 from vmharness.system.machine import SSH_CONFIG_ENV, Machine, check_destination, for_uri
-from vmharness.system.root import MAX_READ
 from vmharness.tune.access import from_spec, ssh_target
+from vmharness.userfile import MAX_READ
 
 HOSTILE = ("-oProxyCommand=touch /tmp/PWNED", "-F/etc/passwd", "-", "", "host name", "host\nname", "a\x00b")
 

@@ -19,7 +19,8 @@ from vmharness.system.root import HostRoot
 def cmd_image_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vmharness.guest import image, imagedir
+    from vmharness.guest import image
+    from vmharness.system import imagedir
 
     kernel = image.kernel_input(args.kernel, args.modules, args.kernel_config)
     recipe = image.load_recipe(Path(args.recipe) if args.recipe else image.RECIPE_DIR, kernel)

@@ -20,6 +20,7 @@ from vmharness.cli import report as cli_report
 from vmharness.cli import run as cli_run
 from vmharness.cli import tune as cli_tune
 from vmharness.errors import HarnessError
+from vmharness.model.bdf import parse_bdf
 from vmharness.model.config import HugepageSize
 from vmharness.model.schema import choices
 from vmharness.progress import say
@@ -107,7 +108,7 @@ def cmd_host_groups(args: argparse.Namespace) -> int:
     from vmharness.host.inspect import iommu, pci, show
 
     wanted_class = _class_filter(args.device_class)
-    bdf = pci.parse_bdf(args.bdf, "--bdf") if args.bdf is not None else None
+    bdf = parse_bdf(args.bdf, "--bdf") if args.bdf is not None else None
     root = HostRoot.open(args.host_root)
     only = pci.find(root, bdf) if bdf is not None else None
     views = iommu.device_views(root, pci.scan(root))

@@ -31,8 +31,8 @@ def _choice(args: argparse.Namespace, root: HostRoot) -> Choice:
     """The configuration file (or the embedded experiment) with the flags on top, and where its NIC and
     hugepages come from (the flags, the file, or what host-prepare set up); each flag checked by name."""
     from vmharness.experiment import hostprep
-    from vmharness.host.inspect.pci import parse_bdf
     from vmharness.model import config
+    from vmharness.model.bdf import parse_bdf
 
     cfg = config.load_run(Path(args.config) if args.config else None)
     guest = cfg.guest

@@ -19,9 +19,9 @@ from vmharness import progress
 from vmharness.errors import HarnessError
 from vmharness.guest import placement
 from vmharness.host.inspect import hugepages, pci, wire_routes
+from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.prepare import plan, prepare, show_plan
 from vmharness.journal import journal, restore
-from vmharness.libvirt import hugetlbfs
 from vmharness.model import schema
 from vmharness.model.config import HugepageSize, RunConfig, wire
 from vmharness.system.machine import for_uri

@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from vmharness.host.inspect.pci import parse_bdf
+from vmharness.model.bdf import parse_bdf
 
 AGENT_CHANNEL = "org.qemu.guest_agent.0"
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"  # libvirt's namespace for raw QEMU arguments

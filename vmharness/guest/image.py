@@ -24,10 +24,10 @@ from typing import Any
 from vmharness import data, userfile
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
-from vmharness.guest import imagedir, kernelfile
+from vmharness.guest import kernelfile
 from vmharness.model import tomlfile
 from vmharness.progress import Progress, Say
-from vmharness.system import proc
+from vmharness.system import imagedir, proc
 from vmharness.system.machine import Machine, alive
 
 BUILDER_VERSION = "1"  # bump when the steps below change what an image contains
@@ -278,7 +278,7 @@ def _stale_builds(images: Path) -> None:
 def build(recipe: Recipe, images: Path, say: Say, named_by: str | None = None,
           force: bool = False) -> tuple[Image, bool]:
     """The image for `recipe`: found in `images` (False) or built now (True); `images` is made or checked
-    as the builds' own folder first (guest/imagedir.py; `named_by` names it in errors)."""
+    as the builds' own folder first (system/imagedir.py; `named_by` names it in errors)."""
     existing = find(recipe, images)
     if existing is not None:
         return existing, False

@@ -14,9 +14,9 @@ from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
 from vmharness.guest.vm import check_name, domain_name, new_uuid
 from vmharness.host.inspect import hugepages, pci, probes
+from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.prepare.plan import Plan as HostPlan
 from vmharness.journal import files
-from vmharness.libvirt import hugetlbfs
 from vmharness.system.machine import Machine, for_uri
 from vmharness.system.root import HostRoot
 

@@ -111,7 +111,7 @@ def facts(machine: Machine) -> dict[str, Any]:
 
 def libvirt_versions(uri: str) -> dict[str, str]:
     """libvirt's own version and the hypervisor's (QEMU) as the daemon at `uri` reports them."""
-    from vmharness.libvirt import api
+    from vmharness.host.libvirt import api
 
     def dotted(n: int) -> str:
         return f"{n // 1000000}.{n // 1000 % 1000}.{n % 1000}"

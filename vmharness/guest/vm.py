@@ -23,9 +23,9 @@ import libvirt
 from vmharness.errors import HarnessError
 from vmharness.guest import agent, ssh
 from vmharness.guest.domain import CAP_PERIOD_US, DomainSpec, cap_quota
+from vmharness.host.libvirt import api
 from vmharness.journal import files, journal
 from vmharness.journal.journal import Op
-from vmharness.libvirt import api
 from vmharness.progress import Progress, Say
 from vmharness.signals import shielded
 from vmharness.system.machine import Machine, for_uri

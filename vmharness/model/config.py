@@ -20,6 +20,7 @@ from vmharness import data, digits
 from vmharness.errors import HarnessError
 from vmharness.model import connections as conn_spec
 from vmharness.model import libvirt_uri, profile, schema, tomlfile
+from vmharness.model.bdf import parse_bdf
 from vmharness.model.hostname import check_host as check_host
 from vmharness.model.schema import bounded, checked
 from vmharness.model.wire import DEFAULT_ADDRESS as DEFAULT_ADDRESS
@@ -103,12 +104,6 @@ def check_uri(value: str, where: str) -> str:
     """A libvirt URI vmharness may open: an allow-list of drivers, transports and parameters, its host
     checked as a client's (vmharness.model.libvirt_uri)."""
     return libvirt_uri.check(value, where)
-
-
-def check_bdf(value: str, where: str) -> str:
-    from vmharness.host.inspect.pci import parse_bdf
-
-    return parse_bdf(value, where)
 
 
 def check_cpu_feature(value: str, where: str) -> str:
@@ -248,7 +243,7 @@ class GuestSection:
     # the background), or systemd: the image's full boot
     init: Init = "minimal"
     # NICs passed through (also --bdf); none: wrk reaches the guest over its link
-    bdf: tuple[str, ...] = checked(check_bdf, default=())
+    bdf: tuple[str, ...] = checked(parse_bdf, default=())
     managed: bool = False  # let libvirt bind them to vfio-pci (default: run or host-prepare does)
     # with a NIC passed through: the guest's address on it (CIDR), where wrk connects (also --address);
     # "": DEFAULT_ADDRESS, or the first free host of client_address's network
@@ -264,7 +259,7 @@ class GuestSection:
 
     def __post_init__(self) -> None:
         # a device named twice (two spellings of one address, or a repeat) is one device, one hostdev
-        object.__setattr__(self, "bdf", tuple(dict.fromkeys(check_bdf(b, "guest.bdf") for b in self.bdf)))
+        object.__setattr__(self, "bdf", tuple(dict.fromkeys(parse_bdf(b, "guest.bdf") for b in self.bdf)))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.system.root import read_file
+from vmharness.userfile import read_file
 
 MAX_SIZE = 1 << 20  # bytes: a configuration, never data
 

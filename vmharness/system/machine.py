@@ -22,7 +22,8 @@ from vmharness import environ
 from vmharness.errors import HarnessError
 from vmharness.model import libvirt_uri
 from vmharness.system import proc
-from vmharness.system.root import MAX_READ, HostRoot
+from vmharness.system.root import HostRoot
+from vmharness.userfile import MAX_READ
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
 SSH_CONFIG_ENV = "VMHARNESS_SSH_CONFIG"  # an ssh config file to use instead of ~/.ssh/config

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vmharness.errors import HarnessError
+from vmharness.userfile import kind_of
 
 MARKER = ".vmharness"
 _KERNEL_FS = ("/proc", "/sys", "/dev")
@@ -40,17 +41,7 @@ _SHOWN = 3  # foreign entries named in a refusal
 
 
 def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device node"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+    return "a folder" if stat.S_ISDIR(mode) else kind_of(mode)
 
 
 def _text(owner: str) -> bytes:

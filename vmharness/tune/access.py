@@ -100,7 +100,7 @@ def ssh_target(name: str) -> ShellTarget:
 def guest_target(uri: str, uuid: str, name: str) -> ShellTarget:
     """A running guest, through its agent (no network needed)."""
     from vmharness.guest import agent
-    from vmharness.libvirt import api
+    from vmharness.host.libvirt import api
 
     def runner(argv: list[str], check: bool) -> proc.Result:
         conn = api.connect(uri)
@@ -126,7 +126,7 @@ def from_spec(spec: dict[str, Any], root: HostRoot) -> Target | None:
     if spec["kind"] == "ssh":
         return ssh_target(spec["ssh"])
     if spec["kind"] == "guest":
-        from vmharness.libvirt import api
+        from vmharness.host.libvirt import api
 
         conn = api.connect(spec["uri"])
         try:

@@ -105,17 +105,3 @@ def node_memory_kib(root: HostRoot, node: int) -> tuple[int | None, int | None]:
                                    "the host root is damaged, or this kernel writes something vmharness does not know")
             found[parts[2]] = int(parts[3])
     return found.get("MemTotal:"), found.get("MemFree:")
-
-
-def counter(node: int, size_kib: int) -> str:
-    return f"{NODES}/node{node}/hugepages/hugepages-{size_kib}kB/nr_hugepages"
-
-
-def set_pages(root: HostRoot, node: int, size_kib: int, count: int) -> int:
-    """Ask the kernel for `count` pages on the node; returns how many it really holds now."""
-    root.write_text(counter(node, size_kib), str(count))
-    now = root.read_int(counter(node, size_kib), minimum=0)
-    if now is None:
-        raise HarnessError(f"{counter(node, size_kib)} cannot be read back after writing it",
-                           "check dmesg; the kernel may have removed the node or page size")
-    return now

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vmharness.errors import HarnessError
-from vmharness.system import proc
+from vmharness.system import imagedir, proc
 
 QEMU = "qemu-system-x86_64"
 BANNER = "Linux version "
@@ -198,9 +198,7 @@ def qemu_binary() -> str | None:
 def find_kernel() -> tuple[Path, str] | None:
     """The kernel to boot and where it came from: the newest built image's boot kernel, else the running
     host's /boot/vmlinuz-$(uname -r); None if neither is a regular file of a sane size."""
-    from vmharness.guest import image  # the image folder's layout lives there; imported late (no cycle)
-
-    folder = image.image_dir()
+    folder = imagedir.path()
     found: list[tuple[float, Path]] = []
     try:
         entries = sorted(folder.iterdir()) if folder.is_dir() else []

@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from vmharness import digits
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import pciids
+from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot, check_name
 
 PCI_DEVICES = "/sys/bus/pci/devices"
-_BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])")
 
 CLASS_BRIDGE = 0x06
-
-
-def parse_bdf(text: str, where: str = "") -> str:
-    """Normalise `DDDD:BB:DD.F` or `BB:DD.F` to lower-case `DDDD:BB:DD.F`; `where` (a flag or a setting)
-    is named in the error."""
-    m = _BDF.fullmatch(text)
-    shown = f"{where} {text[:40]!r}" if where else repr(text[:40])
-    if not m:
-        raise HarnessError(
-            f"{shown} is not a PCI address",
-            "write it as DDDD:BB:DD.F or BB:DD.F, e.g. 0000:b3:00.0 (see `lspci -D`)",
-        )
-    domain, bus, dev, fn = m.groups()
-    if int(dev, 16) > 0x1F:
-        raise HarnessError(
-            f"{shown} is not a PCI address: device number {dev} is above 1f",
-            "the device part of DDDD:BB:DD.F runs from 00 to 1f",
-        )
-    return f"{(domain or '0000').lower()}:{bus.lower()}:{dev.lower()}.{fn}"
 
 
 @dataclass(frozen=True)

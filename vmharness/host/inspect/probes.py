@@ -1,8 +1,9 @@
 """Facts that only the live host can answer (is KVM usable, is libvirtd there, which QEMU, libhugetlbfs'
-pool list, the SSH session the harness runs in, which hugetlbfs mounts the libvirt daemon can know).
+pool list, the SSH session the harness runs in).
 
-On the live host they are measured; `host-snapshot` stores them in the tarball so that a snapshot
-answers the same. A host root that is neither has none, and the checks say so.
+On the live host they are measured; `host-snapshot` stores them in the tarball (with what
+host/libvirt/hugetlbfs.py measured of the libvirt daemon beside them) so that a snapshot answers the
+same. A host root that is neither has none, and the checks say so.
 """
 
 from __future__ import annotations
@@ -102,10 +103,8 @@ def measure(root: HostRoot) -> dict[str, Any]:
         kvm_state = kvm.probe().to_json()
     else:
         kvm_state = {"usable": False, "detail": "/dev/kvm does not exist"}
-    from vmharness.libvirt import hugetlbfs  # it reads the probes back: imported here, not above
-
     return {"kvm": kvm_state, "libvirtd": libvirtd(), "qemu": qemu(), "hugeadm": hugeadm(),
-            "ssh_connection": ssh_connection(root, os.environ), "libvirt": hugetlbfs.measure(root)}
+            "ssh_connection": ssh_connection(root, os.environ)}
 
 
 def load(root: HostRoot) -> dict[str, Any] | None:

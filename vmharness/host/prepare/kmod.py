@@ -3,6 +3,8 @@ modules it named and the dependencies they pulled along, never one that was ther
 
 from __future__ import annotations
 
+from vmharness.journal import journal
+from vmharness.journal.journal import Op, Record
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
 
@@ -59,3 +61,21 @@ def unload_all(root: HostRoot, names: set[str]) -> dict[str, str]:
                 why[name] = (res.stderr.strip() or res.stdout.strip() or res.how).splitlines()[-1]
         if names & set(loaded(root)) == left:
             return {n: why.get(n, "?") for n in left}
+
+
+# the journal's modules op: what the harness loaded, unloaded -----------------------------------------
+def _describe_modules(rec: Record) -> str:
+    return "unload the modules it loaded: " + ", ".join(rec["names"]) + " and what they brought along"
+
+
+def _undo_modules(root: HostRoot, rec: Record) -> list[str]:
+    """Unload the modules the harness loaded — those it named and the dependencies they brought, none
+    that was loaded before it — users before what they use. A module someone else loaded meanwhile
+    for its own use is left alone (and so is one of ours that another module now needs)."""
+    ours = brought_along(root, rec["names"], set(rec.get("loaded_before", [])))
+    why = unload_all(root, ours)
+    return ["still loaded: " + "; ".join(f"{n} ({r})" for n, r in sorted(why.items()))] if why else []
+
+
+journal.register("modules", Op(_describe_modules, _undo_modules, ("names", "loaded_before"), types={
+    "names": journal.strs, "loaded_before": journal.strs}))

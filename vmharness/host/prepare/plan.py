@@ -9,9 +9,10 @@ from typing import Any
 
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import checks, hugepages, iommu, modules, netstate, vfio_users
-from vmharness.host.inspect.pci import PciDevice, find, parse_bdf, read_device
+from vmharness.host.inspect.pci import PciDevice, find, read_device
+from vmharness.host.libvirt import hugetlbfs
 from vmharness.journal import journal
-from vmharness.libvirt import hugetlbfs
+from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot
 
 VFIO_DRIVER = "vfio-pci"

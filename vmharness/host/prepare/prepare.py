@@ -8,7 +8,7 @@ import os
 
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import hugepages
-from vmharness.host.prepare import bind, kmod
+from vmharness.host.prepare import bind, kmod, pages
 from vmharness.host.prepare.plan import VFIO_DRIVER, Plan
 from vmharness.journal import journal, restore
 from vmharness.progress import Say
@@ -48,11 +48,11 @@ def _pages(root: HostRoot, plan: Plan, say: Say, owner: str) -> None:
         return
     label = hugepages.size_label(p.size_kib)
     journal.record(root, {"op": "pages", "node": p.node, "size_kib": p.size_kib, "before": p.before}, owner)
-    got = hugepages.set_pages(root, p.node, p.size_kib, p.target)
+    got = pages.set_pages(root, p.node, p.size_kib, p.target)
     if got < p.target:
         say(f"node {p.node}: {got - p.before} of {p.target - p.before} {label} pages; compacting memory")
         root.write_text("/proc/sys/vm/compact_memory", "1")
-        got = hugepages.set_pages(root, p.node, p.size_kib, p.target)
+        got = pages.set_pages(root, p.node, p.size_kib, p.target)
     if got < p.target:
         raise HarnessError(
             f"asked {p.target - p.before} {label} hugepages on node {p.node}, got {got - p.before}",

@@ -33,9 +33,11 @@ from vmharness.host.inspect import hugepages, modules, probes, vfio_users
 from vmharness.host.inspect.checks import ACPI_TABLES, FIRMWARE_IOMMU
 from vmharness.host.inspect.iommu import GROUPS
 from vmharness.host.inspect.pci import PCI_DEVICES
+from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.snapshot import file
 from vmharness.journal import journal
-from vmharness.system.root import LARGE_READ, HostRoot, read_file
+from vmharness.system.root import LARGE_READ, HostRoot
+from vmharness.userfile import read_file
 
 PROC_FILES = (
     "/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/interrupts", "/proc/mounts",
@@ -340,6 +342,8 @@ def build(root: HostRoot) -> bytes:
     if not root.is_dir(PCI_DEVICES):
         raise HarnessError(f"{root.base} has no {PCI_DEVICES}: nothing to snapshot", "is /sys mounted?")
     live = probes.load(root)
+    if live is not None and root.live:  # what the libvirt daemon can see, read back by libvirt/hugetlbfs.py
+        live = {**live, "libvirt": hugetlbfs.measure(root)}
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
         w = _Writer(root, tar)

@@ -21,7 +21,7 @@ refuses when it cannot tell:
   changed since the daemon started (it is read at the start too).
 Anything else is "does not see", with the fix: the command that restarts that daemon (its systemd
 unit, or its own command line again) and, where qemu.conf leaves the mount out, the line to set.
-A daemon that `python -m vmharness.libvirt.daemon` started for this process runs no one else's guests:
+A daemon that `python -m vmharness.host.libvirt.daemon` started for this process runs no one else's guests:
 `ensure` restarts it instead of refusing. These facts are live ones: host-snapshot keeps them among its
 probes (`measure`), so that `--dry-run` and `run --print-xml` on a snapshot say what they said on its host.
 """
@@ -38,7 +38,7 @@ from typing import Any
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import hugepages, probes
-from vmharness.libvirt import daemon
+from vmharness.host.libvirt import daemon
 from vmharness.system.root import HostRoot
 
 DRIVER_PID = "/run/libvirt/qemu/driver.pid"
@@ -55,7 +55,7 @@ class Daemon:
     started: float  # wall-clock seconds
     argv: tuple[str, ...]
     unit: str | None  # the systemd service it runs in, if any
-    owned: bool = False  # started by vmharness.libvirt.daemon for this process
+    owned: bool = False  # started by vmharness.host.libvirt.daemon for this process
 
     @property
     def label(self) -> str:

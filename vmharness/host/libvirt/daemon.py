@@ -1,5 +1,5 @@
 """libvirtd on a machine without systemd (CI, containers): started in the foreground when none
-answers, stopped by PID at the end. `python -m vmharness.libvirt.daemon CMD...` runs CMD with it up.
+answers, stopped by PID at the end. `python -m vmharness.host.libvirt.daemon CMD...` runs CMD with it up.
 
 libvirtd lists the hugetlbfs mounts when it starts, so one that CMD mounts (a run's 1 GiB pages) is
 not seen by it. A daemon started here runs no one else's guests, so CMD may have it restarted: the
@@ -88,7 +88,7 @@ def running(timeout: float = 60.0) -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def _restart(started: list[subprocess.Popen[bytes]]) -> int:
     """Stop the libvirtd in `started` and start it again, unless it runs a guest; its new PID."""
-    from vmharness.libvirt import api  # libvirt's bindings, only when a restart is asked for
+    from vmharness.host.libvirt import api  # libvirt's bindings, only when a restart is asked for
 
     conn = api.connect(api.DEFAULT_URI)
     try:
@@ -134,7 +134,7 @@ def _control() -> tuple[int, int, int] | None:
         return None
     m = re.fullmatch(r"([0-9]{1,9}):([0-9]{1,4}):([0-9]{1,20}):([0-9]{1,4}):([0-9]{1,20})", text)
     if m is None:
-        raise HarnessError(f"{ENV}={text[:40]!r} is not what python -m vmharness.libvirt.daemon sets",
+        raise HarnessError(f"{ENV}={text[:40]!r} is not what python -m vmharness.host.libvirt.daemon sets",
                            f"unset {ENV}: it names the libvirtd that wrapper started for its command")
     pid, ask, ask_inode, answer, answer_inode = (int(g) for g in m.groups())
     if not (_pipe_is(ask, ask_inode) and _pipe_is(answer, answer_inode)):
@@ -143,7 +143,7 @@ def _control() -> tuple[int, int, int] | None:
 
 
 def owned_pid() -> int | None:
-    """The PID of the libvirtd that `python -m vmharness.libvirt.daemon` started for this process."""
+    """The PID of the libvirtd that `python -m vmharness.host.libvirt.daemon` started for this process."""
     control = _control()
     if control is None:
         return None
@@ -163,7 +163,7 @@ def restart_owned(timeout: float = RESTART_TIMEOUT) -> int:
         reply = os.read(answer, 4096).decode(errors="replace").strip() if ready else "error it did not answer"
     except OSError as exc:
         raise HarnessError(f"cannot ask the wrapper that started libvirtd to restart it: {exc.strerror}",
-                           f"was {ENV} set by python -m vmharness.libvirt.daemon?") from exc
+                           f"was {ENV} set by python -m vmharness.host.libvirt.daemon?") from exc
     word, _, rest = reply.partition(" ")
     if word != "ok" or not is_digits(rest):
         raise HarnessError(f"the libvirtd vmharness started was not restarted: {rest or reply}",
@@ -174,7 +174,7 @@ def restart_owned(timeout: float = RESTART_TIMEOUT) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m vmharness.libvirt.daemon CMD [ARG...]", file=sys.stderr)
+        print("usage: python -m vmharness.host.libvirt.daemon CMD [ARG...]", file=sys.stderr)
         return 2
     with running() as started:
         if not started:

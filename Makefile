@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox
                 mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client \
                 ethtool chromium libhugetlbfs-bin
 
-.PHONY: deps venv oha test unit lint bench demo clean
+.PHONY: deps venv oha test check lint bench demo clean
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -42,8 +42,10 @@ oha: $(VENV)/bin/oha
 test: deps venv oha
 	$(PY) -m tests.streams $(PYTEST_ARGS)
 
-unit: venv
-	$(VENV)/bin/pytest tests/unit tests/test_lint.py
+# The fast tier, for every edit (about 5 minutes on 2 cores): the unit tests, ruff, mypy, the import
+# contracts and the size check; no VM, no daemon.
+check: venv
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit tests/test_lint.py
 
 # The built-in experiment (vmharness run with no configuration): guests with mitigations=off, with
 # pti=on forced, and the positive control, under libvirt (started for the run if none answers), nginx
@@ -69,6 +71,7 @@ bench: deps venv oha
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache

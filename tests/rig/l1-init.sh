@@ -49,6 +49,11 @@ for d in etc var; do
     must mount -t overlay -o "lowerdir=/host/$d,upperdir=/run/$d-overlay/upper,workdir=/run/$d-overlay/work" \
         overlay "/host/$d"
 done
+# The overlays and console logs of the guests the harness boots in L1 on a tmpfs of their own: L0's
+# tests write the same folder (/var/lib/vmharness/vms/_run) while the rig runs, and an overlayfs whose
+# lower half changes under it may lose a file L1 has just made (QEMU then could not stat its overlay).
+must mkdir -p /host/var/lib/vmharness/vms
+must mount -t tmpfs -o mode=755 tmpfs /host/var/lib/vmharness/vms
 # The tmpfs mounts below would hide the repository or the cache if L0 keeps them under
 # /tmp, /run or /var/tmp (a CI clone may): bind each rig_keep path aside first, and back
 # in place wherever a tmpfs covered it.

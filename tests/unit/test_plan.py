@@ -9,7 +9,7 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.host.prepare import plan
+from vmharness.host.prepare import bind, plan  # noqa: F401  (bind registers the op test_second_prepare journals)
 from vmharness.journal import journal, restore
 from vmharness.system.root import HostRoot
 
@@ -171,7 +171,7 @@ def test_second_prepare_of_the_same_device_is_a_no_op(tmp_path: Path) -> None:
     host.pci("0000:02:00.0", 0x8086, 0x1533, driver="vfio-pci", group=9)
     root = HostRoot(host.base, allow_writes=True)
     journal.record(root, {"op": "bind", "bdf": "0000:02:00.0", "driver": "igb", "override": None}, "host-prepare")
-    assert [r["bdf"] for r in restore.pending(root)] == ["0000:02:00.0"]  # (restore registers the op)
+    assert [r["bdf"] for r in restore.pending(root)] == ["0000:02:00.0"]
     p = make(host, "02:00.0")
     assert p.binds == [] and p.changes_nothing
     assert p.notes == ["0000:02:00.0 is already on vfio-pci (prepared earlier by vmharness)"]

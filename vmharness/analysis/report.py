@@ -199,8 +199,16 @@ def text(a: Analysis) -> str:
              "-" if r["client_busy_percent"] is None else f"{r['client_busy_percent']:.0f}%", str(r["errors"])]
             for r in rows]
     foot = [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
-    return "\n".join(map(one_line, [*(f"WARNING: {f}" for f in a.flags), *answer(a), "", *table.render(header, body),
-                                    *foot, *_load_text(a)]))  # a name's control characters escaped
+    return "\n".join([*(w for f in a.flags for w in _warning("WARNING: ", f, "")),
+                      *map(one_line, [*answer(a), "", *table.render(header, body), *foot, *_load_text(a)])])
+
+
+def _warning(first: str, flag: str, indent: str) -> list[str]:
+    """A warning's lines, each with its control characters escaped: the first after `first`, the rest (a
+    guest console's tail) after `indent` and indented, so that no text in a warning starts a line of its
+    own that could pass for another warning or a row."""
+    head, *rest = flag.split("\n")
+    return [first + one_line(head), *(indent + ("" if r[:1].isspace() else "  ") + one_line(r) for r in rest)]
 
 
 def _server_cell(row: dict[str, Any]) -> str:
@@ -220,7 +228,8 @@ def _load_text(a: Analysis) -> list[str]:
 
 
 def markdown(a: Analysis) -> str:
-    lines = [f"> **Warning:** {f}" for f in a.flags]
+    warned = [w for f in a.flags for w in _warning("> **Warning:** ", f, "> ")]
+    lines: list[str] = []
     if a.peak is not None:
         lines += ["", f"Baseline `{a.baseline}`: **{_peak(a)}**.", ""]
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
@@ -245,7 +254,7 @@ def markdown(a: Analysis) -> str:
         lines += _md_table(rows)
     if a.load is not None and a.load.rows:
         lines += ["", f"**{loadcurve.title(a.load)}**", "", *_md_table(loadcurve.rows(a.load))]
-    return "\n".join(map(one_line, lines)) + "\n"
+    return "\n".join([*warned, *map(one_line, lines)]) + "\n"
 
 
 def _md_table(rows: list[dict[str, Any]]) -> list[str]:

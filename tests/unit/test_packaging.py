@@ -66,13 +66,12 @@ def test_the_data_files_resolve_inside_the_installed_package(installed: Installe
         import json
         import vmharness
         from vmharness import data
-        from vmharness.model import config
         from vmharness.bench import bench, server, wrk
         from vmharness.guest import image
         recipe = image.load_recipe()
         print(json.dumps({
             "package": vmharness.__file__,
-            "files": [str(p) for p in (data.NGINX_TEMPLATE, wrk.REPORT_LUA, config.DEFAULT_RUN,
+            "files": [str(p) for p in (data.NGINX_TEMPLATE, wrk.REPORT_LUA, data.DEFAULT_RUN,
                                        image.RECIPE_DIR / "recipe.toml", image.RECIPE_DIR / "hooks" / "customize.sh",
                                        image.RECIPE_DIR / "overlay" / "usr" / "local" / "sbin" / "vmh-init")],
             "recipe_key": recipe.key(),

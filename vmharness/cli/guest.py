@@ -11,7 +11,7 @@ from vmharness import textsafe
 from vmharness.cli import types as cli_types
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
-from vmharness.model import config, schema
+from vmharness.model import libvirt_uri, schema, sections
 from vmharness.progress import say
 from vmharness.system.root import HostRoot
 
@@ -46,7 +46,7 @@ def _request(args: argparse.Namespace) -> Any:
     return VmRequest(
         name=args.name, memory_mib=args.memory, vcpus=args.vcpus, cmdline=args.cmdline or "",
         kernel=args.kernel, initrd=args.initrd, bdfs=tuple(args.bdf), managed=args.managed,
-        hugepages=args.hugepages, hugepage_size=args.hugepage_size, uri=config.check_uri(args.uri, "--uri"),
+        hugepages=args.hugepages, hugepage_size=args.hugepage_size, uri=libvirt_uri.check(args.uri, "--uri"),
         accel=args.accel,
         link=not args.no_link, image=args.image, image_dir=args.image_dir, owner=f"vm:{args.name}",
     )
@@ -161,10 +161,10 @@ def register(subs: Any, add: Any) -> None:
     p.add_argument("--managed", action="store_true",
                    help="let libvirt bind the devices to vfio-pci itself (default: host-prepare did)")
     p.add_argument("--hugepages", action="store_true", help="back guest memory with hugepages")
-    p.add_argument("--hugepage-size", default="2M", choices=schema.choices(config.HugepageSize),
+    p.add_argument("--hugepage-size", default="2M", choices=schema.choices(sections.HugepageSize),
                    help="page size (default 2M)")
     p.add_argument("--uri", default="qemu:///system", help="libvirt connection (qemu+ssh://HOST/system: remote)")
-    p.add_argument("--accel", default="auto", choices=schema.choices(config.Accel),
+    p.add_argument("--accel", default="auto", choices=schema.choices(sections.Accel),
                    help="auto: KVM if a probe guest runs under it, else TCG")
     p.add_argument("--no-link", action="store_true", help="no management link (tap + virtio-net)")
     p.add_argument("--image", metavar="DIR", help="an image folder (default: the current recipe's)")

@@ -22,7 +22,7 @@ from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
 from vmharness.guest import domain, image, provenance, session, vm
 from vmharness.model import profile
-from vmharness.model.config import InstanceSection, RunConfig
+from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir.store import POINTS, RunDir
 from vmharness.system.machine import for_uri
 from vmharness.system.root import HostRoot

@@ -19,13 +19,16 @@ from vmharness.system.root import HostRoot
 def cmd_image_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vmharness.guest import image
+    from vmharness import data
+    from vmharness.guest import imagebuild
+    from vmharness.guest.kernelinput import kernel_input
+    from vmharness.guest.recipe import load_recipe
     from vmharness.system import imagedir
 
-    kernel = image.kernel_input(args.kernel, args.modules, args.kernel_config)
-    recipe = image.load_recipe(Path(args.recipe) if args.recipe else image.RECIPE_DIR, kernel)
-    images = image.image_dir(args.image_dir)
-    built, fresh = image.build(recipe, images, say, imagedir.flag(args.image_dir), args.force)
+    kernel = kernel_input(args.kernel, args.modules, args.kernel_config)
+    recipe = load_recipe(Path(args.recipe) if args.recipe else data.IMAGE_RECIPE, kernel)
+    images = imagedir.path(args.image_dir)
+    built, fresh = imagebuild.build(recipe, images, say, imagedir.flag(args.image_dir), args.force)
     m = built.meta
     if args.json:
         print(json.dumps({"folder": str(built.folder), "built_now": fresh, **m}, indent=2, sort_keys=True))

@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vmharness.guest import agent, domain, image, instance, session, vm
+from vmharness.guest import agent, domain, image, imagebuild, instance, session, vm
+from vmharness.guest.recipe import load_recipe
 from vmharness.journal import journal
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
@@ -108,7 +109,7 @@ def main() -> int:
         print(f"{name:8} median: {median(got)}")
     img = instance.resolve_image(instance.VmRequest())
     t0 = time.monotonic()
-    image.build(image.load_recipe(), img.folder.parent, lambda _line: None)
+    imagebuild.build(load_recipe(), img.folder.parent, lambda _line: None)
     print(f"unchanged image reused in {time.monotonic() - t0:.2f} s")
     vng = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
     if args.no_vng or not Path(vng).exists():

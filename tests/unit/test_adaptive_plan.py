@@ -12,10 +12,10 @@ import numpy as np
 
 from vmharness.bench import plan, search
 from vmharness.experiment import runner
-from vmharness.model import config
+from vmharness.model import config, derived, sections
 
 
-def _cfg(kind: str = "bench", **sweep: Any) -> config.BenchConfig:
+def _cfg(kind: str = "bench", **sweep: Any) -> sections.BenchConfig:
     body = {"instance": [{"name": "base"}, {"name": "slow"}],
             "sweep": {"connections": "16:1536:16", "search": "adaptive", "iterations": 3, **sweep}}
     return config.run_from_json(body) if kind == "run" else config.from_json(body)
@@ -34,7 +34,7 @@ def _record(p: plan.Point, value: float | None) -> dict[str, Any]:
     return rec
 
 
-def _bench(cfg: config.BenchConfig, measure: Callable[[plan.Point], float | None]) -> list[dict[str, Any]]:
+def _bench(cfg: sections.BenchConfig, measure: Callable[[plan.Point], float | None]) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     todo = plan.todo(cfg, records, set())
     while todo:
@@ -124,10 +124,10 @@ def test_a_resumed_search_asks_for_what_the_uninterrupted_one_would() -> None:
 
 
 def test_a_run_walks_the_ladder_in_the_baselines_boot_then_boots_each_other_instance_once() -> None:
-    cfg = config.with_control(config.run_from_json(
+    cfg = derived.with_control(config.run_from_json(
         {"instance": [{"name": "base"}, {"name": "slow"}], "control": {"cap": 80},
          "sweep": {"connections": "16:1536:16", "search": "adaptive", "iterations": 3}}))
-    assert isinstance(cfg, config.RunConfig) and [i.name for i in cfg.instance] == ["base", "slow", "control"]
+    assert isinstance(cfg, sections.RunConfig) and [i.name for i in cfg.instance] == ["base", "slow", "control"]
     riding = runner.rides(cfg)
     records: list[dict[str, Any]] = []
     boots: list[tuple[int, str]] = []

@@ -10,7 +10,7 @@ import pytest
 
 from vmharness.bench import clients, plan, sampler, wrk
 from vmharness.errors import HarnessError
-from vmharness.model import config, connections
+from vmharness.model import config, connections, rules, sections
 from vmharness.rundir.store import RunDir
 from vmharness.system.machine import Machine
 
@@ -97,7 +97,7 @@ def test_process_tree_follows_workers_started_later() -> None:
     assert sampler.tree(snap, {10}) == {10, 11, 12}
 
 
-def _cfg(**sweep_kw: object) -> config.BenchConfig:
+def _cfg(**sweep_kw: object) -> sections.BenchConfig:
     return config.from_json({
         "instance": [{"name": "base"}, {"name": "inst"}],
         "sweep": {"connections": "8,16", "iterations": 2, **sweep_kw}})
@@ -214,7 +214,7 @@ def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
     # 8 is narrow on 4 values; 16 reached max_iterations (the failed attempt counts)
     assert plan.after_round(cfg, run.records()) == ([], None)
     with pytest.raises(HarnessError, match="max_iterations must be at least"):
-        config.validate(config.from_json({"sweep": {"iterations": 5, "max_iterations": 3}}))
+        rules.validate(config.from_json({"sweep": {"iterations": 5, "max_iterations": 3}}))
 
 
 def test_a_point_waits_for_the_snapshot_after_its_end_and_no_longer(tmp_path: Path) -> None:

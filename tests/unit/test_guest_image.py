@@ -10,21 +10,24 @@ from pathlib import Path
 
 import pytest
 
+from vmharness import data
 from vmharness.cli import main as cli
 from vmharness.errors import HarnessError
-from vmharness.guest import image, kernelfile
+from vmharness.guest import image, imagebuild, kernelfile
+from vmharness.guest.kernelinput import kernel_input
+from vmharness.guest.recipe import host_mirror, load_recipe
 from vmharness.system import proc
 from vmharness.system.machine import Machine, for_uri
 
 
 def _recipe_copy(tmp_path: Path) -> Path:
     folder = tmp_path / "recipe"
-    shutil.copytree(image.RECIPE_DIR, folder)
+    shutil.copytree(data.IMAGE_RECIPE, folder)
     return folder
 
 
 def test_the_shipped_recipe_loads() -> None:
-    recipe = image.load_recipe()
+    recipe = load_recipe()
     assert "nginx-light" in recipe.packages and "qemu-guest-agent" in recipe.packages
     assert "hooks/customize.sh" in recipe.files
     assert recipe.cmdline.startswith("root=/dev/vda")
@@ -32,24 +35,24 @@ def test_the_shipped_recipe_loads() -> None:
 
 def test_key_changes_with_any_file_and_nothing_else(tmp_path: Path) -> None:
     folder = _recipe_copy(tmp_path)
-    key = image.load_recipe(folder).key()
-    assert image.load_recipe(folder).key() == key
+    key = load_recipe(folder).key()
+    assert load_recipe(folder).key() == key
     hostname = folder / "overlay" / "etc" / "hostname"
     hostname.write_text("other\n")
-    changed = image.load_recipe(folder).key()
+    changed = load_recipe(folder).key()
     assert changed != key
     (folder / "overlay" / "etc" / "motd").write_text("hi\n")
-    assert image.load_recipe(folder).key() not in (key, changed)
-    latest = image.load_recipe(folder).key()
+    assert load_recipe(folder).key() not in (key, changed)
+    latest = load_recipe(folder).key()
     (folder / "README.md").write_text("words about the recipe\n")
-    assert image.load_recipe(folder).key() == latest
+    assert load_recipe(folder).key() == latest
 
 
 def test_key_changes_with_a_kernel(tmp_path: Path) -> None:
     folder = _recipe_copy(tmp_path)
     bz = _bzimage(tmp_path / "bz", "6.12.0-test")
-    with_kernel = image.load_recipe(folder, image.kernel_input(str(bz), None))
-    assert with_kernel.key() != image.load_recipe(folder).key()
+    with_kernel = load_recipe(folder, kernel_input(str(bz), None))
+    assert with_kernel.key() != load_recipe(folder).key()
 
 
 def test_recipe_errors_name_the_setting(tmp_path: Path) -> None:
@@ -57,15 +60,15 @@ def test_recipe_errors_name_the_setting(tmp_path: Path) -> None:
     toml = folder / "recipe.toml"
     toml.write_text(toml.read_text().replace("free_mib = 512", "free_mib = \"lots\""))
     with pytest.raises(HarnessError, match="free_mib must be a int"):
-        image.load_recipe(folder)
+        load_recipe(folder)
     toml.write_text(toml.read_text().replace("free_mib = \"lots\"", "free_mib = 1\ncolour = 3"))
     with pytest.raises(HarnessError, match="unknown setting colour"):
-        image.load_recipe(folder)
+        load_recipe(folder)
     toml.write_text("suite = [")
     with pytest.raises(HarnessError, match=r"recipe\.toml"):
-        image.load_recipe(folder)
+        load_recipe(folder)
     with pytest.raises(HarnessError, match="no image recipe"):
-        image.load_recipe(tmp_path / "nowhere")
+        load_recipe(tmp_path / "nowhere")
 
 
 def test_mirror_comes_from_the_hosts_apt_sources(tmp_path: Path) -> None:
@@ -74,11 +77,11 @@ def test_mirror_comes_from_the_hosts_apt_sources(tmp_path: Path) -> None:
     (apt / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
         "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n")
-    assert image.host_mirror("bookworm", apt) == "http://mirror.example/debian"
+    assert host_mirror("bookworm", apt) == "http://mirror.example/debian"
     (apt / "sources.list.d" / "debian.sources").unlink()
     (apt / "sources.list").write_text("deb [arch=amd64] http://old.example/debian bookworm main\n")
-    assert image.host_mirror("bookworm", apt) == "http://old.example/debian"
-    assert image.host_mirror("trixie", apt) == "http://deb.debian.org/debian"
+    assert host_mirror("bookworm", apt) == "http://old.example/debian"
+    assert host_mirror("trixie", apt) == "http://deb.debian.org/debian"
 
 
 def _bzimage(path: Path, version: str) -> Path:
@@ -168,20 +171,20 @@ def test_modules_must_match_the_kernel(tmp_path: Path) -> None:
     mods = tmp_path / "lib" / "modules" / "6.11.0"
     (mods / "kernel").mkdir(parents=True)
     with pytest.raises(HarnessError, match=r"does not match the kernel's release 6\.12\.0"):
-        image.kernel_input(str(bz), str(mods))
+        kernel_input(str(bz), str(mods))
     with pytest.raises(HarnessError, match="is not a modules tree"):
-        image.kernel_input(str(bz), str(tmp_path))
+        kernel_input(str(bz), str(tmp_path))
     good = tmp_path / "lib" / "modules" / "6.12.0"
     (good / "kernel").mkdir(parents=True)
     with pytest.raises(HarnessError, match=r"no \.config found for kernel 6\.12\.0") as err:
-        image.kernel_input(str(bz), str(good))
+        kernel_input(str(bz), str(good))
     assert err.value.hint == "pass --kernel-config PATH, the .config of the kernel build"
     (tmp_path / "config-6.12.0").write_text("CONFIG_RD_GZIP=y\n")  # Debian's layout: beside the kernel
-    k = image.kernel_input(str(bz), str(good))
+    k = kernel_input(str(bz), str(good))
     assert k is not None and k.release == "6.12.0" and k.modules == good
     assert k.config == tmp_path / "config-6.12.0"
     with pytest.raises(HarnessError, match="--modules needs --kernel"):
-        image.kernel_input(None, str(good))
+        kernel_input(None, str(good))
 
 
 def test_image_build_with_a_bad_kernel_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,16 +222,16 @@ def test_a_kernel_package_is_read_with_dpkg_deb(tmp_path: Path) -> None:
     _bzimage(tree / "boot" / "vmlinuz-6.12.9-lab", "6.12.9-lab")
     deb = tmp_path / "linux-image-6.12.9-lab_1_amd64.deb"
     proc.run(["dpkg-deb", "--build", "--root-owner-group", str(tree), str(deb)], timeout=60)
-    k = image.kernel_input(str(deb), None)
+    k = kernel_input(str(deb), None)
     assert k is not None and (k.release, k.deb) == ("6.12.9-lab", deb)
     assert kernelfile.deb_kernel(deb).package == "linux-image-6.12.9-lab"
     headers = tmp_path / "headers.deb"
     (tree / "boot" / "vmlinuz-6.12.9-lab").unlink()
     proc.run(["dpkg-deb", "--build", "--root-owner-group", str(tree), str(headers)], timeout=60)
     with pytest.raises(HarnessError, match="holds no /boot/vmlinuz"):
-        image.kernel_input(str(headers), None)
+        kernel_input(str(headers), None)
     with pytest.raises(HarnessError, match="is not a Debian package"):
-        image.kernel_input(str(_bzimage(tmp_path / "fake.deb", "1.0")), None)
+        kernel_input(str(_bzimage(tmp_path / "fake.deb", "1.0")), None)
 
 
 def test_a_second_build_waits_for_the_first_and_finds_its_image(tmp_path: Path) -> None:
@@ -236,14 +239,14 @@ def test_a_second_build_waits_for_the_first_and_finds_its_image(tmp_path: Path) 
     import os
     import threading
 
-    recipe = image.load_recipe()
+    recipe = load_recipe()
     images = tmp_path / "images"
     images.mkdir()
     said: list[str] = []
     got: list[tuple[image.Image, bool]] = []
     holder = os.open(images / ".lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)  # the first build, still running
-    waiter = threading.Thread(target=lambda: got.append(image.build(recipe, images, said.append)))
+    waiter = threading.Thread(target=lambda: got.append(imagebuild.build(recipe, images, said.append)))
     waiter.start()
     waiter.join(timeout=2)
     assert waiter.is_alive() and said == [f"waiting for another image build in {images}"]

@@ -19,7 +19,7 @@ from vmharness.guest import placement, session, vm
 from vmharness.guest.domain import Placement
 from vmharness.host.prepare import irqs
 from vmharness.journal import journal
-from vmharness.model import config
+from vmharness.model import config, sections
 from vmharness.signals import Interrupted, terminate_as_interrupt
 from vmharness.system.root import HostRoot
 
@@ -205,7 +205,7 @@ def booted(h: FakeHost, vcpus: tuple[int, ...], emulator: tuple[int, ...], node:
                           Placement(node, vcpus, emulator, "test"))
 
 
-def run_cfg(bdf: tuple[str, ...] = (NIC,), uri: str = "qemu:///system") -> config.RunConfig:
+def run_cfg(bdf: tuple[str, ...] = (NIC,), uri: str = "qemu:///system") -> sections.RunConfig:
     cfg = config.run_from_json({"instance": [{"name": "a"}]})
     return dataclasses.replace(cfg, guest=dataclasses.replace(cfg.guest, bdf=bdf, uri=uri))
 

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from vmharness.bench import clients, openloop, plan
 from vmharness.errors import HarnessError
-from vmharness.model.config import (
+from vmharness.model.rules import validate
+from vmharness.model.sections import (
     BenchConfig,
     ControlSection,
     InstanceSection,
     LoadSection,
     RunConfig,
     SweepSection,
-    validate,
 )
 from vmharness.rundir.histogram import Histogram
 from vmharness.system.machine import Machine

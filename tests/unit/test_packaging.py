@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness.guest import image
+from vmharness.guest.recipe import load_recipe
 from vmharness.system import proc
 
 SOURCES = Path(__file__).resolve().parents[2]
@@ -66,15 +66,14 @@ def test_the_data_files_resolve_inside_the_installed_package(installed: Installe
         import json
         import vmharness
         from vmharness import data
-        from vmharness.model import config
         from vmharness.bench import bench, server, wrk
-        from vmharness.guest import image
-        recipe = image.load_recipe()
+        from vmharness.guest.recipe import load_recipe
+        recipe = load_recipe()
         print(json.dumps({
             "package": vmharness.__file__,
-            "files": [str(p) for p in (data.NGINX_TEMPLATE, wrk.REPORT_LUA, config.DEFAULT_RUN,
-                                       image.RECIPE_DIR / "recipe.toml", image.RECIPE_DIR / "hooks" / "customize.sh",
-                                       image.RECIPE_DIR / "overlay" / "usr" / "local" / "sbin" / "vmh-init")],
+            "files": [str(p) for p in (data.NGINX_TEMPLATE, wrk.REPORT_LUA, data.DEFAULT_RUN,
+                                       data.IMAGE_RECIPE / "recipe.toml", data.IMAGE_RECIPE / "hooks" / "customize.sh",
+                                       data.IMAGE_RECIPE / "overlay" / "usr" / "local" / "sbin" / "vmh-init")],
             "recipe_key": recipe.key(),
             "nginx": server.render(server.ServerConfig()),
             "harness": bench.harness_version(),
@@ -90,7 +89,7 @@ def test_the_data_files_resolve_inside_the_installed_package(installed: Installe
         assert path.resolve().is_relative_to(installed.site.resolve()), f"{name} is not in the installed package"
     executable = [Path(got["files"][4]), Path(got["files"][5])]
     assert all(p.stat().st_mode & 0o111 for p in executable), "the hook and the minimal init stay executable"
-    assert got["recipe_key"] == image.load_recipe().key(), "the same recipe files as in the checkout"
+    assert got["recipe_key"] == load_recipe().key(), "the same recipe files as in the checkout"
     assert "worker_processes auto;" in got["nginx"]
     assert got["harness"]["git"] == "unknown", "an installed copy names no commit"
 
@@ -102,7 +101,7 @@ def test_the_built_in_experiment_prints_its_domains_from_the_installed_package(i
     assert res.ok, res.stderr
     assert "Traceback" not in res.stderr
     assert res.stdout.count("<domain ") == 3, "the built-in experiment's three instances (the control too)"
-    assert f'image="{image.load_recipe().key()}"' in res.stdout, "the shipped recipe names the image"
+    assert f'image="{load_recipe().key()}"' in res.stdout, "the shipped recipe names the image"
 
 
 def test_a_folder_that_is_no_checkout_has_an_unknown_commit(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, runner
 from vmharness.guest import instance
 from vmharness.journal import journal
-from vmharness.model import config
+from vmharness.model import config, sections, wire
 from vmharness.system.root import HostRoot
 
 MLX, CX5 = 0x15B3, 0x1017
@@ -75,9 +75,9 @@ def _tree(base: Path) -> dict[str, str]:
     return out
 
 
-def _cfg(**guest: object) -> config.RunConfig:
+def _cfg(**guest: object) -> sections.RunConfig:
     cfg = config.load_run(None)
-    return config.RunConfig(**{**vars(cfg), "guest": config.GuestSection(**{**vars(cfg.guest), **guest})})
+    return sections.RunConfig(**{**vars(cfg), "guest": sections.GuestSection(**{**vars(cfg.guest), **guest})})
 
 
 # 1. one record of the prepared host ---------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_a_run_with_no_nic_takes_what_host_prepare_set_up_and_says_so_first(tmp_
     g = choice.cfg.guest
     assert g.bdf == (NIC,), "the sibling that only came along with the group is not passed through"
     assert (g.hugepages, g.hugepage_size) == (True, "2M")
-    assert (g.address, g.client_address) == (config.DEFAULT_ADDRESS, config.DEFAULT_CLIENT_ADDRESS)
+    assert (g.address, g.client_address) == (wire.DEFAULT_ADDRESS, wire.DEFAULT_CLIENT_ADDRESS)
     assert choice.source == "host-prepare" and choice.to_json()["bdf"] == [NIC]
 
 
@@ -159,10 +159,10 @@ def test_run_print_xml_on_a_host_host_prepare_set_up_uses_its_nic_and_pages(
 # 2. the wire's addresses --------------------------------------------------------------------------
 def test_one_address_given_the_other_is_the_first_free_host_of_its_network() -> None:
     names = ("--address", "--client-address")
-    assert config.wire("", "", names) == ("198.19.0.2/24", "198.19.0.1/24")
-    assert config.wire("10.9.0.1/24", "", names) == ("10.9.0.1/24", "10.9.0.2/24")
-    assert config.wire("", "198.18.7.5/30", names) == ("198.18.7.6/30", "198.18.7.5/30")
-    for default in (config.DEFAULT_ADDRESS, config.DEFAULT_CLIENT_ADDRESS):
+    assert wire.wire("", "", names) == ("198.19.0.2/24", "198.19.0.1/24")
+    assert wire.wire("10.9.0.1/24", "", names) == ("10.9.0.1/24", "10.9.0.2/24")
+    assert wire.wire("", "198.18.7.5/30", names) == ("198.18.7.6/30", "198.18.7.5/30")
+    for default in (wire.DEFAULT_ADDRESS, wire.DEFAULT_CLIENT_ADDRESS):
         net = ipaddress.IPv4Interface(default).network
         assert net.subnet_of(ipaddress.IPv4Network("198.18.0.0/15")) and not net.overlaps(instance.LINK_RANGE)
 

@@ -21,7 +21,7 @@ from vmharness import cpus, digits
 from vmharness.cli import types as cli_types
 from vmharness.errors import HarnessError
 from vmharness.host.prepare import plan
-from vmharness.model import config, connections, libvirt_uri, profile, schema, wire
+from vmharness.model import checks, config, connections, libvirt_uri, profile, rules, schema, sections, wire
 from vmharness.model.bdf import parse_bdf
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -45,7 +45,7 @@ def _texts(alphabet: str) -> st.SearchStrategy[str]:
 @FAST
 @given(_texts("abAB09._-/ $;\n\x00ä"))
 def test_a_name_is_accepted_only_when_it_is_safe_in_a_path(text: str) -> None:
-    name = _value_or_error(config.check_name, text, "--name")
+    name = _value_or_error(checks.check_name, text, "--name")
     if name is not None:
         assert name == text and 1 <= len(name) <= 63 and name[0] not in "-."
         assert re.fullmatch(r"[A-Za-z0-9._-]+", name) and name not in (".", "..")
@@ -133,7 +133,7 @@ def test_a_libvirt_uri_is_accepted_only_from_the_allow_list(parts: dict[str, Any
     dest = accepted.destination
     assert dest is None or (not dest.startswith("-") and not any(c.isspace() for c in dest))
     assert (dest is None) == (scheme in ("qemu", "qemu+unix") and rest.startswith("/"))
-    assert config.check_uri(uri, "guest.uri") == uri
+    assert libvirt_uri.check(uri, "guest.uri") == uri
 
 
 @FAST
@@ -203,9 +203,9 @@ def _field_names(cls: type) -> set[str]:
     return names
 
 
-KEYS = sorted(_field_names(config.RunConfig) | {n for c in (config.ServerSection, config.InstanceSection,
-               config.ClientSection, config.SweepSection, config.SamplerSection, config.TuningSection,
-               config.GuestSection, profile.Profile) for n in _field_names(c)} | {"base"})
+KEYS = sorted(_field_names(sections.RunConfig) | {n for c in (sections.ServerSection, sections.InstanceSection,
+               sections.ClientSection, sections.SweepSection, sections.SamplerSection, sections.TuningSection,
+               sections.GuestSection, profile.Profile) for n in _field_names(c)} | {"base"})
 SCALARS = (st.booleans() | st.integers(-(2**70), 2**70) | st.integers(-3, 70000)
            | st.floats(allow_nan=True, allow_infinity=True)
            | st.sampled_from(["", "auto", "2M", "seeds", "none", "a", "-x", "../x", "8:4:1", "16:256:16",
@@ -220,7 +220,7 @@ TABLES = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=5), VALUES, ma
 @WHOLE
 @given(TABLES)
 def test_any_table_gives_a_bench_configuration_or_one_error(data: dict[str, Any]) -> None:
-    cfg = _value_or_error(lambda: config.validate(schema.table("config", config.BenchConfig, data)))
+    cfg = _value_or_error(lambda: rules.validate(schema.table("config", sections.BenchConfig, data)))
     if cfg is not None:
         assert config.from_json(cfg.to_json()) == cfg
 
@@ -228,7 +228,7 @@ def test_any_table_gives_a_bench_configuration_or_one_error(data: dict[str, Any]
 @WHOLE
 @given(TABLES)
 def test_any_table_gives_a_run_configuration_or_one_error(data: dict[str, Any]) -> None:
-    cfg = _value_or_error(lambda: config.validate(schema.table("config", config.RunConfig, data)))
+    cfg = _value_or_error(lambda: rules.validate(schema.table("config", sections.RunConfig, data)))
     if cfg is not None:
         assert config.run_from_json(cfg.to_json()) == cfg
 
@@ -237,8 +237,8 @@ def test_any_table_gives_a_run_configuration_or_one_error(data: dict[str, Any]) 
 @given(st.dictionaries(st.sampled_from(["sweep", "guest", "server", "client", "instance", "samplers", "tuning"]),
                        st.dictionaries(st.sampled_from(KEYS), SCALARS, max_size=4), max_size=4))
 def test_any_section_of_known_keys_gives_a_configuration_or_one_error(data: dict[str, Any]) -> None:
-    for cls in (config.BenchConfig, config.RunConfig):
-        _value_or_error(lambda c=cls: config.validate(schema.table("config", c, data)))
+    for cls in (sections.BenchConfig, sections.RunConfig):
+        _value_or_error(lambda c=cls: rules.validate(schema.table("config", c, data)))
 
 
 @WHOLE

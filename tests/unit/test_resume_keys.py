@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from vmharness.bench import capacity, clients, plan, sweep
-from vmharness.model import config
+from vmharness.model import config, sections
 from vmharness.rundir import record_check
 from vmharness.rundir.store import RECORDS, RunDir
 
@@ -76,11 +76,11 @@ def fake_sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     yield state
 
 
-def _sweep(cfg: config.BenchConfig, run: RunDir) -> sweep.Sweep:
+def _sweep(cfg: sections.BenchConfig, run: RunDir) -> sweep.Sweep:
     return sweep.Sweep(cfg, run, None, lambda line: None, OWNER)  # type: ignore[arg-type]  # no host is read
 
 
-def _configs() -> dict[str, config.BenchConfig]:
+def _configs() -> dict[str, sections.BenchConfig]:
     two = [{"name": "a"}, {"name": "b"}]
     load = {"percents": [50, 90], "capacity": 0}
     return {
@@ -119,7 +119,7 @@ def _check(path: Path, whole: set[tuple[str, str]], retried: set[str] = frozense
     assert whole <= succeeded and {key for _, key in succeeded - whole} <= retried
 
 
-def _run(cfg: config.BenchConfig, path: Path, state: dict[str, Any], kill_at: int | None = None,
+def _run(cfg: sections.BenchConfig, path: Path, state: dict[str, Any], kill_at: int | None = None,
          torn: bool = False) -> None:
     state.update(appends=0, kill_at=kill_at, torn=torn, failed=set())
     run = RunDir.create(path, {"kind": "bench", "config": cfg.to_json()})

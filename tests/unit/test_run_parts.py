@@ -15,7 +15,7 @@ from vmharness.experiment import runner
 from vmharness.guest import provenance, session
 from vmharness.guest.domain import Placement
 from vmharness.journal import journal, restore
-from vmharness.model import config
+from vmharness.model import config, derived, sections
 from vmharness.rundir.store import RunDir
 from vmharness.system.root import HostRoot
 
@@ -26,7 +26,7 @@ def test_the_embedded_experiment() -> None:
         ("baseline", "mitigations=off", 0), ("pti", "mitigations=off pti=on", 0), ("control", "mitigations=off", 50)]
     assert cfg.control.cap == 50
     assert cfg.tuning.profile == "seeds" and cfg.guest.bdf == () and cfg.client[0].host == "local"
-    assert config.interleave(cfg) == "iteration"
+    assert derived.interleave(cfg) == "iteration"
     assert config.run_from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
 
 
@@ -45,7 +45,7 @@ def test_run_sessions_follow_the_rotated_order() -> None:
     assert [(p.instance, p.connections) for p in groups[0].points] == [
         ("baseline", 2), ("baseline", 8), ("baseline", 32), ("control", 2), ("control", 8), ("control", 32)]
     assert [p.instance for p in groups[3].points][:3] == ["control"] * 3
-    assert runner.rides(config.RunConfig()) == {}  # no control, no riders
+    assert runner.rides(sections.RunConfig()) == {}  # no control, no riders
     done = {"baseline/2/0", "baseline/8/0"}  # a resumed run boots only for what is missing
     left = runner.sessions([p for p in plan.points(cfg) if p.key not in done])
     assert left[0].instance == "baseline" and [p.key for p in left[0].points] == ["baseline/32/0"]
@@ -72,10 +72,10 @@ def test_sweep_pipeline_twins_every_instance_and_the_twins_ride_on_its_boots(tmp
 
 
 def test_instances_alike_but_for_a_live_setting_ride_and_alike_in_all_boot_apart() -> None:
-    a = config.InstanceSection("a", cmdline="x")
-    cfg = config.RunConfig(instance=(a, config.InstanceSection("a-capped", cmdline="x", vcpu_cap=80),
-                                     config.InstanceSection("a-again", cmdline="x"),
-                                     config.InstanceSection("b", cmdline="y", pipeline=8)))
+    a = sections.InstanceSection("a", cmdline="x")
+    cfg = sections.RunConfig(instance=(a, sections.InstanceSection("a-capped", cmdline="x", vcpu_cap=80),
+                                     sections.InstanceSection("a-again", cmdline="x"),
+                                     sections.InstanceSection("b", cmdline="y", pipeline=8)))
     assert runner.rides(cfg) == {"a-capped": "a"}  # an A/A pair boots apart; b's guest is its own
 
 
@@ -282,7 +282,7 @@ def test_the_control_flags_help_names_the_cap_it_sets(capsys: pytest.CaptureFixt
     from vmharness.cli import main as cli
 
     assert cli.main(["run", "--help"]) == 0
-    assert f"capped to {config.CONTROL_CAP}% of a CPU" in " ".join(capsys.readouterr().out.split())
+    assert f"capped to {sections.CONTROL_CAP}% of a CPU" in " ".join(capsys.readouterr().out.split())
 
 
 def test_an_instances_own_init_wins_over_the_minimal_init() -> None:

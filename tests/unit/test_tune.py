@@ -13,8 +13,9 @@ from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.model import profile
 from vmharness.system.root import HostRoot
-from vmharness.tune import apply, knobs
+from vmharness.tune import apply, facts, knobs
 from vmharness.tune.access import HostTarget
+from vmharness.tune.plan import Plan
 
 NIC = "0000:b3:00.0"
 
@@ -56,12 +57,12 @@ def nic_host(tmp_path: Path, nodes: int, per_node: int, nic_node: int, queues: i
     return h
 
 
-def _plan(h: FakeHost, prof: str = "seeds", writable: bool = False) -> knobs.Plan:
+def _plan(h: FakeHost, prof: str = "seeds", writable: bool = False) -> Plan:
     t = HostTarget(HostRoot(h.base, allow_writes=writable))
     return knobs.make(t, profile.load(prof), ("eth0",), is_host=True)
 
 
-def _after(plan: knobs.Plan, path: str) -> str:
+def _after(plan: Plan, path: str) -> str:
     return next(c.after for c in plan.changes if c.path.endswith(path))
 
 
@@ -97,7 +98,7 @@ def test_seed_000_two_nodes_of_16_irq_on_cpu_16(tmp_path: Path) -> None:
     ("eth0-rxtx-1", 1), ("eth0-event-2", None), ("gve-ntfy-blk3@pci:0000:00:04.0", 3),
 ])
 def test_queue_vectors_are_told_from_misc_ones_by_their_names(label: str, queue: int | None) -> None:
-    assert knobs.vector_queue(label, "eth0") == queue
+    assert facts.vector_queue(label, "eth0") == queue
 
 
 def test_e1000e_rx_and_tx_vectors_of_a_queue_share_its_cpu_and_the_other_vector_stays(tmp_path: Path) -> None:

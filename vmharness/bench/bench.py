@@ -16,8 +16,8 @@ from vmharness import __version__
 from vmharness.bench import plan, sweep, tuning
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
-from vmharness.model import config
-from vmharness.model.config import BenchConfig
+from vmharness.model import config, rules
+from vmharness.model.sections import BenchConfig
 from vmharness.progress import Say
 from vmharness.rundir.store import RunDir
 from vmharness.system import proc
@@ -74,7 +74,7 @@ def new_run(cfg: BenchConfig, out: Path) -> RunDir:
 def reopen(path: Path) -> tuple[BenchConfig, RunDir]:
     """A run directory `bench` wrote, checked to be resumed (store.RunDir.resume), and its configuration."""
     run = RunDir.resume(path, "bench")
-    return config.validate(config.from_json(run.manifest["config"])), run
+    return rules.validate(config.from_json(run.manifest["config"])), run
 
 
 def execute(cfg: BenchConfig, run: RunDir, root: HostRoot, say: Say) -> dict[str, int]:

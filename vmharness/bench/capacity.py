@@ -15,7 +15,7 @@ from vmharness.bench import server
 from vmharness.bench.clients import Client, merge, open_runs, run_together, wrk_runs
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
-from vmharness.model.config import BenchConfig
+from vmharness.model.sections import BenchConfig
 from vmharness.rundir.store import RunDir
 from vmharness.system.root import HostRoot
 

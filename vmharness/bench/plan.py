@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmharness.bench import search
-from vmharness.model import config
-from vmharness.model.config import BenchConfig
+from vmharness.model import derived, sections
+from vmharness.model.sections import BenchConfig
 
 TARGET = 0.02  # the adaptive search's relative interval width at the peak, unless sweep.until_ci names one
 
@@ -44,7 +44,7 @@ def points(cfg: BenchConfig) -> list[Point]:
     out = []
     for it in range(cfg.sweep.iterations):
         order = _order(cfg, it)
-        if config.interleave(cfg) == "point":
+        if derived.interleave(cfg) == "point":
             out += [Point(it, c, n) for c in cfg.counts for n in order]
         else:
             out += [Point(it, c, n) for n in order for c in cfg.counts]
@@ -123,7 +123,7 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     measured = _measurements(records)
     tried = {r["key"] for r in measured}
     seen = curve(cfg, measured)
-    if config.interleave(cfg) == "point":  # every instance at a count before the search goes on
+    if derived.interleave(cfg) == "point":  # every instance at a count before the search goes on
         behind = [p for c in sorted(seen) for n in _order(cfg, 0) if (p := Point(0, c, n)).key not in tried]
         if behind:
             return behind
@@ -206,7 +206,7 @@ def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str,
 def loaded(cfg: BenchConfig) -> list[str]:
     """The instances the open-loop load measures: all but a run's positive control (whose cap is a known
     cost at saturation, not a latency to compare) and pipelined ones (oha does not pipeline)."""
-    control = cfg.control if isinstance(cfg, config.RunConfig) and cfg.control.cap else None
+    control = cfg.control if isinstance(cfg, sections.RunConfig) and cfg.control.cap else None
     return [i.name for i in cfg.instance if (control is None or i.name != control.name) and i.pipeline == 1]
 
 

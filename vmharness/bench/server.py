@@ -31,7 +31,7 @@ from vmharness.system.machine import Machine, alive, read, stop_process
 from vmharness.system.root import HostRoot
 
 if TYPE_CHECKING:
-    from vmharness.model.config import InstanceSection
+    from vmharness.model.sections import InstanceSection
 
 TEMPLATE = data.NGINX_TEMPLATE
 FILE = "index.bin"

@@ -21,7 +21,7 @@ from vmharness.bench import clients as clients_mod
 from vmharness.bench.plan import Point
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
-from vmharness.model.config import BenchConfig, InstanceSection
+from vmharness.model.sections import BenchConfig, InstanceSection
 from vmharness.rundir.store import RunDir
 from vmharness.signals import shielded
 from vmharness.system import proc

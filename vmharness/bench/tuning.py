@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmharness.model import profile
-from vmharness.model.config import BenchConfig
+from vmharness.model.sections import BenchConfig
 from vmharness.progress import Say
 from vmharness.system.root import HostRoot
 from vmharness.tune import access, apply, knobs

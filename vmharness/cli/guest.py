@@ -11,7 +11,7 @@ from vmharness import textsafe
 from vmharness.cli import types as cli_types
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
-from vmharness.model import config, schema
+from vmharness.model import libvirt_uri, schema, sections
 from vmharness.progress import say
 from vmharness.system.root import HostRoot
 
@@ -19,13 +19,16 @@ from vmharness.system.root import HostRoot
 def cmd_image_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vmharness.guest import image
+    from vmharness import data
+    from vmharness.guest import imagebuild
+    from vmharness.guest.kernelinput import kernel_input
+    from vmharness.guest.recipe import load_recipe
     from vmharness.system import imagedir
 
-    kernel = image.kernel_input(args.kernel, args.modules, args.kernel_config)
-    recipe = image.load_recipe(Path(args.recipe) if args.recipe else image.RECIPE_DIR, kernel)
-    images = image.image_dir(args.image_dir)
-    built, fresh = image.build(recipe, images, say, imagedir.flag(args.image_dir), args.force)
+    kernel = kernel_input(args.kernel, args.modules, args.kernel_config)
+    recipe = load_recipe(Path(args.recipe) if args.recipe else data.IMAGE_RECIPE, kernel)
+    images = imagedir.path(args.image_dir)
+    built, fresh = imagebuild.build(recipe, images, say, imagedir.flag(args.image_dir), args.force)
     m = built.meta
     if args.json:
         print(json.dumps({"folder": str(built.folder), "built_now": fresh, **m}, indent=2, sort_keys=True))
@@ -46,7 +49,7 @@ def _request(args: argparse.Namespace) -> Any:
     return VmRequest(
         name=args.name, memory_mib=args.memory, vcpus=args.vcpus, cmdline=args.cmdline or "",
         kernel=args.kernel, initrd=args.initrd, bdfs=tuple(args.bdf), managed=args.managed,
-        hugepages=args.hugepages, hugepage_size=args.hugepage_size, uri=config.check_uri(args.uri, "--uri"),
+        hugepages=args.hugepages, hugepage_size=args.hugepage_size, uri=libvirt_uri.check(args.uri, "--uri"),
         accel=args.accel,
         link=not args.no_link, image=args.image, image_dir=args.image_dir, owner=f"vm:{args.name}",
     )
@@ -161,10 +164,10 @@ def register(subs: Any, add: Any) -> None:
     p.add_argument("--managed", action="store_true",
                    help="let libvirt bind the devices to vfio-pci itself (default: host-prepare did)")
     p.add_argument("--hugepages", action="store_true", help="back guest memory with hugepages")
-    p.add_argument("--hugepage-size", default="2M", choices=schema.choices(config.HugepageSize),
+    p.add_argument("--hugepage-size", default="2M", choices=schema.choices(sections.HugepageSize),
                    help="page size (default 2M)")
     p.add_argument("--uri", default="qemu:///system", help="libvirt connection (qemu+ssh://HOST/system: remote)")
-    p.add_argument("--accel", default="auto", choices=schema.choices(config.Accel),
+    p.add_argument("--accel", default="auto", choices=schema.choices(sections.Accel),
                    help="auto: KVM if a probe guest runs under it, else TCG")
     p.add_argument("--no-link", action="store_true", help="no management link (tap + virtio-net)")
     p.add_argument("--image", metavar="DIR", help="an image folder (default: the current recipe's)")

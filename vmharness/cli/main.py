@@ -21,8 +21,8 @@ from vmharness.cli import run as cli_run
 from vmharness.cli import tune as cli_tune
 from vmharness.errors import HarnessError
 from vmharness.model.bdf import parse_bdf
-from vmharness.model.config import HugepageSize
 from vmharness.model.schema import choices
+from vmharness.model.sections import HugepageSize
 from vmharness.progress import say
 from vmharness.signals import terminate_as_interrupt
 from vmharness.system.root import HostRoot

@@ -20,18 +20,18 @@ if TYPE_CHECKING:
 
 
 def _flag_address(value: str | None, flag: str) -> str | None:
-    from vmharness.model import config
+    from vmharness.model import wire
 
     if value is not None and not value:
-        raise HarnessError(f"{flag} is empty", f"write an address with its prefix, e.g. {config.DEFAULT_ADDRESS}")
-    return None if value is None else config.check_address(value, flag)
+        raise HarnessError(f"{flag} is empty", f"write an address with its prefix, e.g. {wire.DEFAULT_ADDRESS}")
+    return None if value is None else wire.check_address(value, flag)
 
 
 def _choice(args: argparse.Namespace, root: HostRoot) -> Choice:
     """The configuration file (or the embedded experiment) with the flags on top, and where its NIC and
     hugepages come from (the flags, the file, or what host-prepare set up); each flag checked by name."""
     from vmharness.experiment import hostprep
-    from vmharness.model import config
+    from vmharness.model import config, derived, rules, sections
     from vmharness.model.bdf import parse_bdf
 
     cfg = config.load_run(Path(args.config) if args.config else None)
@@ -46,11 +46,11 @@ def _choice(args: argparse.Namespace, root: HostRoot) -> Choice:
                                 client_address=guest.client_address if client is None else client)
     cfg = dataclasses.replace(cfg, guest=guest)
     if args.control and not cfg.control.cap:
-        cfg = config.with_control(dataclasses.replace(cfg, control=dataclasses.replace(
-            cfg.control, cap=config.CONTROL_CAP)), "--control")
+        cfg = derived.with_control(dataclasses.replace(cfg, control=dataclasses.replace(
+            cfg.control, cap=sections.CONTROL_CAP)), "--control")
     given = hostprep.Given(bdf=bool(args.bdf), address=address is not None, client_address=client is not None)
     choice = hostprep.choose(root, cfg, given)
-    config.validate(choice.cfg)
+    rules.validate(choice.cfg)
     return choice
 
 
@@ -85,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vmharness.bench import server
     from vmharness.experiment import hostprep, runner
     from vmharness.journal import journal
-    from vmharness.model import config
+    from vmharness.model import config, rules
     from vmharness.rundir.store import REPORT, RunDir, check_new
 
     given = [name for name, on in (("CONFIG", args.config), ("--out", args.out is not None), ("--bdf", args.bdf),
@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         publish.preflight(Path(args.resume) / REPORT, f"--resume {args.resume}:")  # written at the end: said now
         run = RunDir.resume(Path(args.resume), "run")
-        choice = hostprep.choose(root, config.validate(config.run_from_json(run.manifest["config"])),
+        choice = hostprep.choose(root, rules.validate(config.run_from_json(run.manifest["config"])),
                                  hostprep.Given(resumed=True))
         client_name = "guest.client_address"
     else:

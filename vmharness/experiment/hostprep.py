@@ -23,7 +23,8 @@ from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.prepare import plan, prepare, show_plan
 from vmharness.journal import journal, restore
 from vmharness.model import schema
-from vmharness.model.config import HugepageSize, RunConfig, wire
+from vmharness.model.sections import HugepageSize, RunConfig
+from vmharness.model.wire import wire
 from vmharness.system.machine import for_uri
 from vmharness.system.root import HostRoot
 

@@ -20,10 +20,12 @@ from vmharness import cpus, progress
 from vmharness.bench import bench, plan, sweep, tuning
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
-from vmharness.guest import domain, image, provenance, session, vm
+from vmharness.guest import domain, image, imagebuild, provenance, session, vm
+from vmharness.guest.recipe import load_recipe
 from vmharness.model import profile
-from vmharness.model.config import InstanceSection, RunConfig
+from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir.store import POINTS, RunDir
+from vmharness.system import imagedir
 from vmharness.system.machine import for_uri
 from vmharness.system.root import HostRoot
 from vmharness.tune import access
@@ -120,11 +122,11 @@ def ensure_image(cfg: RunConfig, run: RunDir, say: progress.Say) -> str | None:
             raise HarnessError(f"the image this run started with is gone: {pinned}",
                                "start a new run (measurements from two images do not mix)")
         return str(pinned)
-    recipe = image.load_recipe()
-    images = image.image_dir()
+    recipe = load_recipe()
+    images = imagedir.path()
     if image.find(recipe, images) is None:
         say(f"building the guest image from {recipe.folder} (once; cached afterwards)")
-    built, _ = image.build(recipe, images, say)
+    built, _ = imagebuild.build(recipe, images, say)
     say(f"image {built.folder}")
     run.update_manifest(image=str(built.folder), image_meta=built.meta)
     return str(built.folder)

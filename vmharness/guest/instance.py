@@ -12,11 +12,13 @@ from pathlib import Path
 from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
+from vmharness.guest.recipe import load_recipe
 from vmharness.guest.vm import check_name, domain_name, new_uuid
 from vmharness.host.inspect import hugepages, pci, probes
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.prepare.plan import Plan as HostPlan
 from vmharness.journal import files
+from vmharness.system import imagedir
 from vmharness.system.machine import Machine, for_uri
 from vmharness.system.root import HostRoot
 
@@ -52,8 +54,8 @@ class VmRequest:
 def resolve_image(req: VmRequest, must_exist: bool = True) -> image.Image:
     if req.image:
         return image.load_image(Path(req.image))
-    recipe = image.load_recipe()
-    images = image.image_dir(req.image_dir)
+    recipe = load_recipe()
+    images = imagedir.path(req.image_dir)
     found = image.find(recipe, images)
     if found is not None:
         return found

@@ -17,7 +17,7 @@ from vmharness.errors import HarnessError
 from vmharness.guest import agent, domain, instance, placement, provenance, ssh, vm
 from vmharness.host.prepare import irqs
 from vmharness.journal import journal
-from vmharness.model.config import InstanceSection, RunConfig
+from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.system.machine import Machine, for_uri
 from vmharness.system.root import HostRoot
 

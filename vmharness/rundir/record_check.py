@@ -28,8 +28,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from vmharness.model.config import DAY, LoadSection, SweepSection
 from vmharness.model.connections import MAX_CONNECTIONS
+from vmharness.model.sections import DAY, LoadSection, SweepSection
 from vmharness.rundir.histogram import MOST_COUNT, MOST_US, PERCENTILES
 
 MOST = 2**63  # beyond any counter or figure the harness writes
@@ -39,7 +39,7 @@ SLACK = 0.05  # percentage points: a machine's CPU shares are rounded to 0.01 ea
 
 
 def _high(section: type, name: str) -> int:
-    """A configuration field's upper bound (model/config.py's `bounded`)."""
+    """A configuration field's upper bound (model/sections.py's `bounded`)."""
     field = next(f for f in dataclasses.fields(section) if f.name == name)
     return int(field.metadata["bounds"][1])
 

@@ -14,7 +14,7 @@ from vmharness.progress import Say
 from vmharness.signals import shielded
 from vmharness.system.root import HostRoot
 from vmharness.tune.access import Target, from_spec
-from vmharness.tune.knobs import Change, Plan, same
+from vmharness.tune.plan import Change, Plan, same
 
 
 def _ethtool(t: Target, path: str, value: str) -> None:

@@ -1,181 +1,23 @@
 """The knobs, as a plan: for each one the value now, the value wanted (computed from the machine's
-topology), and why, or the reason it is skipped on this machine. Nothing here writes."""
+topology, tune/facts.py), and why, or the reason it is skipped on this machine (tune/plan.py). Nothing
+here writes."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
 
-from vmharness.cpus import format_mask, parse_cpulist, parse_mask
-from vmharness.digits import integer, is_digits
+from vmharness.cpus import format_mask
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
-from vmharness.host.prepare import irqs
 from vmharness.model.profile import SEED_SYSCTLS, Profile
 from vmharness.tune.access import Target
+from vmharness.tune.facts import CPU, NET, Facts, Nic, facts
+from vmharness.tune.plan import Plan, Skip
 
-NET = "/sys/class/net"
-NODES = "/sys/devices/system/node"
-CPU = "/sys/devices/system/cpu"
 CLOCK = "/sys/devices/system/clocksource/clocksource0"
 # Integer sysctls where more is more room: a profile's value is a floor, never lowered to.
 FLOORS = {"net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog", "net.core.netdev_max_backlog", "fs.file-max",
           "fs.nr_open"}
-
-
-@dataclass(frozen=True)
-class Change:
-    knob: str
-    path: str  # a file; or `ethtool:IFACE:SETTING`; or `service:NAME`
-    before: str
-    after: str
-    why: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"knob": self.knob, "path": self.path, "before": self.before, "after": self.after, "why": self.why}
-
-
-@dataclass(frozen=True)
-class Skip:
-    knob: str
-    why: str
-
-
-@dataclass
-class Plan:
-    target: str
-    changes: list[Change] = field(default_factory=list)
-    kept: list[Change] = field(default_factory=list)  # already at the wanted value
-    skips: list[Skip] = field(default_factory=list)
-
-    def want(self, knob: str, path: str, before: str | None, after: str, why: str) -> None:
-        if before is not None:
-            before = " ".join(before.split())  # one line, single spaces (port ranges come tab-separated)
-        if before is None:
-            self.skips.append(Skip(knob, f"{path} does not exist here"))
-        elif same(before, after, knob):
-            self.kept.append(Change(knob, path, before, after, why))
-        else:
-            self.changes.append(Change(knob, path, before, after, why))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "changes": [c.to_json() for c in self.changes],
-                "kept": [c.to_json() for c in self.kept], "skipped": [{"knob": s.knob, "why": s.why}
-                                                                     for s in self.skips]}
-
-
-MASK_KNOBS = ("rps", "irq_affinity")
-
-
-def same(a: str, b: str, knob: str = "") -> bool:
-    """Equal as the kernel means them: masks by their CPUs, numbers and lists by their words."""
-    if knob in MASK_KNOBS:
-        return parse_mask(a) == parse_mask(b)
-    return a.split() == b.split()
-
-
-@dataclass(frozen=True)
-class Vector:
-    """One MSI/MSI-X interrupt of a NIC, as /proc/interrupts names it."""
-
-    irq: int
-    label: str
-    queue: int | None  # the queue its label numbers; None: a misc vector (link, mailbox, async events)
-
-
-@dataclass(frozen=True)
-class Nic:
-    name: str
-    node: int | None
-    rx_queues: tuple[str, ...]
-    vectors: tuple[Vector, ...] = ()  # in IRQ order
-
-    @property
-    def queues(self) -> dict[int, tuple[int, ...]]:
-        """Queue number -> its vectors' IRQs (an RX and a TX vector, or one for both), by queue."""
-        out: dict[int, list[int]] = {}
-        for v in self.vectors:
-            if v.queue is not None:
-                out.setdefault(v.queue, []).append(v.irq)
-        return {q: tuple(out[q]) for q in sorted(out)}
-
-    @property
-    def misc(self) -> tuple[Vector, ...]:
-        return tuple(v for v in self.vectors if v.queue is None)
-
-
-@dataclass(frozen=True)
-class Facts:
-    nr_cpus: int
-    online: tuple[int, ...]
-    nodes: dict[int, tuple[int, ...]]
-    nics: tuple[Nic, ...]
-
-    def node_cpus(self, node: int | None) -> tuple[int, ...]:
-        """A node's CPUs; the online ones for a node that has none (memory only) or is unknown."""
-        return self.nodes.get(node if node is not None else 0) or self.online
-
-    def node_of(self, cpu: int) -> int | None:
-        return next((n for n, cpus in self.nodes.items() if cpu in cpus), None)
-
-
-# What drivers call the vectors that carry no queue: virtio's `virtio0-config`, mlx5's
-# `mlx5_async0@pci:…` (older: `mlx5_cmd_eq`, `mlx5_pages_eq`), mlx4's `mlx4-async@…`, i40e's and
-# ice's `…:misc`, iavf's `…:mbx`, vmxnet3's `eth0-event-N`, ena's and gve's `…-mgmnt@…`. e1000e,
-# igb, igbvf and ixgbe name theirs after the interface alone (`eth0`: link state and "other" causes).
-MISC_WORDS = frozenset({"config", "control", "ctrl", "async", "cmd", "pages", "aux", "misc", "mbx", "event",
-                        "mgmnt", "mgmt", "other", "link", "lsc", "err", "eq"})
-# A queue's vector ends in its number, after the queue's word or a separator: `eth0-rx-0`,
-# `eth0-TxRx-3`, ena's `eth0-Tx-Rx-1`, `virtio0-input.2`, `mlx5_comp7`, `mlx4-1`, `gve-ntfy-blk0`.
-_QUEUE = re.compile(r"(?:^|[-_.])(?:(?:tx-?rx|rx-?tx|rx|tx|input|output|comp|queue|blk|fp)[-_.]?)?([0-9]{1,5})$",
-                    re.IGNORECASE)
-
-
-def vector_queue(label: str, iface: str) -> int | None:
-    """The queue a vector of `iface` serves, from its label; None for a misc vector. A shared
-    `virtioN-virtqueues` vector carries every queue: it counts as queue 0's."""
-    base = label.split("@", 1)[0]
-    if base.startswith(iface) and base[len(iface):len(iface) + 1] in ("-", "_", "."):
-        base = base[len(iface) + 1:]  # the interface's own name may hold a misc word or digits
-    elif base == iface:
-        return None
-    words = {w.rstrip("0123456789") for w in re.split(r"[^a-z0-9]+", base.lower())}
-    if words & MISC_WORDS:
-        return None
-    if base.endswith("-virtqueues"):
-        return 0
-    m = _QUEUE.search(base)
-    return int(m.group(1)) if m else None
-
-
-def _vectors(t: Target, iface: str) -> tuple[Vector, ...]:
-    msi: list[str] = []
-    for where in (f"{NET}/{iface}/device/msi_irqs", f"{NET}/{iface}/device/../msi_irqs"):
-        msi = t.listdir(where)
-        if msi:
-            break
-    numbers = {int(n) for n in msi if is_digits(n)}
-    listed = irqs.names(t.read("/proc/interrupts") or "")
-    return tuple(Vector(n, listed[n], vector_queue(listed[n], iface)) for n in sorted(numbers & set(listed)))
-
-
-def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
-    possible, online = (parse_cpulist(t.read(f"{CPU}/{n}") or "0", f"{CPU}/{n}") for n in ("possible", "online"))
-    if not possible or not online:
-        raise HarnessError(f"{CPU}/{'online' if possible else 'possible'} lists no CPU", "the host root is damaged")
-    nodes = {}
-    for d in t.listdir(NODES):
-        if re.fullmatch(r"node[0-9]{1,4}", d):
-            nodes[int(d[4:])] = parse_cpulist(t.read(f"{NODES}/{d}/cpulist") or "", f"{NODES}/{d}/cpulist")
-    nics = []
-    for iface in ifaces:
-        node_text = t.read(f"{NET}/{iface}/device/numa_node") or t.read(f"{NET}/{iface}/device/../numa_node")
-        node = integer(node_text or "", signed=True)
-        node = node if node is not None and node >= 0 else None
-        rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if q.startswith("rx-") and is_digits(q[3:])),
-                          key=lambda q: int(q[3:])))  # the kernel's rx-N only: anything else is no queue
-        nics.append(Nic(iface, node, rx, _vectors(t, iface)))
-    return Facts(max(possible) + 1, online, nodes or {0: online}, tuple(nics))
 
 
 def _queue_cpus(f: Facts, nic: Nic) -> dict[int, int]:
@@ -334,8 +176,6 @@ def make(t: Target, p: Profile, ifaces: tuple[str, ...], is_host: bool) -> Plan:
     plan = Plan(t.label)
     missing = [n for n in ifaces if t.read(f"{NET}/{n}/ifindex") is None]
     if missing:
-        from vmharness.errors import HarnessError
-
         raise HarnessError(f"{t.label} has no interface {missing[0]}", f"its interfaces: {', '.join(t.listdir(NET))}")
     _irqbalance(t, p, plan)
     if not ifaces and (p.irq_affinity, p.rps, p.rfs, p.coalescing) != ("keep", "keep", None, "keep"):

@@ -1,0 +1,165 @@
+"""`image build`: the guest image from a recipe (guest/recipe.py) — a Debian root made by mmdebstrap,
+turned into an ext4 qcow2 with `mkfs.ext4 -d` (no loop mount), its kernel and initrd copied out beside
+it for direct boot. An image is built in a temporary folder of the image folder and renamed into place
+only when complete; one build at a time per folder, and the unfinished builds of a builder that died
+are removed by the next."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from vmharness.digits import is_digits
+from vmharness.errors import HarnessError
+from vmharness.guest import kernelfile
+from vmharness.guest.image import Image, find
+from vmharness.guest.recipe import Recipe
+from vmharness.progress import Progress, Say
+from vmharness.system import imagedir, proc
+from vmharness.system.machine import Machine, alive
+
+_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
+
+
+def _pick_kernel(boot: Path, release: str | None) -> tuple[Path, Path | None, str]:
+    kernels = sorted(boot.glob("vmlinuz-*"))
+    if release is not None:
+        kernels = [k for k in kernels if k.name == f"vmlinuz-{release}"]
+    if not kernels:
+        raise HarnessError(f"the image has no kernel{' ' + release if release else ''} in /boot",
+                           "add linux-image-amd64 to the recipe's packages, or pass --kernel")
+    kernel = kernels[-1]
+    rel = kernel.name.removeprefix("vmlinuz-")
+    initrd = boot / f"initrd.img-{rel}"
+    return kernel, initrd if initrd.exists() else None, rel
+
+
+def _mmdebstrap(recipe: Recipe, rootfs: Path) -> None:
+    argv: list[str] = ["mmdebstrap", "--mode=root", f"--variant={recipe.variant}", "--quiet"]
+    includes = list(recipe.packages)
+    if recipe.kernel and recipe.kernel.deb:
+        includes.append(str(recipe.kernel.deb))
+    argv.append("--include=" + ",".join(includes))
+    argv += [f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES]
+    argv.append(f"--customize-hook={recipe.folder / 'hooks' / 'customize.sh'}")
+    argv += [recipe.suite, str(rootfs), recipe.mirror]
+    env = {"VMH_OVERLAY": str(recipe.folder / "overlay"), "VMH_KERNEL": "", "VMH_MODULES": "", "VMH_KVER": "",
+           "VMH_CONFIG": ""}
+    k = recipe.kernel
+    if k and k.kernel:
+        env.update(VMH_KERNEL=str(k.kernel), VMH_MODULES=str(k.modules or ""), VMH_KVER=k.release,
+                   VMH_CONFIG=str(k.config or ""))
+    result = proc.run(argv, timeout=3600, env=env, check=False)
+    if not result.ok:
+        generic = ("mmdebstrap failed", "setup failed", "command failed")
+        why = [line for line in result.stderr.splitlines()
+               if line.startswith("E: ") and not any(g in line for g in generic)]
+        raise HarnessError(f"image build: mmdebstrap failed (exit {result.returncode}): "
+                           + (why[0][3:] if why else result.stderr.strip()[-300:]),
+                           "the lines above say more; a mirror problem shows as a download error")
+
+
+def _used_mib(folder: Path) -> int:
+    out = proc.run(["du", "-sx", "--block-size=1M", str(folder)], timeout=600).stdout
+    return int(out.split()[0])
+
+
+def _stale_builds(images: Path) -> None:
+    """Remove unfinished builds whose builder is gone (a crash or a kill -9)."""
+    for old in images.glob(".build-*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if is_digits(pid) and not alive(Machine(), int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def build(recipe: Recipe, images: Path, say: Say, named_by: str | None = None,
+          force: bool = False) -> tuple[Image, bool]:
+    """The image for `recipe`: found in `images` (False) or built now (True); `images` is made or checked
+    as the builds' own folder first (system/imagedir.py; `named_by` names it in errors)."""
+    existing = find(recipe, images)
+    if existing is not None:
+        return existing, False
+    if os.geteuid() != 0:
+        raise HarnessError("image build needs root (mmdebstrap --mode=root, file ownership in the image)",
+                           "run it with sudo")
+    imagedir.claim(images, named_by or imagedir.flag(), force)
+    with _one_builder(images, say):
+        existing = find(recipe, images)  # built while this one waited
+        if existing is not None:
+            return existing, False
+        _stale_builds(images)
+        work = images / f".build-{recipe.key()}-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        started = time.monotonic()
+        try:
+            with Progress("building the guest image", None):
+                image = _build_in(recipe, work, say, started)
+            final = images / recipe.key()
+            work.rename(final)
+            return Image(final, image.meta), True
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def _one_builder(images: Path, say: Say) -> Iterator[None]:
+    """One build at a time in a folder: a second `image build` of the same recipe waits for the first
+    and then finds its image (both building would cost twice the time and the loser's rename fails)."""
+    fd = os.open(images / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another image build in {images}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _build_in(recipe: Recipe, work: Path, say: Say, started: float) -> Image:
+    def step(n: int, text: str) -> None:
+        say(f"[{n}/4] {text} ({time.monotonic() - started:.0f} s)")
+
+    rootfs = work / "rootfs"
+    step(1, f"mmdebstrap {recipe.suite} from {recipe.mirror}: {len(recipe.packages)} packages and their dependencies")
+    _mmdebstrap(recipe, rootfs)
+    kernel, initrd, release = _pick_kernel(rootfs / "boot", recipe.kernel.release if recipe.kernel else None)
+    elf = kernelfile.uncompressed(kernel)
+    step(2, f"kernel {release}{'' if initrd else ' (no initrd: drivers must be built in)'} copied out for direct boot"
+         + (", with its vmlinux (booted through PVH: no decompression in the guest)" if elf else ""))
+    shutil.copyfile(kernel, work / "vmlinuz")
+    if elf is not None:
+        (work / "vmlinux").write_bytes(elf)
+    if initrd:
+        shutil.copyfile(initrd, work / "initrd.img")
+    used = _used_mib(rootfs)
+    size = used + used // 5 + recipe.free_mib + 64
+    step(3, f"mkfs.ext4 -d: {used} MiB of files in a {size} MiB filesystem")
+    raw = work / "disk.raw"
+    with raw.open("wb") as f:
+        f.truncate(size << 20)
+    proc.run(["mkfs.ext4", "-q", "-F", "-L", "vmh-root", "-E", "root_owner=0:0", "-d", str(rootfs), str(raw)],
+             timeout=1800)
+    shutil.rmtree(rootfs)
+    step(4, "qcow2")
+    proc.run(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(work / "disk.qcow2")],
+             timeout=1800)
+    raw.unlink()
+    versions = proc.run(["qemu-img", "info", "--output=json", str(work / "disk.qcow2")], timeout=60).stdout
+    meta = {
+        "key": recipe.key(), "suite": recipe.suite, "mirror": recipe.mirror, "packages": list(recipe.packages),
+        "kernel_release": release, "custom_kernel": bool(recipe.kernel), "cmdline": recipe.cmdline,
+        "filesystem_mib": size, "files_mib": used, "disk_bytes": json.loads(versions)["actual-size"],
+        "build_seconds": round(time.monotonic() - started, 1),
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (work / "image.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return Image(work, meta)

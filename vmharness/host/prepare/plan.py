@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import checks, hugepages, iommu, modules, netstate, vfio_users
+from vmharness.host.inspect import checks, hugepages, iommu, modules, vfio_users
+from vmharness.host.inspect.net import survey
+from vmharness.host.inspect.net.held import Held
+from vmharness.host.inspect.net.verdict import InUse, in_use
 from vmharness.host.inspect.pci import PciDevice, find, read_device
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.journal import journal
@@ -141,7 +144,7 @@ def group_members(root: HostRoot, group: int) -> list[PciDevice]:
             if root.exists(f"/sys/bus/pci/devices/{bdf}")]
 
 
-def _whose(why: netstate.InUse, held: netstate.Held) -> str:
+def _whose(why: InUse, held: Held) -> str:
     """Whether the SSH session is on this interface's stack, as far as the host can tell."""
     if why.ssh:
         return "this is your SSH connection"
@@ -151,10 +154,10 @@ def _whose(why: netstate.InUse, held: netstate.Held) -> str:
 
 
 def refuse_in_use(root: HostRoot, group: int | None, members: list[PciDevice], req: Request, plan: Plan) -> None:
-    held = netstate.reasons(root)
+    held = survey.reasons(root)
     for dev in members:
         for n in dev.netdevs:
-            why = netstate.in_use(root, n.name, held)
+            why = in_use(root, n.name, held)
             if why is None:
                 continue
             text = why.text(f"{dev.bdf} ({n.name})")

@@ -222,7 +222,7 @@ def _queues(w: _Writer, target: str) -> None:
 
 
 def _stack(w: _Writer, target: str) -> None:
-    """What the SSH guard reads of a netdev's stack (netstate): its upper and lower links, a bridge's
+    """What the SSH guard reads of a netdev's stack (host/inspect/net/stack.py): its upper and lower links, a bridge's
     ports and a bond's slaves."""
     entries = w.root.listdir(target)
     for entry in entries:

@@ -14,6 +14,7 @@ from vmharness.host.inspect.net.held import Held
 from vmharness.host.inspect.net.verdict import InUse, in_use
 from vmharness.host.inspect.pci import PciDevice, find, read_device
 from vmharness.host.libvirt import hugetlbfs
+from vmharness.host.libvirt.hugetlbfs_verdict import Verdict
 from vmharness.journal import journal
 from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot
@@ -96,7 +97,7 @@ class Plan:
     pages: Pages | None = None
     mount: str | None = None  # a hugetlbfs mount to make
     mount_existing: str | None = None
-    libvirt: hugetlbfs.Verdict | None = None  # whether the running libvirt daemon sees the mount
+    libvirt: Verdict | None = None  # whether the running libvirt daemon sees the mount
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import checks, hugepages, iommu, modules, vfio_users
+from vmharness.host.inspect import hugepages, iommu, modules, vfio_users
+from vmharness.host.inspect.hostcheck.facts import FAIL, gather
+from vmharness.host.inspect.hostcheck.passthrough import iommu_firmware, iommu_kernel
 from vmharness.host.inspect.net import survey
 from vmharness.host.inspect.net.held import Held
 from vmharness.host.inspect.net.verdict import InUse, in_use
@@ -121,11 +123,11 @@ class Plan:
 
 
 def _iommu_on(root: HostRoot) -> None:
-    facts = checks.gather(root)
-    for check in (checks.iommu_firmware, checks.iommu_kernel):
+    facts = gather(root)
+    for check in (iommu_firmware, iommu_kernel):
         c = check(facts)
-        if c.status == checks.FAIL:
-            half = "firmware" if check is checks.iommu_firmware else "kernel"
+        if c.status == FAIL:
+            half = "firmware" if check is iommu_firmware else "kernel"
             raise HarnessError(f"the IOMMU is off in the {half}: {c.detail}", c.fix)
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import hugepages, modules, probes, vfio_users
-from vmharness.host.inspect.checks import ACPI_TABLES, FIRMWARE_IOMMU
+from vmharness.host.inspect.hostcheck.facts import ACPI_TABLES, FIRMWARE_IOMMU
 from vmharness.host.inspect.iommu import GROUPS
 from vmharness.host.inspect.pci import PCI_DEVICES
 from vmharness.host.libvirt import hugetlbfs

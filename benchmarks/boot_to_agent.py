@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vmharness.guest import agent, domain, image, imagebuild, instance, session, vm
+from vmharness.guest import agent, domain, image, imagebuild, instance, running, session, vm
 from vmharness.guest.recipe import load_recipe
 from vmharness.journal import journal
 from vmharness.system import proc
@@ -43,7 +43,7 @@ def one_boot(root: HostRoot, req: instance.VmRequest) -> dict[str, float]:
         guest = vm.up(root, planned.spec, req.uri, planned.base_disk, domain.to_xml(planned.spec),
                       lambda _line: None, "vm:bench", link_net=planned.link_net)
     t2 = time.monotonic()
-    conn, dom = vm.domain(guest)
+    conn, dom = running.domain(guest)
     try:
         agent.run(dom, ["uname", "-r"])
     finally:

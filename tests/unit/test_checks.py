@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
-from vmharness.host.inspect import checks, hugepages, probes
+from vmharness.host.inspect import hugepages, probes
+from vmharness.host.inspect.hostcheck.facts import Check, Facts
+from vmharness.host.inspect.hostcheck.memory import hugeadm_pools
+from vmharness.host.inspect.hostcheck.rows import run_checks
 from vmharness.system.root import HostRoot
 
 
-def rows(root: Path) -> dict[str, checks.Check]:
-    return {c.name: c for c in checks.run_checks(HostRoot(root))}
+def rows(root: Path) -> dict[str, Check]:
+    return {c.name: c for c in run_checks(HostRoot(root))}
 
 
 def test_intel_host_with_iommu_on(host: FakeHost) -> None:
@@ -140,9 +143,9 @@ POOL_LIST = ("      Size  Minimum  Current  Maximum  Default\n"
              "1073741824        2        2        4         \n")  # as libhugetlbfs 2.23 prints it, trailing blanks too
 
 
-def live_facts() -> checks.Facts:
+def live_facts() -> Facts:
     """What host-check knows on the live host, with hugeadm run now (the other probes left out)."""
-    return checks.Facts(HostRoot("/"), frozenset(), None, [], [], 0, {"hugeadm": probes.hugeadm()})
+    return Facts(HostRoot("/"), frozenset(), None, [], [], 0, {"hugeadm": probes.hugeadm()})
 
 
 def fake_hugeadm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
@@ -157,7 +160,7 @@ def fake_hugeadm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> 
 
 def test_hugeadm_pools_are_reported_on_the_live_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_hugeadm(tmp_path, monkeypatch, f"[ \"$1\" = --pool-list ] || exit 3\ncat <<'END'\n{POOL_LIST}END")
-    c = checks.hugeadm_pools(live_facts())
+    c = hugeadm_pools(live_facts())
     assert (c.status, c.detail) == ("PASS", "2M (default): minimum 0, current 0, maximum 0; "
                                             "1G: minimum 2, current 2, maximum 4")
 
@@ -165,7 +168,7 @@ def test_hugeadm_pools_are_reported_on_the_live_host(tmp_path: Path, monkeypatch
 def test_without_hugeadm_the_row_is_skipped_with_the_install_hint(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    c = checks.hugeadm_pools(live_facts())
+    c = hugeadm_pools(live_facts())
     assert c.status == "SKIP" and "not installed" in c.detail and "libhugetlbfs-bin" in c.fix
 
 
@@ -184,13 +187,13 @@ def test_a_failing_hanging_or_garbled_hugeadm_is_a_warning(tmp_path: Path, monke
                                                            body: str, said: str) -> None:
     fake_hugeadm(tmp_path, monkeypatch, body)
     monkeypatch.setattr(probes, "HUGEADM_TIMEOUT", 0.5)
-    c = checks.hugeadm_pools(live_facts())
+    c = hugeadm_pools(live_facts())
     assert c.status == "WARN" and said in c.detail, c.detail
 
 
 def test_a_header_alone_lists_no_page_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_hugeadm(tmp_path, monkeypatch, "echo '      Size  Minimum  Current  Maximum  Default'")
-    assert checks.hugeadm_pools(live_facts()).detail == "hugeadm lists no page sizes"
+    assert hugeadm_pools(live_facts()).detail == "hugeadm lists no page sizes"
 
 
 def test_a_snapshot_shows_the_pools_hugeadm_printed_when_it_was_taken(host: FakeHost) -> None:
@@ -204,7 +207,7 @@ def test_a_snapshot_shows_the_pools_hugeadm_printed_when_it_was_taken(host: Fake
 
 @pytest.mark.skipif(shutil.which("hugeadm") is None, reason="libhugetlbfs-bin is not installed")
 def test_the_real_hugeadm_sees_the_page_sizes_sysfs_has() -> None:
-    c = checks.hugeadm_pools(live_facts())
+    c = hugeadm_pools(live_facts())
     assert c.status == "PASS", c.detail
     labels = [part.split(":")[0].removesuffix(" (default)") for part in c.detail.split("; ")]
     assert labels == [hugepages.size_label(k) for k in hugepages.sizes(HostRoot("/"))]

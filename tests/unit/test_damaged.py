@@ -17,7 +17,8 @@ import pytest
 from tests.fakehost import FakeHost
 from tests.unit.test_cli_errors import assert_one_line_error
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import hugepages, netstate
+from vmharness.host.inspect import hugepages
+from vmharness.host.inspect.net import survey, verdict
 from vmharness.host.prepare import plan
 from vmharness.model import config, tomlfile
 from vmharness.rundir.store import RunDir
@@ -228,7 +229,7 @@ def routed_host(tmp_path: Path) -> FakeHost:
 
 def why(host: FakeHost, iface: str = "eth1") -> str | None:
     root = HostRoot(host.base)
-    reason = netstate.in_use(root, iface, netstate.reasons(root))
+    reason = verdict.in_use(root, iface, survey.reasons(root))
     return None if reason is None else str(reason)
 
 

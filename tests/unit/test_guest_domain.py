@@ -12,7 +12,7 @@ from tests.fakehost import FakeHost
 from vmharness import cpus
 from vmharness.cli import main as cli
 from vmharness.errors import HarnessError
-from vmharness.guest import domain, instance, placement, vm
+from vmharness.guest import domain, instance, placement, record
 from vmharness.guest.domain import DomainSpec, Link, Placement
 from vmharness.system.root import HostRoot
 
@@ -187,7 +187,7 @@ def test_a_device_not_on_vfio_is_refused_unless_managed(tmp_path: Path) -> None:
 def test_bad_names_are_refused() -> None:
     for bad in ("", "Guest", "1abc", "a" * 12, "a_b"):
         with pytest.raises(HarnessError, match="not allowed"):
-            vm.check_name(bad)
+            record.check_name(bad)
 
 
 def test_link_takes_the_first_free_network() -> None:

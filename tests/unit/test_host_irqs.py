@@ -15,7 +15,7 @@ import pytest
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
 from vmharness.experiment import ops
-from vmharness.guest import placement, session, vm
+from vmharness.guest import placement, record, session
 from vmharness.guest.domain import Placement
 from vmharness.host.prepare import irqs
 from vmharness.journal import journal
@@ -200,7 +200,7 @@ def test_a_write_the_kernel_does_not_keep_puts_back_what_was_moved(tmp_path: Pat
 
 # the guest's session -----------------------------------------------------------------------------
 def booted(h: FakeHost, vcpus: tuple[int, ...], emulator: tuple[int, ...], node: int | None = 1) -> session.Booted:
-    guest = vm.Guest("r1", "qemu:///system", "uuid", "/o", "/c", True, ())
+    guest = record.Guest("r1", "qemu:///system", "uuid", "/o", "/c", True, ())
     return session.Booted(guest, None, "198.19.0.2", "eth1", {}, "", {},  # type: ignore[arg-type]
                           Placement(node, vcpus, emulator, "test"))
 

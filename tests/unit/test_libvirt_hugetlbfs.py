@@ -18,13 +18,15 @@ import pytest
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
 from vmharness.host.libvirt import daemon as libvirtd
+from vmharness.host.libvirt import driver_daemon, qemu_conf
 from vmharness.host.libvirt import hugetlbfs as lh
+from vmharness.host.libvirt.hugetlbfs_verdict import Mounted, decide
 from vmharness.system.root import HostRoot
 
 G1 = 1 << 20
 M2 = 2048
 T = 1_700_000_000.0  # a wall-clock time: the daemon's start in most cases
-NO_CONF = lh.Conf(None, 0.0)
+NO_CONF = qemu_conf.Conf(None, 0.0)
 
 
 def assert_one_line_error(rendered: str) -> None:
@@ -33,23 +35,23 @@ def assert_one_line_error(rendered: str) -> None:
 
 
 def daemon(started: float = T, name: str = "libvirtd", unit: str | None = None, owned: bool = False,
-           argv: tuple[str, ...] = ("/usr/sbin/libvirtd", "-d")) -> lh.Daemon:
-    return lh.Daemon(812, name, started, argv, unit, owned)
+           argv: tuple[str, ...] = ("/usr/sbin/libvirtd", "-d")) -> driver_daemon.Daemon:
+    return driver_daemon.Daemon(812, name, started, argv, unit, owned)
 
 
-def mount(ctime: float, path: str = "/run/vmharness/hugepages-1G", libvirt_dir: bool = False) -> lh.Mounted:
-    return lh.Mounted(path, ctime, libvirt_dir)
+def mount(ctime: float, path: str = "/run/vmharness/hugepages-1G", libvirt_dir: bool = False) -> Mounted:
+    return Mounted(path, ctime, libvirt_dir)
 
 
 def test_a_mount_older_than_the_daemon_is_seen() -> None:
-    v = lh.decide(daemon(), G1, [mount(T - 60)], NO_CONF, "8G")
+    v = decide(daemon(), G1, [mount(T - 60)], NO_CONF, "8G")
     assert v.sees and not v.fix
     assert v.said == ("libvirtd (pid 812) sees the 1G hugetlbfs at /run/vmharness/hugepages-1G (mounted before it "
                       "started)")
 
 
 def test_a_mount_newer_than_the_daemon_is_refused_with_the_command_that_restarts_it() -> None:
-    v = lh.decide(daemon(), G1, [mount(T + 5)], NO_CONF, "8G")
+    v = decide(daemon(), G1, [mount(T + 5)], NO_CONF, "8G")
     assert not v.sees
     assert v.said == ("libvirtd (pid 812) started before the 1G hugetlbfs at /run/vmharness/hugepages-1G was "
                       "mounted: it does not see it")
@@ -59,61 +61,61 @@ def test_a_mount_newer_than_the_daemon_is_refused_with_the_command_that_restarts
 
 def test_a_mount_within_a_second_of_the_start_counts_as_newer() -> None:
     """The two clocks are read at different ticks: too close to tell is "does not see"."""
-    assert not lh.decide(daemon(), G1, [mount(T - 0.5)], NO_CONF, "8G").sees
+    assert not decide(daemon(), G1, [mount(T - 0.5)], NO_CONF, "8G").sees
 
 
 def test_the_daemons_libvirt_directory_in_the_mount_is_proof_it_lists_it() -> None:
     """A guest the daemon started made libvirt/qemu in the mount, which moved the mount's ctime past the
     daemon's start: the directory says it lists the mount."""
-    v = lh.decide(daemon(), G1, [mount(T + 2, libvirt_dir=True)], NO_CONF, "8G")
+    v = decide(daemon(), G1, [mount(T + 2, libvirt_dir=True)], NO_CONF, "8G")
     assert v.sees and "its libvirt/qemu directory is there" in v.said
 
 
 def test_any_seen_mount_of_the_size_will_do() -> None:
     mounts = [mount(T + 5, "/run/vmharness/hugepages-1G"), mount(T - 100, "/dev/hugepages1G")]
-    v = lh.decide(daemon(), G1, mounts, NO_CONF, "8G")
+    v = decide(daemon(), G1, mounts, NO_CONF, "8G")
     assert v.sees and "/dev/hugepages1G" in v.said
 
 
 def test_no_mount_of_the_size_names_the_command_that_makes_one() -> None:
-    v = lh.decide(daemon(), G1, [], NO_CONF, "8G")
+    v = decide(daemon(), G1, [], NO_CONF, "8G")
     assert not v.sees and v.said == "no hugetlbfs of pagesize 1G is mounted"
     assert v.fix.startswith("mount one: vmharness host-prepare --hugepages 8G --hugepage-size 1G; then restart it:")
 
 
 def test_a_mount_about_to_be_made_will_not_be_seen_by_a_running_daemon() -> None:
-    v = lh.decide(daemon(), G1, [], NO_CONF, "8G", planned="/run/vmharness/hugepages-1G")
+    v = decide(daemon(), G1, [], NO_CONF, "8G", planned="/run/vmharness/hugepages-1G")
     assert not v.sees and "will not see it" in v.said
     assert v.fix.startswith("once it is mounted, restart it: kill 812")
 
 
 def test_the_modular_daemon_under_systemd_is_restarted_by_its_unit() -> None:
-    v = lh.decide(daemon(name="virtqemud", unit="virtqemud.service", argv=("/usr/sbin/virtqemud", "--timeout",
-                                                                            "120")), G1, [mount(T + 5)], NO_CONF, "8G")
+    v = decide(daemon(name="virtqemud", unit="virtqemud.service", argv=("/usr/sbin/virtqemud", "--timeout",
+                                                                       "120")), G1, [mount(T + 5)], NO_CONF, "8G")
     assert not v.sees and v.said.startswith("virtqemud (pid 812) started before")
     assert v.fix == "restart it: systemctl restart virtqemud.service" == f"restart it: {v.restart}"
 
 
 def test_a_foreground_daemon_is_started_again_as_a_daemon() -> None:
-    v = lh.decide(daemon(name="virtqemud", argv=("virtqemud", "--timeout", "120")), M2, [mount(T + 5)], NO_CONF,
-                  "512M")
+    v = decide(daemon(name="virtqemud", argv=("virtqemud", "--timeout", "120")), M2, [mount(T + 5)], NO_CONF,
+               "512M")
     assert v.restart.endswith("&& virtqemud --timeout 120 -d")
 
 
 def test_the_daemons_own_command_line_is_quoted_in_the_fix() -> None:
-    v = lh.decide(daemon(argv=("/opt/libvirt x/libvirtd", "--config", "/etc/a;b")), G1, [mount(T + 5)], NO_CONF,
-                  "8G")
+    v = decide(daemon(argv=("/opt/libvirt x/libvirtd", "--config", "/etc/a;b")), G1, [mount(T + 5)], NO_CONF,
+               "8G")
     assert v.restart.endswith("&& '/opt/libvirt x/libvirtd' --config '/etc/a;b' -d")
 
 
 def test_qemu_conf_naming_the_mount_lets_it_be_seen() -> None:
-    conf = lh.Conf(("/dev/hugepages", "/run/vmharness/hugepages-1G"), T - 1000)
-    assert lh.decide(daemon(), G1, [mount(T - 60)], conf, "8G").sees
+    conf = qemu_conf.Conf(("/dev/hugepages", "/run/vmharness/hugepages-1G"), T - 1000)
+    assert decide(daemon(), G1, [mount(T - 60)], conf, "8G").sees
 
 
 def test_qemu_conf_leaving_the_mount_out_names_the_line_to_set() -> None:
-    conf = lh.Conf(("/dev/hugepages",), T - 1000)
-    v = lh.decide(daemon(), G1, [mount(T - 60)], conf, "8G")
+    conf = qemu_conf.Conf(("/dev/hugepages",), T - 1000)
+    v = decide(daemon(), G1, [mount(T - 60)], conf, "8G")
     assert not v.sees
     assert "uses only the hugetlbfs mounts /etc/libvirt/qemu.conf names (/dev/hugepages)" in v.said
     assert v.fix.startswith('set hugetlbfs_mount = ["/dev/hugepages", "/run/vmharness/hugepages-1G"] in '
@@ -121,17 +123,17 @@ def test_qemu_conf_leaving_the_mount_out_names_the_line_to_set() -> None:
 
 
 def test_qemu_conf_with_no_mounts_disables_them_all() -> None:
-    v = lh.decide(daemon(), G1, [mount(T - 60)], lh.Conf((), T - 1000), "8G")
+    v = decide(daemon(), G1, [mount(T - 60)], qemu_conf.Conf((), T - 1000), "8G")
     assert not v.sees and "names (none)" in v.said
 
 
 def test_qemu_conf_changed_after_the_daemon_started_is_not_trusted() -> None:
-    v = lh.decide(daemon(), G1, [mount(T - 60)], lh.Conf(None, T + 30), "8G")
+    v = decide(daemon(), G1, [mount(T - 60)], qemu_conf.Conf(None, T + 30), "8G")
     assert not v.sees and "started before /etc/libvirt/qemu.conf last changed" in v.said
 
 
 def test_a_daemon_vmharness_started_is_marked_for_a_restart() -> None:
-    v = lh.decide(daemon(owned=True), G1, [mount(T + 5)], NO_CONF, "8G")
+    v = decide(daemon(owned=True), G1, [mount(T + 5)], NO_CONF, "8G")
     assert not v.sees and v.owned and "vmharness started it: it is restarted before a guest starts" in v.said
 
 
@@ -162,18 +164,18 @@ def _live(host: FakeHost) -> HostRoot:
 def test_the_daemon_is_read_from_proc_with_its_start_unit_and_command(host: FakeHost) -> None:
     _proc(host, 812, "virtqemud", 4200, "0::/system.slice/virtqemud.service",
           cmdline="/usr/sbin/virtqemud --timeout 120")
-    d = lh.read_daemon(HostRoot(host.base), 812, 1000.0, None)
-    assert d == lh.Daemon(812, "virtqemud", 1000.0 + 4200 / os.sysconf("SC_CLK_TCK"),
+    d = driver_daemon.read_daemon(HostRoot(host.base), 812, 1000.0, None)
+    assert d == driver_daemon.Daemon(812, "virtqemud", 1000.0 + 4200 / os.sysconf("SC_CLK_TCK"),
                           ("/usr/sbin/virtqemud", "--timeout", "120"), "virtqemud.service", False)
-    assert lh.read_daemon(HostRoot(host.base), 812, 1000.0, 812).owned  # type: ignore[union-attr]
-    assert lh.read_daemon(HostRoot(host.base), 999, 1000.0, None) is None, "gone"
+    assert driver_daemon.read_daemon(HostRoot(host.base), 812, 1000.0, 812).owned  # type: ignore[union-attr]
+    assert driver_daemon.read_daemon(HostRoot(host.base), 999, 1000.0, None) is None, "gone"
 
 
 def test_the_driver_pid_file_names_the_daemon_among_several(host: FakeHost) -> None:
     _proc(host, 700, "libvirtd", 100)
     _proc(host, 812, "virtqemud", 200)
     host.write("run/libvirt/qemu/driver.pid", "812\n")
-    assert lh._daemon_pids(HostRoot(host.base)) == [812]
+    assert driver_daemon.daemon_pids(HostRoot(host.base)) == [812]
 
 
 def test_several_daemons_and_no_driver_pid_are_refused(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,7 +254,7 @@ def test_a_damaged_libvirt_entry_in_a_snapshot_is_one_error_naming_it(host: Fake
     ("hugetlbfs_mount = []\n", ()),
 ])
 def test_qemu_conf_values_are_read(text: str, paths: tuple[str, ...] | None) -> None:
-    assert lh.parse_conf(text) == paths
+    assert qemu_conf.parse_conf(text) == paths
 
 
 @pytest.mark.parametrize("text", [
@@ -269,7 +271,7 @@ def test_qemu_conf_values_are_read(text: str, paths: tuple[str, ...] | None) -> 
 ])
 def test_a_damaged_qemu_conf_is_one_error_naming_it(text: str) -> None:
     with pytest.raises(HarnessError) as err:
-        lh.parse_conf(text)
+        qemu_conf.parse_conf(text)
     assert_one_line_error(err.value.render())
     assert "/etc/libvirt/qemu.conf" in err.value.message
     assert not Path("/tmp/vmh-hostile-pwned").exists()

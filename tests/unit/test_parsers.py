@@ -6,7 +6,8 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import hugepages, netstate, pciids
+from vmharness.host.inspect import hugepages, pciids
+from vmharness.host.inspect.net import routes, survey
 from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot
 
@@ -57,10 +58,10 @@ def test_routes_and_addresses(host: FakeHost) -> None:
     host.address("eth1", "198.18.0.77", 32)  # /32: only the host route would match; here its own
     host.route("eth2", "0.0.0.0", "0.0.0.0", gateway="198.18.0.254")
     root = HostRoot(host.base)
-    r4 = netstate.routes4(root)
+    r4 = routes.routes4(root)
     assert [str(r.network) for r in r4] == ["198.18.0.0/24", "198.18.0.77/32", "0.0.0.0/0"]
     assert r4[2].is_default and str(r4[2].gateway) == "198.18.0.254"
-    held = netstate.reasons(root)
+    held = survey.reasons(root)
     assert held.by_iface["eth2"] == ["default route"] and held.unreadable == []
     assert "address 198.18.0.1" in held.by_iface["eth1"] and "address 198.18.0.77" in held.by_iface["eth1"]
 
@@ -89,7 +90,7 @@ Local:
         def read_optional(self, p: object, *, limit: int = 0) -> str | None:
             return text
 
-    assert [str(a) for a in netstate.local_addrs4(Root("/nonexistent"))] == ["192.0.2.2"]
+    assert [str(a) for a in routes.local_addrs4(Root("/nonexistent"))] == ["192.0.2.2"]
 
 
 @pytest.mark.parametrize(("text", "kib"), [("2M", 2048), ("1G", 1048576), ("1024M", 1048576),

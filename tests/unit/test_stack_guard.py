@@ -18,7 +18,8 @@ import pytest
 from tests.fakehost import FakeHost
 from tests.unit.conftest import Cli
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import netstate, probes
+from vmharness.host.inspect import probes
+from vmharness.host.inspect.net import survey, verdict
 from vmharness.host.prepare import plan
 from vmharness.system.root import HostRoot
 
@@ -46,9 +47,9 @@ def refusal(host: FakeHost, bdf: str = "0000:b3:00.0") -> str:
     return e.value.message
 
 
-def in_use(host: FakeHost, iface: str, env: dict[str, str] | None = None) -> netstate.InUse | None:
+def in_use(host: FakeHost, iface: str, env: dict[str, str] | None = None) -> verdict.InUse | None:
     root = HostRoot(host.base)
-    return netstate.in_use(root, iface, netstate.reasons(root, env if env is not None else {}))
+    return verdict.in_use(root, iface, survey.reasons(root, env if env is not None else {}))
 
 
 def bond_in_bridge(host: FakeHost) -> None:
@@ -217,7 +218,7 @@ def ssh_host(tmp_path: Path) -> FakeHost:
 ])
 def test_the_route_to_the_ssh_peer_is_the_longest_prefix_match(tmp_path: Path, peer: str, iface: str) -> None:
     host = ssh_host(tmp_path)
-    held = netstate.reasons(HostRoot(host.base), {SSH: f"{peer} 51234 198.18.0.2 22"})
+    held = survey.reasons(HostRoot(host.base), {SSH: f"{peer} 51234 198.18.0.2 22"})
     assert held.ssh_iface == iface
     assert held.by_iface[iface][0] == f"the route to your SSH peer {peer.removeprefix('::ffff:')}"
 
@@ -230,7 +231,7 @@ def test_a_lower_metric_wins_among_equal_prefixes(tmp_path: Path) -> None:
     fields = route[1].split("\t")
     fields[6] = "100"  # ens1f0's default route: metric 100
     (host.base / "proc/net/route").write_text("\n".join([route[0], "\t".join(fields), route[2]]) + "\n")
-    assert netstate.reasons(HostRoot(host.base), {SSH: "203.0.113.9 1 198.18.0.2 22"}).ssh_iface == "eno1"
+    assert survey.reasons(HostRoot(host.base), {SSH: "203.0.113.9 1 198.18.0.2 22"}).ssh_iface == "eno1"
 
 
 def test_an_ipv6_peer_follows_ipv6_routes_and_a_link_local_one_its_scope(tmp_path: Path) -> None:
@@ -239,17 +240,17 @@ def test_an_ipv6_peer_follows_ipv6_routes_and_a_link_local_one_its_scope(tmp_pat
     host.route6("vmbr9", "2001:db8::", 64)
     host.route6("lo", "2001:db8::", 96)  # a local-table route on lo never carries a session out
     root = HostRoot(host.base)
-    assert netstate.reasons(root, {SSH: "2001:db8::9 5 2001:db8::1 22"}).ssh_iface == "vmbr9"
-    assert netstate.reasons(root, {SSH: "2001:db9::9 5 2001:db8::1 22"}).ssh_iface == "eno1"
-    assert netstate.reasons(root, {SSH: "fe80::9%ens1f1 5 fe80::1 22"}).ssh_iface == "ens1f1"
+    assert survey.reasons(root, {SSH: "2001:db8::9 5 2001:db8::1 22"}).ssh_iface == "vmbr9"
+    assert survey.reasons(root, {SSH: "2001:db9::9 5 2001:db8::1 22"}).ssh_iface == "eno1"
+    assert survey.reasons(root, {SSH: "fe80::9%ens1f1 5 fe80::1 22"}).ssh_iface == "ens1f1"
 
 
 def test_a_port_carrying_the_ssh_session_is_refused_as_your_ssh_connection(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     host = ssh_host(tmp_path)
     env = {SSH: "192.0.2.77 51234 192.0.2.10 22"}
-    reasons = netstate.reasons
-    monkeypatch.setattr(netstate, "reasons", lambda root: reasons(root, env))
+    reasons = survey.reasons
+    monkeypatch.setattr(survey, "reasons", lambda root: reasons(root, env))
     assert refusal(host) == ("0000:b3:00.0 (ens1f0) → bond0 → vmbr0 holds the route to your SSH peer 192.0.2.77, "
                              "route 192.0.2.0/24, default route, address 192.0.2.10: this is your SSH connection")
     env[SSH] = "203.0.113.9 51234 198.18.0.2 22"
@@ -260,7 +261,7 @@ def test_a_port_carrying_the_ssh_session_is_refused_as_your_ssh_connection(tmp_p
 @pytest.mark.parametrize("text", ["127.0.0.1 5 127.0.0.1 22", "::1 5 ::1 22", "198.18.0.2 5 198.18.0.2 22"])
 def test_a_session_from_this_host_itself_names_no_nic(tmp_path: Path, text: str) -> None:
     host = ssh_host(tmp_path)
-    held = netstate.reasons(HostRoot(host.base), {SSH: text})
+    held = survey.reasons(HostRoot(host.base), {SSH: text})
     assert held.ssh_iface is None and held.unreadable == []
 
 
@@ -297,7 +298,7 @@ def test_a_snapshot_is_not_judged_by_the_ssh_session_running_the_harness(tmp_pat
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     host = card(tmp_path)
     monkeypatch.setenv(SSH, "garbage")
-    assert netstate.in_use(HostRoot(host.base), "ens1f1", netstate.reasons(HostRoot(host.base))) is None
+    assert verdict.in_use(HostRoot(host.base), "ens1f1", survey.reasons(HostRoot(host.base))) is None
 
 
 @pytest.mark.parametrize(("recorded", "iface"), [("192.0.2.77 1 192.0.2.10 22", "vmbr0"), (None, None)])
@@ -305,14 +306,14 @@ def test_a_snapshot_is_judged_by_the_ssh_session_it_recorded(tmp_path: Path, rec
                                                              iface: str | None) -> None:
     host = ssh_host(tmp_path)
     host.write(probes.PROBES_FILE, json.dumps({"ssh_connection": recorded}))
-    assert netstate.reasons(HostRoot(host.base)).ssh_iface == iface
+    assert survey.reasons(HostRoot(host.base)).ssh_iface == iface
 
 
 def test_a_recorded_ssh_session_that_is_not_text_keeps_every_nic_in_use(tmp_path: Path) -> None:
     host = card(tmp_path)
     host.write(probes.PROBES_FILE, json.dumps({"ssh_connection": ["192.0.2.77", 1]}))
     root = HostRoot(host.base)
-    why = netstate.in_use(root, "ens1f1", netstate.reasons(root))
+    why = verdict.in_use(root, "ens1f1", survey.reasons(root))
     assert why is not None and "SSH_CONNECTION holds" in str(why)
 
 

@@ -86,11 +86,11 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
 def cmd_vm_exec(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vmharness.guest import agent, vm
+    from vmharness.guest import agent, record, running
 
     root = live_root(args.host_root, "vm exec", "drop --host-root (and VMHARNESS_HOST_ROOT)")
-    guest = vm.load(root, args.name)
-    conn, dom = vm.domain(guest)
+    guest = record.load(root, args.name)
+    conn, dom = running.domain(guest)
     try:
         if args.copy:
             local, _, remote = args.copy.partition(":")
@@ -109,22 +109,22 @@ def cmd_vm_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_console(args: argparse.Namespace) -> int:
-    from vmharness.guest import vm
+    from vmharness.guest import record, running
 
-    guest = vm.load(live_root(args.host_root, "vm console", "drop --host-root (and VMHARNESS_HOST_ROOT)"),
-                    args.name)
-    print(vm.console_tail(guest, lines=args.lines), end="")
+    guest = record.load(live_root(args.host_root, "vm console", "drop --host-root (and VMHARNESS_HOST_ROOT)"),
+                        args.name)
+    print(running.console_tail(guest, lines=args.lines), end="")
     print(f"(the whole log: {guest.console_log}; interactive: virsh -c {guest.uri} console "
-          f"{vm.domain_name(guest.name)})", file=sys.stderr)
+          f"{record.domain_name(guest.name)})", file=sys.stderr)
     return 0
 
 
 def cmd_vm_down(args: argparse.Namespace) -> int:
-    from vmharness.guest import vm
+    from vmharness.guest import record, vm
     from vmharness.journal import journal
 
     root = live_root(args.host_root, "vm down", "drop --host-root (and VMHARNESS_HOST_ROOT)")
-    guest = vm.load(root, args.name)
+    guest = record.load(root, args.name)
     with journal.Lock(root):
         vm.down(root, guest, say, grace=args.grace)
     return 0

@@ -75,11 +75,13 @@ def _where(root: HostRoot) -> str:
 
 
 def cmd_host_check(args: argparse.Namespace) -> int:
-    from vmharness.host.inspect import checks, show
+    from vmharness.host.inspect import show
+    from vmharness.host.inspect.hostcheck.facts import FAIL
+    from vmharness.host.inspect.hostcheck.rows import run_checks
 
     root = HostRoot.open(args.host_root)
-    results = checks.run_checks(root)
-    failed = any(c.status == checks.FAIL for c in results)
+    results = run_checks(root)
+    failed = any(c.status == FAIL for c in results)
     if args.json:
         _emit({"checks": [c.to_json() for c in results], "ok": not failed})
     else:

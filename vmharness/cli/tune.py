@@ -24,9 +24,9 @@ def _target(args: argparse.Namespace, root: HostRoot) -> Any:
     if kind == "client" and name:
         return access.ssh_target(name)
     if kind == "guest" and name:
-        from vmharness.guest import vm
+        from vmharness.guest import record
 
-        guest = vm.load(root, name)
+        guest = record.load(root, name)
         return access.guest_target(guest.uri, guest.uuid, name)
     raise HarnessError(f"unknown target {where!r}", "use host, guest:NAME (a `vm up` guest) or client:SSHNAME")
 

@@ -20,7 +20,7 @@ from vmharness import cpus, progress
 from vmharness.bench import bench, plan, sweep, tuning
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
-from vmharness.guest import domain, image, imagebuild, provenance, session, vm
+from vmharness.guest import domain, image, imagebuild, provenance, running, session
 from vmharness.guest.recipe import load_recipe
 from vmharness.model import profile
 from vmharness.model.sections import InstanceSection, RunConfig
@@ -169,7 +169,7 @@ class Runner:
         def before(point: plan.Point) -> None:
             want = self._instance(point.instance).vcpu_cap
             if want != state["cap"]:
-                vm.cap_vcpus(b.guest, want)
+                running.cap_vcpus(b.guest, want)
                 self.say(f"vCPUs of the guest {'capped to ' + str(want) + '%' if want else 'uncapped'} for "
                          f"{point.instance}")
                 state["cap"] = want
@@ -291,7 +291,7 @@ class Runner:
                                  "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs})
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
-                                  vcpu_probe=lambda: vm.vcpu_seconds(b.guest),
+                                  vcpu_probe=lambda: running.vcpu_seconds(b.guest),
                                   host_on=for_uri(b.guest.uri), host_devices=g.bdf,
                                   before_point=self._capper(b, inst.vcpu_cap),
                                   idle_of=self._idle_of(s)).execute(list(s.points), self._more(s),

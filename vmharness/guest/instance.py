@@ -13,7 +13,7 @@ from vmharness.errors import HarnessError
 from vmharness.guest import image, kernelfile, placement
 from vmharness.guest.domain import DomainSpec, Link
 from vmharness.guest.recipe import load_recipe
-from vmharness.guest.vm import check_name, domain_name, new_uuid
+from vmharness.guest.record import check_name, domain_name, new_uuid
 from vmharness.host.inspect import hugepages, pci, probes
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.prepare.plan import Plan as HostPlan

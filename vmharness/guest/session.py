@@ -14,7 +14,8 @@ from typing import Any
 
 from vmharness import cpus, progress
 from vmharness.errors import HarnessError
-from vmharness.guest import agent, domain, instance, placement, provenance, ssh, vm
+from vmharness.guest import agent, domain, instance, placement, provenance, running, ssh, vm
+from vmharness.guest.record import Guest
 from vmharness.host.prepare import irqs
 from vmharness.journal import journal
 from vmharness.model.sections import InstanceSection, RunConfig
@@ -43,7 +44,7 @@ done | sort
 
 @dataclass
 class Booted:
-    guest: vm.Guest
+    guest: Guest
     machine: Machine
     address: str  # where wrk connects
     iface: str  # the guest's interface that carries the benchmark
@@ -130,7 +131,7 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
                   boot_timeout=cfg.guest.boot_timeout, link_net=planned.link_net)
     try:
         assert guest.link is not None
-        conn, dom = vm.domain(guest)
+        conn, dom = running.domain(guest)
         try:
             timeout = AGENT_TIMEOUT * agent.patience(guest.kvm)
             ssh.authorize(dom, timeout)
@@ -150,13 +151,13 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
             address = guest.link["guest"].split("/")[0]
             iface = _iface_with(m, address)
         return Booted(guest, m, address, iface, provenance.facts(m), xml,
-                      pinning(planned.spec.placement, vm.affinity(guest)), planned.spec.placement)
+                      pinning(planned.spec.placement, running.affinity(guest)), planned.spec.placement)
     except BaseException:
         shutdown(root, guest, m, cfg, say)
         raise
 
 
-def shutdown(root: HostRoot, guest: vm.Guest, m: Machine | None, cfg: RunConfig, say: progress.Say) -> None:
+def shutdown(root: HostRoot, guest: Guest, m: Machine | None, cfg: RunConfig, say: progress.Say) -> None:
     if m is not None:
         ssh.close(m)
     vm.down(root, guest, say, grace=cfg.guest.shutdown_grace)

@@ -1,20 +1,17 @@
-"""A guest's life: define, start, wait for the agent, run commands, shut down, undefine.
+"""A guest's life: define, start, wait for the agent, shut down, undefine.
 
 Every boot runs on a fresh copy-on-write overlay of the image (the image itself is never written).
 The overlay and the domain are journaled before they exist, with their owner (`vm:NAME` for `vm up`,
 a run's id for its guests), and `up` undoes both on any failure, Ctrl-C, SIGTERM or SIGHUP; a
 harness that dies outright leaves them to the next run (a run's) or to `host-restore`. The journal's
-`domain` op is registered here: guests own their undo (the overlay is a host.files `file`). The
-caller holds the host lock (journal.Lock) around `up` and `down`.
+`domain` op is registered here, beside the code that makes the change: guests own their undo (the
+overlay is a journal.files `file`). The caller holds the host lock (journal.Lock) around `up` and
+`down`. What is kept about a running guest is record.py's; asking it things is running.py's.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import time
-import uuid
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,9 @@ import libvirt
 
 from vmharness.errors import HarnessError
 from vmharness.guest import agent, ssh
-from vmharness.guest.domain import CAP_PERIOD_US, DomainSpec, cap_quota
+from vmharness.guest.domain import DomainSpec
+from vmharness.guest.record import DOMAIN_PREFIX, Guest, domain_name, forget, save
+from vmharness.guest.running import console_tail
 from vmharness.host.libvirt import api
 from vmharness.journal import files, journal
 from vmharness.journal.journal import Op
@@ -30,104 +29,6 @@ from vmharness.progress import Progress, Say
 from vmharness.signals import shielded
 from vmharness.system.machine import Machine, for_uri
 from vmharness.system.root import HostRoot
-
-DOMAIN_PREFIX = "vmh-"
-STATE = "/run/vmharness/vms"  # name.json per running guest, on the machine running the harness
-
-
-@dataclass(frozen=True)
-class Guest:
-    """What the harness keeps about a running guest; enough to find it again from another command."""
-
-    name: str
-    uri: str
-    uuid: str
-    overlay: str
-    console_log: str
-    kvm: bool
-    seqs: tuple[int, ...]  # its journal records
-    link: dict[str, str] | None = None  # host and guest addresses of the management link
-    boot_seconds: float = 0.0
-
-    @property
-    def machine(self) -> Machine:
-        return for_uri(self.uri)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def check_name(name: str) -> None:
-    """A guest's name makes its domain (vmh-NAME), its tap (15 characters at most) and file names."""
-    if not re.fullmatch(r"[a-z][a-z0-9-]{0,10}", name):
-        raise HarnessError(f"guest name {name!r} (--name) is not allowed",
-                           "use 1 to 11 lower-case letters, digits or dashes, starting with a letter")
-
-
-def domain_name(name: str) -> str:
-    return DOMAIN_PREFIX + name
-
-
-def _state_file(root: HostRoot, name: str) -> Path:
-    return root.path(f"{STATE}/{name}.json")
-
-
-def load(root: HostRoot, name: str) -> Guest:
-    check_name(name)
-    path = _state_file(root, name)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise HarnessError(f"no guest named {name} is up", "start one with: vmharness vm up --name "
-                           f"{name}") from exc
-    except (ValueError, RecursionError, OSError) as exc:
-        raise HarnessError(f"{path} is damaged: {exc}", "remove it once the guest is gone (virsh list --all)") from exc
-    data["seqs"] = tuple(data["seqs"])
-    return Guest(**data)
-
-
-def domain(guest: Guest) -> tuple[libvirt.virConnect, libvirt.virDomain]:
-    conn = api.connect(guest.uri)
-    dom = api.lookup(conn, guest.uuid)
-    if dom is None or not dom.isActive():
-        conn.close()
-        raise HarnessError(f"guest {guest.name} is not running any more",
-                           f"look at its console log {guest.console_log}; clean up with: vmharness vm down "
-                           f"{guest.name}")
-    return conn, dom
-
-
-def vcpu_seconds(guest: Guest) -> list[float]:
-    """The CPU time each of the guest's vCPU threads has used, in seconds, as the host's kernel counts
-    it (libvirt reads each thread's runtime): the guest's own busy time counts time its vCPU waited
-    (for QEMU's I/O thread, or stolen by another task), this does not."""
-    conn, dom = domain(guest)
-    try:
-        return [float(t[2]) / 1e9 for t in dom.vcpus()[0]]
-    finally:
-        conn.close()
-
-
-def cap_vcpus(guest: Guest, percent: int) -> None:
-    """Cap each vCPU thread of the running guest to `percent` of a CPU (0: no cap), as <cputune>'s
-    period and quota do at definition: the kernel's CFS bandwidth control, through libvirt's cgroups."""
-    conn, dom = domain(guest)
-    try:
-        quota = cap_quota(percent) if percent else -1
-        dom.setSchedulerParametersFlags({"vcpu_period": CAP_PERIOD_US, "vcpu_quota": quota},
-                                        libvirt.VIR_DOMAIN_AFFECT_LIVE)
-    except libvirt.libvirtError as exc:
-        raise HarnessError(f"cannot cap {guest.name}'s vCPUs to {percent}%: {exc.get_error_message()}",
-                           "libvirt needs the cpu cgroup controller for this (`cat /proc/cgroups`)") from exc
-    finally:
-        conn.close()
-
-
-def console_tail(guest_or_log: Guest | str, machine: Machine | None = None, lines: int = 20) -> str:
-    path = guest_or_log.console_log if isinstance(guest_or_log, Guest) else guest_or_log
-    where = guest_or_log.machine if isinstance(guest_or_log, Guest) else machine or Machine()
-    res = where.run(["tail", "-n", str(lines), path], timeout=30, check=False)
-    return res.stdout.replace("\r", "") if res.ok else ""
 
 
 def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout: float) -> float:
@@ -152,27 +53,6 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
     raise HarnessError(f"the guest agent did not answer within {timeout:g} s; the console ends with:\n"
                        + _indent(console_tail(log, machine)),
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
-
-
-# The CPUs each thread of the guest's QEMU may run on, as the kernel has them (libvirt names vCPU
-# threads "CPU N/KVM" or "CPU N/TCG"). One process on the guest's machine.
-_AFFINITY = r"""
-{ read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0  # no newline in it
-allowed() { while read -r key value; do [ "$key" = Cpus_allowed_list: ] && echo "$value $2"; done < "$1"; }
-allowed "/proc/$pid/status" emulator
-for t in /proc/$pid/task/*; do read -r name < "$t/comm" && allowed "$t/status" "$name"; done 2>/dev/null
-"""
-
-
-def affinity(guest: Guest) -> dict[str, str]:
-    """Thread name -> allowed CPU list of the guest's QEMU, its main thread as "emulator" (empty: its
-    process was not found)."""
-    res = guest.machine.run(["sh", "-c", _AFFINITY, "sh", domain_name(guest.name)], timeout=30, check=False)
-    out: dict[str, str] = {}
-    for line in res.stdout.splitlines():
-        cpus, _, name = line.partition(" ")
-        out.setdefault(name, cpus)
-    return out
 
 
 def _indent(text: str) -> str:
@@ -231,7 +111,7 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
             say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")
         guest = Guest(spec.name.removeprefix(DOMAIN_PREFIX), uri, spec.uuid, spec.disk, spec.console_log,
                       spec.kvm, tuple(seqs), link, round(seconds, 1))
-        _save(root, guest)
+        save(root, guest)
         return guest
     except BaseException:
         _give_back(root, uri, spec.uuid, spec.disk, machine, seqs)
@@ -255,12 +135,6 @@ def _start(dom: libvirt.virDomain, spec: DomainSpec, machine: Machine) -> None:
         detail = str(exc).strip().splitlines()[-1]
         raise HarnessError(f"the guest did not start: {detail}",
                            "the console log may say more: " + spec.console_log) from exc
-
-
-def _save(root: HostRoot, guest: Guest) -> None:
-    root.mkdir(STATE, mode=0o700)
-    root.writable(f"{STATE}/{guest.name}.json").write_text(json.dumps(guest.to_json(), indent=2, sort_keys=True)
-                                                           + "\n")
 
 
 def _give_back(root: HostRoot, uri: str, dom_uuid: str, overlay: str, machine: Machine, seqs: list[int]) -> None:
@@ -288,16 +162,8 @@ def down(root: HostRoot, guest: Guest, say: Say, grace: float = 60) -> None:
         finally:
             conn.close()
         _give_back(root, guest.uri, guest.uuid, guest.overlay, guest.machine, list(guest.seqs))
-        _forget(root, guest.name)
+        forget(root, guest.name)
         say(f"undefined {domain_name(guest.name)}, removed {guest.overlay}")
-
-
-def _forget(root: HostRoot, name: str, dom_uuid: str | None = None) -> None:
-    """Drop the note `up` keeps about a guest (only if it is about that domain, when given)."""
-    note = f"{STATE}/{name}.json"
-    text = root.read_optional(note)
-    if text is not None and (dom_uuid is None or f'"{dom_uuid}"' in text):
-        root.remove(note)
 
 
 # The journal's ops for guests ------------------------------------------------------------------
@@ -308,13 +174,8 @@ def _describe_domain(rec: dict[str, Any]) -> str:
 def _undo_domain(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     """Found by its UUID only (never by a name another domain could have)."""
     api.remove(rec["uri"], rec["uuid"])
-    _forget(root, rec["name"].removeprefix(DOMAIN_PREFIX), rec["uuid"])
+    forget(root, rec["name"].removeprefix(DOMAIN_PREFIX), rec["uuid"])
     return []
 
 
 journal.register("domain", Op(_describe_domain, _undo_domain, ("uri", "uuid", "name")))
-
-
-
-def new_uuid() -> str:
-    return str(uuid.uuid4())

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmharness.digits import is_digits
-from vmharness.host.inspect import netstate
+from vmharness.host.inspect.net import survey
+from vmharness.host.inspect.net.verdict import InUse, in_use
 from vmharness.host.inspect.pci import PciDevice, scan
 from vmharness.system.root import HostRoot
 
@@ -34,7 +35,7 @@ class DeviceView:
     """A device as host-groups shows it: the PCI model plus what the host uses it for."""
 
     dev: PciDevice
-    active: dict[str, netstate.InUse]  # netdev name -> why the host uses it
+    active: dict[str, InUse]  # netdev name -> why the host uses it
 
     def to_json(self) -> dict[str, Any]:
         data = self.dev.to_json()
@@ -77,12 +78,12 @@ class Group:
 
 
 def device_views(root: HostRoot, devices: list[PciDevice]) -> list[DeviceView]:
-    held = netstate.reasons(root)
+    held = survey.reasons(root)
     views = []
     for d in devices:
         active = {}
         for n in d.netdevs:
-            why = netstate.in_use(root, n.name, held)
+            why = in_use(root, n.name, held)
             if why is not None:
                 active[n.name] = why
         views.append(DeviceView(d, active))

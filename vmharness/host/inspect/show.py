@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vmharness import table
-from vmharness.host.inspect.checks import Check
+from vmharness.host.inspect.hostcheck.facts import Check
 from vmharness.host.inspect.iommu import DeviceView, Group, blocks_vfio
 
 STATUSES = ("PASS", "WARN", "FAIL", "SKIP")

@@ -1,7 +1,7 @@
 """Whether the host already routes the benchmark wire's network through another interface: then the
 guest's address is, for this host, somewhere else (a lab network, a VPN's range, a bridge's subnet),
 and either wrk's traffic leaves by the wrong interface or the wire shadows hosts the machine uses.
-Read from the routing table through HostRoot (vmharness.host.inspect.netstate), so `run --print-xml` on a
+Read from the routing table through HostRoot (vmharness.host.inspect.net.routes), so `run --print-xml` on a
 snapshot answers as the run on that host would.
 
 What is not "another interface":
@@ -19,7 +19,8 @@ from __future__ import annotations
 import ipaddress
 
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import netstate
+from vmharness.host.inspect.net.held import Held
+from vmharness.host.inspect.net.routes import Route4, local_addrs4, routes4
 from vmharness.system.root import HostRoot
 
 LINK_RANGE = ipaddress.IPv4Network("198.18.0.0/16")  # the guests' management links (guest.instance)
@@ -27,7 +28,7 @@ TAP_PREFIX = "vmh-"
 BROADEST = 8  # routes with a shorter prefix count as the default route's parts
 
 
-def _wire_ends(routes: list[netstate.Route4], own: list[ipaddress.IPv4Address],
+def _wire_ends(routes: list[Route4], own: list[ipaddress.IPv4Address],
                client: ipaddress.IPv4Address) -> set[str]:
     """The interface holding the clients' address here, if this host holds it: the interface of the
     most specific non-default route that contains it (the kernel adds one for every address)."""
@@ -38,7 +39,7 @@ def _wire_ends(routes: list[netstate.Route4], own: list[ipaddress.IPv4Address],
     return {best.iface} if best is not None else set()
 
 
-def _ours(route: netstate.Route4) -> bool:
+def _ours(route: Route4) -> bool:
     return route.iface.startswith(TAP_PREFIX) and route.network.subnet_of(LINK_RANGE)
 
 
@@ -46,11 +47,11 @@ def check(root: HostRoot, address: str, client_address: str, where: str) -> None
     """Refuse a wire (the guest's `address` and the clients' `client_address`, both checked already)
     whose network overlaps a route of this host through another interface; `where` names the key or
     flag the network came from, with its value (`--address 10.1.0.2/24`)."""
-    held = netstate.Held()  # a table that cannot be read checks nothing here; host-prepare's guard fails closed
-    routes = netstate.routes4(root, held)
+    held = Held()  # a table that cannot be read checks nothing here; host-prepare's guard fails closed
+    routes = routes4(root, held)
     guest = ipaddress.IPv4Interface(address)
     client = ipaddress.IPv4Interface(client_address).ip
-    ends = _wire_ends(routes, netstate.local_addrs4(root, held), client)
+    ends = _wire_ends(routes, local_addrs4(root, held), client)
     for r in routes:
         if r.network.prefixlen < BROADEST or r.iface in ends or r.iface in ("lo", "*") or _ours(r):
             continue

@@ -8,9 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import checks, hugepages, iommu, modules, netstate, vfio_users
+from vmharness.host.inspect import hugepages, iommu, modules, vfio_users
+from vmharness.host.inspect.hostcheck.facts import FAIL, gather
+from vmharness.host.inspect.hostcheck.passthrough import iommu_firmware, iommu_kernel
+from vmharness.host.inspect.net import survey
+from vmharness.host.inspect.net.held import Held
+from vmharness.host.inspect.net.verdict import InUse, in_use
 from vmharness.host.inspect.pci import PciDevice, find, read_device
 from vmharness.host.libvirt import hugetlbfs
+from vmharness.host.libvirt.hugetlbfs_verdict import Verdict
 from vmharness.journal import journal
 from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot
@@ -93,7 +99,7 @@ class Plan:
     pages: Pages | None = None
     mount: str | None = None  # a hugetlbfs mount to make
     mount_existing: str | None = None
-    libvirt: hugetlbfs.Verdict | None = None  # whether the running libvirt daemon sees the mount
+    libvirt: Verdict | None = None  # whether the running libvirt daemon sees the mount
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -117,11 +123,11 @@ class Plan:
 
 
 def _iommu_on(root: HostRoot) -> None:
-    facts = checks.gather(root)
-    for check in (checks.iommu_firmware, checks.iommu_kernel):
+    facts = gather(root)
+    for check in (iommu_firmware, iommu_kernel):
         c = check(facts)
-        if c.status == checks.FAIL:
-            half = "firmware" if check is checks.iommu_firmware else "kernel"
+        if c.status == FAIL:
+            half = "firmware" if check is iommu_firmware else "kernel"
             raise HarnessError(f"the IOMMU is off in the {half}: {c.detail}", c.fix)
 
 
@@ -141,7 +147,7 @@ def group_members(root: HostRoot, group: int) -> list[PciDevice]:
             if root.exists(f"/sys/bus/pci/devices/{bdf}")]
 
 
-def _whose(why: netstate.InUse, held: netstate.Held) -> str:
+def _whose(why: InUse, held: Held) -> str:
     """Whether the SSH session is on this interface's stack, as far as the host can tell."""
     if why.ssh:
         return "this is your SSH connection"
@@ -151,10 +157,10 @@ def _whose(why: netstate.InUse, held: netstate.Held) -> str:
 
 
 def refuse_in_use(root: HostRoot, group: int | None, members: list[PciDevice], req: Request, plan: Plan) -> None:
-    held = netstate.reasons(root)
+    held = survey.reasons(root)
     for dev in members:
         for n in dev.netdevs:
-            why = netstate.in_use(root, n.name, held)
+            why = in_use(root, n.name, held)
             if why is None:
                 continue
             text = why.text(f"{dev.bdf} ({n.name})")

@@ -5,7 +5,7 @@ never drifts from what host-prepare does at run time."""
 from __future__ import annotations
 
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import checks
+from vmharness.host.inspect.hostcheck.facts import gather
 from vmharness.host.inspect.pci import PciDevice, find
 from vmharness.host.prepare.plan import VFIO_DRIVER, Plan, Request, group_members, page_request, refuse_in_use
 from vmharness.system.root import HostRoot
@@ -21,7 +21,7 @@ def driver_module(root: HostRoot, driver: str) -> str:
 
 
 def _cmdline(root: HostRoot, req: Request, named: list[PciDevice]) -> list[str]:
-    facts = checks.gather(root)
+    facts = gather(root)
     args = ["intel_iommu=on", "iommu=pt"] if facts.vendor == "intel" else ["iommu=pt"]
     pages = page_request(root, req, named)
     if pages is not None:

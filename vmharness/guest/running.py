@@ -1,0 +1,77 @@
+"""A running guest, asked and steered: its libvirt domain, its vCPU threads' CPU time and cap, the CPUs
+its QEMU threads may run on, and the tail of its console log."""
+
+from __future__ import annotations
+
+import libvirt
+
+from vmharness.errors import HarnessError
+from vmharness.guest.domain import CAP_PERIOD_US, cap_quota
+from vmharness.guest.record import Guest, domain_name
+from vmharness.host.libvirt import api
+from vmharness.system.machine import Machine
+
+
+def domain(guest: Guest) -> tuple[libvirt.virConnect, libvirt.virDomain]:
+    conn = api.connect(guest.uri)
+    dom = api.lookup(conn, guest.uuid)
+    if dom is None or not dom.isActive():
+        conn.close()
+        raise HarnessError(f"guest {guest.name} is not running any more",
+                           f"look at its console log {guest.console_log}; clean up with: vmharness vm down "
+                           f"{guest.name}")
+    return conn, dom
+
+
+def vcpu_seconds(guest: Guest) -> list[float]:
+    """The CPU time each of the guest's vCPU threads has used, in seconds, as the host's kernel counts
+    it (libvirt reads each thread's runtime): the guest's own busy time counts time its vCPU waited
+    (for QEMU's I/O thread, or stolen by another task), this does not."""
+    conn, dom = domain(guest)
+    try:
+        return [float(t[2]) / 1e9 for t in dom.vcpus()[0]]
+    finally:
+        conn.close()
+
+
+def cap_vcpus(guest: Guest, percent: int) -> None:
+    """Cap each vCPU thread of the running guest to `percent` of a CPU (0: no cap), as <cputune>'s
+    period and quota do at definition: the kernel's CFS bandwidth control, through libvirt's cgroups."""
+    conn, dom = domain(guest)
+    try:
+        quota = cap_quota(percent) if percent else -1
+        dom.setSchedulerParametersFlags({"vcpu_period": CAP_PERIOD_US, "vcpu_quota": quota},
+                                        libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    except libvirt.libvirtError as exc:
+        raise HarnessError(f"cannot cap {guest.name}'s vCPUs to {percent}%: {exc.get_error_message()}",
+                           "libvirt needs the cpu cgroup controller for this (`cat /proc/cgroups`)") from exc
+    finally:
+        conn.close()
+
+
+def console_tail(guest_or_log: Guest | str, machine: Machine | None = None, lines: int = 20) -> str:
+    path = guest_or_log.console_log if isinstance(guest_or_log, Guest) else guest_or_log
+    where = guest_or_log.machine if isinstance(guest_or_log, Guest) else machine or Machine()
+    res = where.run(["tail", "-n", str(lines), path], timeout=30, check=False)
+    return res.stdout.replace("\r", "") if res.ok else ""
+
+
+# The CPUs each thread of the guest's QEMU may run on, as the kernel has them (libvirt names vCPU
+# threads "CPU N/KVM" or "CPU N/TCG"). One process on the guest's machine.
+_AFFINITY = r"""
+{ read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0  # no newline in it
+allowed() { while read -r key value; do [ "$key" = Cpus_allowed_list: ] && echo "$value $2"; done < "$1"; }
+allowed "/proc/$pid/status" emulator
+for t in /proc/$pid/task/*; do read -r name < "$t/comm" && allowed "$t/status" "$name"; done 2>/dev/null
+"""
+
+
+def affinity(guest: Guest) -> dict[str, str]:
+    """Thread name -> allowed CPU list of the guest's QEMU, its main thread as "emulator" (empty: its
+    process was not found)."""
+    res = guest.machine.run(["sh", "-c", _AFFINITY, "sh", domain_name(guest.name)], timeout=30, check=False)
+    out: dict[str, str] = {}
+    for line in res.stdout.splitlines():
+        cpus, _, name = line.partition(" ")
+        out.setdefault(name, cpus)
+    return out

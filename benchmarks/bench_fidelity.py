@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vmharness import stats
-from vmharness.bench import bench, clients, server, sweep
+from vmharness.bench import bench, clients, sampler, server
 from vmharness.journal import journal
 from vmharness.rundir.store import RunDir
 from vmharness.system import proc
@@ -167,7 +167,7 @@ def main() -> int:
                     return float(clients.merge(runs)["requests_per_s"])
 
                 def sampled() -> float:
-                    samplers = sweep.Samplers(run, 1.0)
+                    samplers = sampler.Samplers(run, 1.0)
                     samplers.start([Machine()])
                     try:
                         time.sleep(1.5)

@@ -20,7 +20,8 @@ import pytest
 
 from tests.integration.netns_host import NetnsHost, netns_host
 from vmharness.analysis import saturation
-from vmharness.bench import sampler, threads, wrk
+from vmharness.bench import threads, wrk
+from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.histogram import Histogram
 from vmharness.rundir.store import RunDir
 from vmharness.system import proc
@@ -127,10 +128,10 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     assert all(5 < v <= 101 for v in cpu["percent_of_one"]) and cpu["main_percent_of_one"] <= 2, cpu
     assert "@vmh-threads" not in point["raw"][0]["stderr"]
     # the same wrk process, seen by the sampler over its own (slightly different) window
-    _, snaps = sampler.parse(next((run / "samples").glob("local-*.txt")).read_text())
-    chosen, _ = sampler.choose(snaps, point["start"], point["measured_end"])
+    _, snaps = samples.parse(next((run / "samples").glob("local-*.txt")).read_text())
+    chosen, _ = sample_summary.choose(snaps, point["start"], point["measured_end"])
     (pid,) = {p for p, proc_ in chosen[-1].procs.items() if proc_.comm == "wrk" and p in chosen[0].procs}
-    seen = 100.0 * (chosen[-1].procs[pid].ticks - chosen[0].procs[pid].ticks) / sampler.USER_HZ / (
+    seen = 100.0 * (chosen[-1].procs[pid].ticks - chosen[0].procs[pid].ticks) / samples.USER_HZ / (
         chosen[-1].t - chosen[0].t)
     said = sum(cpu["percent_of_one"]) + cpu["main_percent_of_one"]
     print(f"wrk threads {cpu}; the sampler saw wrk at {seen:.1f}% over {chosen[-1].t - chosen[0].t:.2f} s")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from vmharness.bench import plan, search
-from vmharness.experiment import runner
+from vmharness.experiment.boots import rides, sessions
 from vmharness.model import config, derived, sections
 
 
@@ -128,12 +128,12 @@ def test_a_run_walks_the_ladder_in_the_baselines_boot_then_boots_each_other_inst
         {"instance": [{"name": "base"}, {"name": "slow"}], "control": {"cap": 80},
          "sweep": {"connections": "16:1536:16", "search": "adaptive", "iterations": 3}}))
     assert isinstance(cfg, sections.RunConfig) and [i.name for i in cfg.instance] == ["base", "slow", "control"]
-    riding = runner.rides(cfg)
+    riding = rides(cfg)
     records: list[dict[str, Any]] = []
     boots: list[tuple[int, str]] = []
     todo = plan.todo(cfg, records, set())
     while todo:
-        for s in runner.sessions(todo, riding):
+        for s in sessions(todo, riding):
             tried = {r["key"] for r in records}
             if all(p.key in tried for p in s.points):
                 continue

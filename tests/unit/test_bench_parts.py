@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.bench import clients, plan, sampler, wrk
+from vmharness.bench import clients, plan, wrk
 from vmharness.errors import HarnessError
 from vmharness.model import config, connections, rules, sections
+from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.store import RunDir
 from vmharness.system.machine import Machine
 
@@ -72,13 +73,13 @@ def test_wrk_argv() -> None:
 
 
 def test_sampler_stream() -> None:
-    pid, snaps = sampler.parse((GOLDEN / "sampler-2.txt").read_text())
+    pid, snaps = samples.parse((GOLDEN / "sampler-2.txt").read_text())
     assert pid is not None and len(snaps) == 2
     a, b = snaps
     assert b.t > a.t and {"cpu", "cpu0", "cpu1"} <= set(a.cpus)
     assert len(a.irq_per_cpu) == 2 and "NET_RX" in a.softirq and "lo" in a.net
     assert 1 in a.procs and a.procs[1].ppid == 0
-    s = sampler.summarize(snaps, roots={1}, sampler_pid=pid)
+    s = sample_summary.summarize(snaps, roots={1}, sampler_pid=pid)
     assert s["samples"] == 2 and 0 <= s["cpu"]["cpu"]["busy"] <= 100
     assert s["process"]["pids_last"] > 1  # pid 1 and its descendants
     assert s["sampler_cpu_percent_of_one"] >= 0
@@ -87,14 +88,14 @@ def test_sampler_stream() -> None:
 def test_sampler_drops_a_torn_snapshot() -> None:
     text = (GOLDEN / "sampler-2.txt").read_text()
     torn = text + "@t 99999.5\n@stat\ncpu  1 2 3\n"
-    assert len(sampler.parse(torn)[1]) == 2
+    assert len(samples.parse(torn)[1]) == 2
 
 
 def test_process_tree_follows_workers_started_later() -> None:
-    snap = sampler.Snapshot(0.0, procs={
-        10: sampler.Proc("nginx", 1, 0, 0, 0, 0), 11: sampler.Proc("nginx", 10, 0, 0, 0, 0),
-        12: sampler.Proc("sh", 11, 0, 0, 0, 0), 20: sampler.Proc("other", 1, 0, 0, 0, 0)})
-    assert sampler.tree(snap, {10}) == {10, 11, 12}
+    snap = samples.Snapshot(0.0, procs={
+        10: samples.Proc("nginx", 1, 0, 0, 0, 0), 11: samples.Proc("nginx", 10, 0, 0, 0, 0),
+        12: samples.Proc("sh", 11, 0, 0, 0, 0), 20: samples.Proc("other", 1, 0, 0, 0, 0)})
+    assert sample_summary.tree(snap, {10}) == {10, 11, 12}
 
 
 def _cfg(**sweep_kw: object) -> sections.BenchConfig:
@@ -220,11 +221,11 @@ def test_more_iterations_until_the_interval_is_narrow(tmp_path: Path) -> None:
 def test_a_point_waits_for_the_snapshot_after_its_end_and_no_longer(tmp_path: Path) -> None:
     stream = tmp_path / "s.txt"
     stream.write_text("@pid 7\n@t 100.5\ncpu 1 2 3\n@end\n@t 101.5\ncpu 1 2 3\n")  # the second is torn
-    assert sampler.has_snapshot_after(stream, 100.5) and not sampler.has_snapshot_after(stream, 101.0)
+    assert samples.has_snapshot_after(stream, 100.5) and not samples.has_snapshot_after(stream, 101.0)
     with stream.open("a") as f:
         f.write("@end\n")
-    assert sampler.has_snapshot_after(stream, 101.0)
+    assert samples.has_snapshot_after(stream, 101.0)
     stream.write_text("@pid 7\n@t garbled\n@end\n")
-    assert not sampler.has_snapshot_after(stream, 0.0)
+    assert not samples.has_snapshot_after(stream, 0.0)
     stream.write_text("")
-    assert not sampler.has_snapshot_after(stream, 0.0)
+    assert not samples.has_snapshot_after(stream, 0.0)

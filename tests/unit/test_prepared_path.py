@@ -19,7 +19,7 @@ import pytest
 from tests.fakehost import FakeHost
 from vmharness.cli import main as cli
 from vmharness.errors import HarnessError
-from vmharness.experiment import hostprep, runner
+from vmharness.experiment import hostprep, runfolder, wire_check
 from vmharness.guest import instance
 from vmharness.journal import journal
 from vmharness.model import config, sections, wire
@@ -201,7 +201,7 @@ def test_the_wire_addresses_go_into_the_manifest(tmp_path: Path) -> None:
     h = _host(tmp_path, driver="vfio-pci")
     cfg = _cfg(bdf=(NIC,), address="198.18.0.2/24")
     choice = hostprep.choose(HostRoot(h.base), cfg, hostprep.Given(bdf=True, address=True))
-    run = runner.new_run(choice.cfg, tmp_path / "run", choice.to_json())
+    run = runfolder.new_run(choice.cfg, tmp_path / "run", choice.to_json())
     assert run.manifest["config"]["guest"]["address"] == "198.18.0.2/24"
     assert run.manifest["config"]["guest"]["client_address"] == "198.18.0.1/24"
     assert run.manifest["nic"]["source"] == "--bdf" and run.manifest["nic"]["said"] == choice.line
@@ -213,9 +213,9 @@ IP_ADDR = """1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever p
 
 
 def test_the_client_address_is_found_on_the_client_that_holds_it() -> None:
-    assert runner.holder("198.19.0.1/24", {"local": "", "loadgen": IP_ADDR}) == ("loadgen", "ens2f0")
-    assert runner.holder("198.19.0.9/24", {"local": IP_ADDR}) is None
-    assert runner.holder("127.0.0.1/8", {"local": "garbage\n\n1: x"}) is None
+    assert wire_check.holder("198.19.0.1/24", {"local": "", "loadgen": IP_ADDR}) == ("loadgen", "ens2f0")
+    assert wire_check.holder("198.19.0.9/24", {"local": IP_ADDR}) is None
+    assert wire_check.holder("127.0.0.1/8", {"local": "garbage\n\n1: x"}) is None
 
 
 # 3. preflight -------------------------------------------------------------------------------------

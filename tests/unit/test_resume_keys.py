@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vmharness.bench import capacity, clients, plan, sweep
+from vmharness.bench import capacity, clients, plan, sampler, sweep
 from vmharness.model import config, sections
 from vmharness.rundir import record_check
 from vmharness.rundir.store import RECORDS, RunDir
@@ -50,8 +50,8 @@ def fake_sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     monkeypatch.setattr(clients.Client, "prepare", lambda self, root, owner, open_loop=False: None)
     monkeypatch.setattr(clients.Client, "done", lambda self, root: None)
     monkeypatch.setattr(capacity, "measure", lambda *a: None)
-    monkeypatch.setattr(sweep.Samplers, "start", lambda self, machines: None)
-    monkeypatch.setattr(sweep.Samplers, "stop", lambda self: None)
+    monkeypatch.setattr(sampler.Samplers, "start", lambda self, machines: None)
+    monkeypatch.setattr(sampler.Samplers, "stop", lambda self: None)
     monkeypatch.setattr(sweep.Sweep, "_serve", lambda self, name, restart: None)
 
     def measure(self: sweep.Sweep, samplers: Any, point: plan.Point, srv: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 from vmharness.analysis import saturation
 from vmharness.bench import plan
 from vmharness.errors import HarnessError
-from vmharness.experiment import runner
+from vmharness.experiment import boots, runner
 from vmharness.guest import provenance, session
 from vmharness.guest.domain import Placement
 from vmharness.journal import journal, restore
@@ -32,22 +32,22 @@ def test_the_embedded_experiment() -> None:
 
 def test_run_sessions_follow_the_rotated_order() -> None:
     cfg = config.load_run(None)
-    assert [(s.iteration, s.instance) for s in runner.sessions(plan.points(cfg))] == [
+    assert [(s.iteration, s.instance) for s in boots.sessions(plan.points(cfg))] == [
         (0, "baseline"), (0, "pti"), (0, "control"), (1, "pti"), (1, "control"), (1, "baseline"),
         (2, "control"), (2, "baseline"), (2, "pti"), (3, "baseline"), (3, "pti"), (3, "control"),
         (4, "pti"), (4, "control"), (4, "baseline")]
     # the control rides on the baseline's boots: before or after the baseline's own points, as rotated
-    assert runner.rides(cfg) == {"control": "baseline"}
-    groups = runner.sessions(plan.points(cfg), runner.rides(cfg))
+    assert boots.rides(cfg) == {"control": "baseline"}
+    groups = boots.sessions(plan.points(cfg), boots.rides(cfg))
     assert [(s.iteration, s.instance) for s in groups] == [
         (0, "baseline"), (0, "pti"), (1, "pti"), (1, "baseline"), (2, "baseline"), (2, "pti"), (3, "baseline"),
         (3, "pti"), (4, "pti"), (4, "baseline")]
     assert [(p.instance, p.connections) for p in groups[0].points] == [
         ("baseline", 2), ("baseline", 8), ("baseline", 32), ("control", 2), ("control", 8), ("control", 32)]
     assert [p.instance for p in groups[3].points][:3] == ["control"] * 3
-    assert runner.rides(sections.RunConfig()) == {}  # no control, no riders
+    assert boots.rides(sections.RunConfig()) == {}  # no control, no riders
     done = {"baseline/2/0", "baseline/8/0"}  # a resumed run boots only for what is missing
-    left = runner.sessions([p for p in plan.points(cfg) if p.key not in done])
+    left = boots.sessions([p for p in plan.points(cfg) if p.key not in done])
     assert left[0].instance == "baseline" and [p.key for p in left[0].points] == ["baseline/32/0"]
 
 
@@ -61,8 +61,8 @@ def test_sweep_pipeline_twins_every_instance_and_the_twins_ride_on_its_boots(tmp
         ("base", "mitigations=off", 1, 0), ("pti", "pti=on", 1, 0), ("base-p16", "mitigations=off", 16, 0),
         ("pti-p16", "pti=on", 16, 0), ("control", "mitigations=off", 1, 50)]  # the control has no twin
     assert config.run_from_json(json.loads(json.dumps(cfg.to_json()))) == cfg  # a resumed run: as it was
-    assert runner.rides(cfg) == {"base-p16": "base", "pti-p16": "pti", "control": "base"}
-    groups = runner.sessions(plan.points(cfg), runner.rides(cfg))
+    assert boots.rides(cfg) == {"base-p16": "base", "pti-p16": "pti", "control": "base"}
+    groups = boots.sessions(plan.points(cfg), boots.rides(cfg))
     assert [(s.iteration, s.instance) for s in groups] == [(0, "base"), (0, "pti"), (1, "pti"), (1, "base")]
     assert {p.instance for p in groups[0].points} == {"base", "base-p16", "control"}
     assert plan.loaded(cfg) == ["base", "pti"]  # oha does not pipeline
@@ -76,7 +76,7 @@ def test_instances_alike_but_for_a_live_setting_ride_and_alike_in_all_boot_apart
     cfg = sections.RunConfig(instance=(a, sections.InstanceSection("a-capped", cmdline="x", vcpu_cap=80),
                                      sections.InstanceSection("a-again", cmdline="x"),
                                      sections.InstanceSection("b", cmdline="y", pipeline=8)))
-    assert runner.rides(cfg) == {"a-capped": "a"}  # an A/A pair boots apart; b's guest is its own
+    assert boots.rides(cfg) == {"a-capped": "a"}  # an A/A pair boots apart; b's guest is its own
 
 
 def test_sweep_pipeline_errors_name_the_setting(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.bench import sampler, sweep
+from vmharness.bench import sampler
+from vmharness.rundir import samples
 from vmharness.rundir.store import RunDir
 
 GOLDEN = Path(__file__).parent / "golden" / "sampler-2.txt"
@@ -44,23 +45,23 @@ def _check_cuts(text: str, cuts: set[int] | range, before: int, t: float, tmp: P
     for cut in sorted(cuts, reverse=True):
         os.truncate(path, cut)
         damaged: list[tuple[int, str]] = []
-        _, snaps = sampler.parse(text[:cut], damaged)
+        _, snaps = samples.parse(text[:cut], damaged)
         whole = text[:cut].endswith(("@end\n", "@end")) and cut > len(text) - 6
         assert len(snaps) == before + whole, cut
         assert damaged == [], (cut, damaged)
-        assert sampler.has_snapshot_after(path, t) == whole, cut
+        assert samples.has_snapshot_after(path, t) == whole, cut
 
 
 def test_a_real_shaped_last_snapshot_cut_at_every_byte(tmp_path: Path) -> None:
     text = GOLDEN.read_text()
-    _, golden = sampler.parse(text)
+    _, golden = samples.parse(text)
     t = golden[-1].t + 1
     first = _small_last(text, golden[0].t)
     stream = first + _small_last(text, t)
     last = stream[len(first):]
     assert all(section in last for section in ("cpu0 ", "Inter-|", "CPU0", "NET_RX")) and _PROC.search(last)
     _check_cuts(stream, range(len(first), len(stream) + 1), 1, t, tmp_path)
-    _, snaps = sampler.parse(stream)
+    _, snaps = samples.parse(stream)
     assert [s.t for s in snaps] == [golden[0].t, t] and snaps[-1].net and snaps[-1].procs and snaps[-1].softirq
 
 
@@ -72,7 +73,7 @@ def test_the_real_last_snapshot_cut_at_every_field(tmp_path: Path) -> None:
     """The first line of each shape (digits and blanks aside: a cpu line, an interface's, an IRQ's, a
     process's...) cut at every field, every other line at its end; after a small complete snapshot."""
     text = GOLDEN.read_text()
-    _, golden = sampler.parse(text)
+    _, golden = samples.parse(text)
     stream = _small_last(text, golden[0].t) + text[_last_start(text):]
     start, cuts, shapes = stream.index("\n@t ") + 1, {len(stream)}, set()
     for m in re.finditer(r"[^\n]*\n", stream[start:]):
@@ -88,11 +89,11 @@ def test_the_real_last_snapshot_cut_at_every_field(tmp_path: Path) -> None:
 def test_a_damaged_snapshot_in_the_middle_is_left_out_and_named(tmp_path: Path,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     text = GOLDEN.read_text()
-    _, golden = sampler.parse(text)
+    _, golden = samples.parse(text)
     first, last = text[:_last_start(text)], text[_last_start(text):]
     middle = re.sub(r"^ *lo:.*$", "    lo: 2431", _small_last(text, golden[0].t + 0.5), count=1, flags=re.M)
     damaged: list[tuple[int, str]] = []
-    _, snaps = sampler.parse(first + middle + last, damaged)
+    _, snaps = samples.parse(first + middle + last, damaged)
     assert [s.t for s in snaps] == [s.t for s in golden]
     line = first.count("\n") + 1
     assert damaged == [(line, f"'@t {golden[0].t + 0.5}': /proc/net/dev line 'lo' has 1 of its 16 fields")]
@@ -100,7 +101,7 @@ def test_a_damaged_snapshot_in_the_middle_is_left_out_and_named(tmp_path: Path,
     run = RunDir.create(tmp_path / "run", {"kind": "bench"})
     path = run.path / "samples" / "local-x.txt"
     path.write_text(first + middle + last)
-    samplers = sweep.Samplers(run, 1.0, files={"local": path})
+    samplers = sampler.Samplers(run, 1.0, files={"local": path})
     with caplog.at_level(logging.WARNING, logger="vmharness.sampler"):
         for _ in range(2):
             got = samplers.summaries({"local": 0}, golden[0].t, golden[1].t, {})
@@ -112,6 +113,6 @@ def test_a_damaged_snapshot_in_the_middle_is_left_out_and_named(tmp_path: Path,
 @pytest.mark.parametrize("head", ["@pid \n", "@pid x\n", "@pid \u0661\u0662x\n", "@t \n@end\n",
                                   "@t nan\ncpu 1 2\n@end\n", "@t 5\nInter-| x\n face |x\n  eth0: 1 2\n@end\n"])
 def test_a_stream_damaged_at_its_start_gives_what_it_can(head: str) -> None:
-    pid, snaps = sampler.parse(head + GOLDEN.read_text().split("\n", 1)[1])
+    pid, snaps = samples.parse(head + GOLDEN.read_text().split("\n", 1)[1])
     assert len(snaps) == 2 and pid is None
-    assert sampler.parse("@pid 28") == (None, [])  # the PID's line cut short: no PID rather than another
+    assert samples.parse("@pid 28") == (None, [])  # the PID's line cut short: no PID rather than another

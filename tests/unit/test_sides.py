@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from vmharness.analysis import report, saturation, sides
-from vmharness.bench import clients, hostview, sampler, sweep, threads
-from vmharness.bench.sampler import Snapshot
+from vmharness.bench import clients, hostview, sampler, threads
+from vmharness.rundir import sample_summary, samples
+from vmharness.rundir.samples import Snapshot
 from vmharness.rundir.store import RunDir
 from vmharness.system import proc
 
@@ -35,24 +36,24 @@ def _stream(times: list[float], start: float, end: float) -> list[Snapshot]:
 
 def test_snapshots_inside_the_load_give_its_whole_busy_share_where_padding_dilutes_it() -> None:
     dense = _stream([x / 2 for x in range(61)], 10.0, 20.0)  # every 0.5 s over 30 s; busy from 10 to 20
-    chosen, how = sampler.choose(dense, 10.0, 20.0)
+    chosen, how = sample_summary.choose(dense, 10.0, 20.0)
     assert how == {"how": "inside", "load_s": 10.0, "covered_s": 10.0}
-    assert sampler.summarize(chosen)["cpu"]["cpu"]["busy"] == 100.0
+    assert sample_summary.summarize(chosen)["cpu"]["cpu"]["busy"] == 100.0
     sparse = _stream([2.5, 7.5, 12.5, 17.5, 22.5, 27.5], 10.0, 20.0)  # every 5 s: two inside, 5 s apart
-    chosen, how = sampler.choose(sparse, 10.0, 20.0)
+    chosen, how = sample_summary.choose(sparse, 10.0, 20.0)
     assert how == {"how": "padded", "load_s": 10.0, "covered_s": 15.0}
-    assert sampler.summarize(chosen)["cpu"]["cpu"]["busy"] == pytest.approx(100 * 10 / 15, abs=0.01)
+    assert sample_summary.summarize(chosen)["cpu"]["cpu"]["busy"] == pytest.approx(100 * 10 / 15, abs=0.01)
 
 
 def test_a_window_without_two_snapshots_inside_is_padded_and_one_without_any_says_so() -> None:
     one_inside = _stream([9.0, 15.0, 21.0], 10.0, 20.0)
-    chosen, how = sampler.choose(one_inside, 10.0, 20.0)
+    chosen, how = sample_summary.choose(one_inside, 10.0, 20.0)
     assert [s.t for s in chosen] == [9.0, 15.0, 21.0] and how["how"] == "padded" and how["covered_s"] == 12.0
-    chosen, how = sampler.choose(_stream([1.0, 2.0], 10.0, 20.0), 10.0, 20.0)  # the stream stopped before
+    chosen, how = sample_summary.choose(_stream([1.0, 2.0], 10.0, 20.0), 10.0, 20.0)  # the stream stopped before
     assert [s.t for s in chosen] == [2.0] and how["covered_s"] == 0.0
-    assert "nothing to difference" in sampler.summarize(chosen)["note"]
+    assert "nothing to difference" in sample_summary.summarize(chosen)["note"]
     same = [Snapshot(5.0, cpus={"cpu": (1,) * 8}), Snapshot(5.0, cpus={"cpu": (2,) * 8})]
-    assert "0 s apart" in sampler.summarize(same)["note"]  # a clock that stood still divides by nothing
+    assert "0 s apart" in sample_summary.summarize(same)["note"]  # a clock that stood still divides by nothing
 
 
 def test_the_samplers_summaries_say_how_their_window_was_taken(tmp_path: Path) -> None:
@@ -60,7 +61,7 @@ def test_the_samplers_summaries_say_how_their_window_was_taken(tmp_path: Path) -
     path = tmp_path / "samples" / "local.txt"
     path.parent.mkdir()
     path.write_text("@pid 7\n" + "".join(_text(t, 10.0, 20.0) for t in [x / 2 for x in range(61)]))
-    s = sweep.Samplers(RunDir.create(tmp_path / "run", {}), 0.5)
+    s = sampler.Samplers(RunDir.create(tmp_path / "run", {}), 0.5)
     s.files["local"] = path
     got = s.summaries({"local": 0}, 10.0, 20.0, {})["local"]
     assert got["window"] == {"how": "inside", "load_s": 10.0, "covered_s": 10.0}
@@ -76,7 +77,7 @@ def _text(t: float, start: float, end: float, irq: str = "") -> str:
 def test_busy_leaves_steal_out_and_keeps_it_beside() -> None:
     a = Snapshot(0.0, cpus={"cpu": (0, 0, 0, 0, 0, 0, 0, 0)})
     b = Snapshot(1.0, cpus={"cpu": (50, 0, 10, 10, 0, 0, 0, 30)})  # user 50, system 10, idle 10, steal 30
-    cpu = sampler.summarize([a, b])["cpu"]["cpu"]
+    cpu = sample_summary.summarize([a, b])["cpu"]["cpu"]
     assert (cpu["busy"], cpu["steal"]) == (60.0, 30.0)
 
 
@@ -86,7 +87,7 @@ def test_busy_leaves_steal_out_and_keeps_it_beside() -> None:
     ({"idle": "x"}, None), ({"busy": [1]}, None), ({}, None), ({"idle": 40.0, "steal": None}, None),
 ])
 def test_busy_without_steal_from_records_old_new_and_damaged(shares: dict[str, Any], busy: float | None) -> None:
-    assert sampler.busy_share(shares) == busy
+    assert sample_summary.busy_share(shares) == busy
 
 
 # the host's vfio interrupts ------------------------------------------------------------------------
@@ -106,8 +107,8 @@ def _interrupts(msix0: int, msix1: int, other: int, new: int | None = None) -> s
 
 def test_the_hosts_vfio_interrupts_are_summed_per_device_from_a_fake_proc_interrupts() -> None:
     text = ("@pid 1\n" + _text(0.0, 0, 0, _interrupts(100, 200, 5)) + _text(2.0, 0, 0, _interrupts(2100, 4200, 5, 60)))
-    _, snaps = sampler.parse(text)
-    got = sampler.summarize(snaps)
+    _, snaps = samples.parse(text)
+    got = sample_summary.summarize(snaps)
     # (2000 + 4000 + 60 that appeared in the window) / 2 s; the other device's line stood still
     assert got["vfio_interrupts_per_s"] == {"0000:b3:00.0": 3030.0, "0000:17:00.1": 0.0}
     assert got["vfio_vectors"] == {"0000:b3:00.0": 3, "0000:17:00.1": 1}
@@ -117,10 +118,10 @@ def test_the_hosts_vfio_interrupts_are_summed_per_device_from_a_fake_proc_interr
 
 
 def test_no_vfio_figure_without_a_device_or_a_host_summary() -> None:
-    _, snaps = sampler.parse(_text(0.0, 0, 0, _interrupts(1, 1, 1)) + _text(1.0, 0, 0, _interrupts(1, 1, 1)))
-    assert hostview.vfio(sampler.summarize(snaps), ()) == {}
+    _, snaps = samples.parse(_text(0.0, 0, 0, _interrupts(1, 1, 1)) + _text(1.0, 0, 0, _interrupts(1, 1, 1)))
+    assert hostview.vfio(sample_summary.summarize(snaps), ()) == {}
     assert hostview.vfio({"samples": 1, "note": "fewer than two samples"}, ("0000:b3:00.0",)) == {}
-    plain = sampler.summarize(_stream([0.0, 1.0], 0, 1))
+    plain = sample_summary.summarize(_stream([0.0, 1.0], 0, 1))
     assert "vfio_interrupts_per_s" not in plain  # a machine without vfio lines records nothing new
 
 
@@ -133,8 +134,8 @@ def test_no_vfio_figure_without_a_device_or_a_host_summary() -> None:
 def test_lines_that_only_look_like_vfio_are_not_counted(line: str) -> None:
     head = "           CPU0       CPU1\n"
     later = line.replace("7", "9")
-    _, snaps = sampler.parse(_text(0.0, 0, 0, f"{head}{line}\n") + _text(1.0, 0, 0, f"{head}{later}\n"))
-    assert "vfio_interrupts_per_s" not in sampler.summarize(snaps)
+    _, snaps = samples.parse(_text(0.0, 0, 0, f"{head}{line}\n") + _text(1.0, 0, 0, f"{head}{later}\n"))
+    assert "vfio_interrupts_per_s" not in sample_summary.summarize(snaps)
 
 
 # the generator's threads ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vmharness.analysis import report, saturation, variants
+from vmharness.analysis import cells, report, saturation, variants
 from vmharness.errors import HarnessError
 from vmharness.model import config
 from vmharness.rundir.store import RunDir
@@ -133,8 +133,8 @@ def test_the_idle_readings_are_averaged_per_thread_and_damaged_ones_ignored(tmp_
                 {"kind": "idle", "instance": "base", "iteration": 3, "vcpu_busy_percent": {"a": 1}},
                 {"kind": "idle", "instance": "base", "iteration": 4, "vcpu_busy_percent": [True, 1.0]}):
         run.append(rec)
-    assert saturation.idle_vcpus(run, "base") == [10.0, 5.0]
-    assert saturation.idle_vcpus(run, "control") is None
+    assert cells.idle_vcpus(run, "base") == [10.0, 5.0]
+    assert cells.idle_vcpus(run, "control") is None
 
 
 def test_the_report_puts_the_control_and_each_variants_diff_in_every_form(tmp_path: Path) -> None:

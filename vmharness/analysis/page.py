@@ -11,7 +11,8 @@ from typing import Any
 
 from vmharness import userfile
 from vmharness.analysis import loadcurve, report
-from vmharness.analysis.saturation import PERCENTILES, Analysis
+from vmharness.analysis.cells import PERCENTILES
+from vmharness.analysis.saturation import Analysis
 from vmharness.textsafe import line as one_line
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}

@@ -22,8 +22,9 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
+from vmharness.analysis.cells import PERCENTILES
 from vmharness.analysis.loadcurve import LoadAnalysis
-from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis
+from vmharness.analysis.saturation import LEVEL, Analysis
 from vmharness.rundir import histogram
 from vmharness.rundir.histogram import Histogram
 from vmharness.stats import mean_interval

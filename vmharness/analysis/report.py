@@ -11,7 +11,8 @@ from typing import Any
 
 from vmharness import table
 from vmharness.analysis import loadcurve, sides, variants
-from vmharness.analysis.saturation import LEVEL, PERCENTILES, Analysis, Cell, Noise, vcpu_means
+from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
+from vmharness.analysis.saturation import LEVEL, Analysis, Noise
 from vmharness.rundir import histogram
 from vmharness.stats import Change, Interval, Peak
 from vmharness.textsafe import line as one_line

@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from vmharness.bench.sampler import busy_share
+from vmharness.rundir.sample_summary import busy_share
 
 SATURATED = 90.0  # % busy: a server below it at the peak is not saturated; a client thread at it is bound
 STEAL = 5.0  # % of the time stolen from a machine's CPUs at the peak that makes its busy share mean less

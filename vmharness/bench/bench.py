@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from vmharness import __version__
-from vmharness.bench import plan, sweep, tuning
+from vmharness.bench import machines, plan, sweep, tuning
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.model import config, rules
@@ -67,7 +67,7 @@ def owner(run: RunDir) -> str:
 
 def new_run(cfg: BenchConfig, out: Path) -> RunDir:
     return RunDir.create(out, {"kind": "bench", "id": new_id(), "config": cfg.to_json(),
-                               "harness": harness_version(), "machines": sweep.versions(cfg),
+                               "harness": harness_version(), "machines": machines.versions(cfg),
                                "points_planned": plan.planned(cfg)})
 
 

@@ -7,90 +7,26 @@ before all, what each client can generate against a trivial nginx on itself (`ca
 
 from __future__ import annotations
 
-import logging
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vmharness import progress
-from vmharness.bench import capacity, hostview, plan, sampler, server
+from vmharness.bench import capacity, hostview, plan, server
 from vmharness.bench import clients as clients_mod
+from vmharness.bench.machines import machine
 from vmharness.bench.plan import Point
+from vmharness.bench.sampler import Samplers
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.model.sections import BenchConfig, InstanceSection
 from vmharness.rundir.store import RunDir
 from vmharness.signals import shielded
-from vmharness.system import proc
 from vmharness.system.machine import Machine
 from vmharness.system.root import HostRoot
 
-log = logging.getLogger("vmharness.sampler")
 IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # a run's idle reading: after the samplers' first snapshot, over 3 s
-
-
-def machine(host: str) -> Machine:
-    return Machine(None if host == "local" else host)
-
-
-@dataclass
-class Samplers:
-    """One sampler per machine, streaming into the run directory."""
-
-    run: RunDir
-    interval: float
-    files: dict[str, Path] = field(default_factory=dict)
-    popens: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    damaged: set[tuple[str, str]] = field(default_factory=set)  # (machine, snapshot) said to be left out
-
-    def start(self, machines: list[Machine]) -> None:
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        for m in machines:
-            if m.key in self.files:
-                continue
-            name = f"{m.key.replace('@', '_').replace('/', '_')}-{stamp}.txt"
-            samples = self.run.folder.folder("samples")
-            with samples.append(name) as out:  # a regular file of the run's, never through a link
-                argv = m.argv(["sh", "-c", sampler.SCRIPT, "vmh-sampler", f"{self.interval:g}"])
-                self.popens.append(proc.spawn(argv, stdout=out, die_with_parent=True))
-            self.files[m.key] = samples.path / name
-
-    def offsets(self) -> dict[str, int]:
-        return {label: path.stat().st_size for label, path in self.files.items()}
-
-    def summaries(self, since: dict[str, int], start: float, end: float, roots: dict[str, set[int]]) -> dict[str, Any]:
-        """Each machine's summary of the load's window [start, end] (sampler.choose: the snapshots
-        inside it, or padded with one each side), with `window` saying which."""
-        # until the snapshot after `end` has arrived from every machine (within an interval, mostly)
-        deadline = time.monotonic() + min(self.interval, 2.0) + 1.0
-        while (not all(sampler.has_snapshot_after(path, end) for path in self.files.values())
-               and time.monotonic() < deadline):
-            time.sleep(0.05)
-        out = {}
-        for label, path in self.files.items():
-            with path.open("rb") as f:  # the stream's first snapshot, which names the sampler's PID
-                pid, _ = sampler.parse(f.read(4096).decode(errors="replace"))
-            with path.open("r", errors="replace") as f:
-                # Back far enough to hold the snapshot taken before the start (a few tens of KiB);
-                # the parser skips the torn snapshot this lands in.
-                f.seek(max(0, since.get(label, 0) - (1 << 20)))
-                text = f.read()
-            found: list[tuple[int, str]] = []
-            _, snaps = sampler.parse(text, found)
-            for _, what in found:
-                if (label, what) not in self.damaged:
-                    self.damaged.add((label, what))
-                    log.warning("warning: %s: a damaged snapshot is left out of the points' figures: %s", path, what)
-            chosen, how = sampler.choose(snaps, start, end)
-            out[label] = {**sampler.summarize(chosen, roots.get(label), pid), "window": how}
-        return out
-
-    def stop(self) -> None:
-        for p in self.popens:
-            proc.stop(p, grace=2, group=True)  # the loop's sleep and cat too: they hold the stream open
 
 
 @dataclass
@@ -310,28 +246,3 @@ class Sweep:
                 for c in self.clients:
                     c.done(self.root)
         return tally
-
-
-def first_line(m: Machine, argv: list[str]) -> str:
-    try:
-        res = m.run(argv, timeout=30, check=False)
-    except HarnessError as exc:
-        return exc.message
-    text = (res.stdout + res.stderr).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def server_versions(m: Machine, instances: tuple[InstanceSection, ...]) -> dict[str, Any]:
-    return {"machine": m.key, "kernel": first_line(m, ["uname", "-r"]), "cpus": first_line(m, ["nproc"]),
-            "nginx": {i.name: first_line(m, [i.nginx, "-v"]) for i in instances}}
-
-
-def client_versions(cfg: BenchConfig) -> list[dict[str, Any]]:
-    return [{"machine": machine(c.host).key, "kernel": first_line(machine(c.host), ["uname", "-r"]),
-             "cpus": first_line(machine(c.host), ["nproc"]), "wrk": first_line(machine(c.host), [c.wrk, "--version"])}
-            for c in cfg.client]
-
-
-def versions(cfg: BenchConfig) -> dict[str, Any]:
-    """What the manifest records about each machine and tool."""
-    return {"server": server_versions(machine(cfg.server.host), cfg.instance), "clients": client_versions(cfg)}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vmharness.bench.sampler import USER_HZ, proc_line
+from vmharness.rundir.samples import USER_HZ, proc_line
 
 MARK = "@vmh-threads"
 END = "@vmh-threads-end"

@@ -83,7 +83,7 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from vmharness.analysis import publish, report, saturation
     from vmharness.bench import server
-    from vmharness.experiment import hostprep, runner
+    from vmharness.experiment import hostprep, runfolder, runner, wire_check
     from vmharness.journal import journal
     from vmharness.model import config, rules
     from vmharness.rundir.store import REPORT, RunDir, check_new
@@ -112,13 +112,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)
-    held = runner.check_wire(cfg, client_name)
+    held = wire_check.check_wire(cfg, client_name)
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:
         check_new(out, "--out")
     with journal.Lock(root):
         if not args.resume:
-            run = runner.new_run(cfg, out, {**choice.to_json(), "client_address_on": list(held) if held else None})
+            run = runfolder.new_run(cfg, out, {**choice.to_json(), "client_address_on": list(held) if held else None})
         say(f"run directory: {run.path}")
         tally = runner.Runner(cfg, run, root, say).execute(keep_host=args.keep_host)
     analysis = saturation.analyse(run)

@@ -13,123 +13,21 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from vmharness import cpus, progress
 from vmharness.bench import bench, plan, sweep, tuning
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, ops
-from vmharness.guest import domain, image, imagebuild, provenance, running, session
-from vmharness.guest.recipe import load_recipe
+from vmharness.experiment.boots import Session, rides, sessions
+from vmharness.experiment.runfolder import ensure_image, note_guest
+from vmharness.guest import provenance, running, session
 from vmharness.model import profile
 from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir.store import POINTS, RunDir
-from vmharness.system import imagedir
 from vmharness.system.machine import for_uri
 from vmharness.system.root import HostRoot
 from vmharness.tune import access
-
-
-@dataclass(frozen=True)
-class Session:
-    """One boot: an instance's points of one iteration (and those of the instances that ride on it)."""
-
-    iteration: int
-    instance: str  # the instance whose guest boots
-    points: tuple[plan.Point, ...]
-
-
-def rides(cfg: RunConfig) -> dict[str, str]:
-    """Instances measured in another's boot: those whose guest and server are an earlier instance's,
-    differing only in what is set without a boot: the vCPU cap (set live through libvirt: the
-    positive control is the baseline capped) or the client's pipelining depth (sweep.pipeline's
-    twins). In the same boot the two are paired within it, so the boot's own luck (under TCG, ±9%
-    between boots of a capped guest here) does not blur their difference, and the run saves a boot
-    per iteration. Instances alike in everything (an A/A comparison) still boot apart."""
-    out: dict[str, str] = {}
-    booted: list[InstanceSection] = []
-    for i in cfg.instance:
-        host = next((b for b in booted if _guest(b) == _guest(i) and (b.vcpu_cap, b.pipeline) != (i.vcpu_cap,
-                                                                                                 i.pipeline)), None)
-        if host is None:
-            booted.append(i)
-        else:
-            out[i.name] = host.name
-    return out
-
-
-def _guest(i: InstanceSection) -> InstanceSection:
-    """What a boot makes of an instance: all of it but its name and what changes without a boot."""
-    return dataclasses.replace(i, name="", vcpu_cap=0, pipeline=1)
-
-
-def sessions(todo: list[plan.Point], riding: dict[str, str] | None = None) -> list[Session]:
-    """The points grouped by (iteration, the instance that boots), in the order they first appear: a
-    riding instance's points go into its host's boot of the same iteration, before or after the
-    host's own as the rotation put them, so neither is always measured on a warmer guest."""
-    riding = riding or {}
-    groups: dict[tuple[int, str], list[plan.Point]] = {}
-    for p in todo:
-        groups.setdefault((p.iteration, riding.get(p.instance, p.instance)), []).append(p)
-    return [Session(it, name, tuple(pts)) for (it, name), pts in groups.items()]
-
-
-def new_run(cfg: RunConfig, out: Path, nic: dict[str, Any]) -> RunDir:
-    """`nic`: where the NIC and hugepages came from (hostprep.Choice.to_json), kept beside the config."""
-    return RunDir.create(out, {"kind": "run", "id": bench.new_id(), "config": cfg.to_json(), "nic": nic,
-                               "harness": bench.harness_version(), "points_planned": plan.planned(cfg)})
-
-
-def holder(address: str, listings: dict[str, str]) -> tuple[str, str] | None:
-    """The (client host, interface) whose `ip -o -4 addr show` lists `address` (its IP), if any."""
-    ip = address.split("/")[0]
-    for host, text in listings.items():
-        for line in text.splitlines():
-            fields = line.split()
-            if len(fields) > 3 and fields[2] == "inet" and fields[3].split("/")[0] == ip:
-                return host, fields[1]
-    return None
-
-
-def check_wire(cfg: RunConfig, name: str) -> tuple[str, str] | None:
-    """With a NIC passed through, a client machine must hold guest.client_address (`name`: the flag or
-    key it came from) on the wire to the guest, or wrk cannot reach the guest's address: said before
-    anything is taken. Returns the (host, interface) holding it."""
-    g = cfg.guest
-    if not g.bdf:
-        return None
-    hosts = dict.fromkeys(c.host for c in cfg.client)
-    listings = {h: sweep.machine(h).run(["ip", "-o", "-4", "addr", "show"], timeout=30).stdout for h in hosts}
-    found = holder(g.client_address, listings)
-    if found is None:
-        where = " or ".join("this machine" if h == "local" else h for h in hosts)
-        raise HarnessError(f"{name} {g.client_address}: no client ({where}) holds it, so wrk cannot reach the "
-                           f"guest at {g.address.split('/')[0]}",
-                           f"put it on the client's NIC cabled to {', '.join(g.bdf)} (ip addr add "
-                           f"{g.client_address} dev IFACE), or pass --client-address with the address it has there")
-    return found
-
-
-def ensure_image(cfg: RunConfig, run: RunDir, say: progress.Say) -> str | None:
-    """The image folder of the instances that name none: the recipe's, built if missing, and kept for
-    the whole run (a resumed run goes on with the image it started with, whatever the recipe is now)."""
-    if all(i.image or cfg.guest.image for i in cfg.instance):
-        return None
-    pinned = run.manifest.get("image")
-    if pinned:
-        if not (Path(pinned) / "image.json").exists():
-            raise HarnessError(f"the image this run started with is gone: {pinned}",
-                               "start a new run (measurements from two images do not mix)")
-        return str(pinned)
-    recipe = load_recipe()
-    images = imagedir.path()
-    if image.find(recipe, images) is None:
-        say(f"building the guest image from {recipe.folder} (once; cached afterwards)")
-    built, _ = imagebuild.build(recipe, images, say)
-    say(f"image {built.folder}")
-    run.update_manifest(image=str(built.folder), image_meta=built.meta)
-    return str(built.folder)
 
 
 @dataclass
@@ -200,43 +98,6 @@ class Runner:
                                  "failed_attempts": []})
                 self.tally["failed"] += 1
 
-    def _note_guest(self, b: session.Booted, inst: str, booted: str) -> None:
-        """The guest's facts and domain XML under `inst`'s name, the first time `inst` is measured
-        (`booted`: the instance whose guest it is, when `inst` rides on it)."""
-        m = self.run.manifest
-        guests = m.get("instances", {})
-        changes: dict[str, Any] = {}
-        if inst not in guests:
-            changes["instances"] = {**guests, inst: b.facts}
-            xml = f"{inst}.xml"
-            if "/" in xml or xml.startswith("."):
-                raise HarnessError(f"instance name {inst!r} does not make a file inside {self.run.path}/domains",
-                                   "instance names are letters, digits, '.', '_' and '-'")
-            self.run.folder.folder("domains").write(xml, (b.xml if inst == booted else
-                                                          self._rider_note(inst, booted) + b.xml).encode())
-        if "guest" not in m:
-            changes["guest"] = {"kvm": b.guest.kvm, "uri": b.guest.uri, "boot_seconds": b.guest.boot_seconds,
-                                "shares_host_with_client": for_uri(b.guest.uri).local and any(
-                                    c.host == "local" for c in self.cfg.client)}
-            nginx = {i.name: sweep.first_line(b.machine, [i.nginx, "-v"]) for i in self.cfg.instance}
-            server = {"machine": b.machine.key, "kernel": b.facts.get("kernel", ""),
-                      "cpus": str(b.facts.get("cpus", "")), "nginx": nginx}
-            changes["machines"] = {"server": server, "clients": sweep.client_versions(self.cfg)}
-        if changes:
-            self.run.update_manifest(**changes)
-
-    def _rider_note(self, inst: str, booted: str) -> str:
-        """What a riding instance does to its host's guest, above that guest's XML."""
-        mine, host = self._instance(inst), self._instance(booted)
-        how = []
-        if mine.vcpu_cap != host.vcpu_cap:
-            cap = mine.vcpu_cap
-            how.append(f"its vCPUs capped live to {cap}% (vcpu_quota {domain.cap_quota(cap)} of vcpu_period "
-                       f"{domain.CAP_PERIOD_US})" if cap else "its vCPUs uncapped live")
-        if mine.pipeline != host.pipeline:
-            how.append(f"loaded {mine.pipeline} requests deep per connection")
-        return f"<!-- {inst}: the guest of {booted} below, {' and '.join(how)} -->\n"
-
     def _more(self, s: Session) -> Callable[[], list[plan.Point]] | None:
         """With the adaptive search: after each round of a session's points, what the search wants next
         of this boot's iteration and instances (the baseline's boot walks the whole ladder)."""
@@ -269,7 +130,7 @@ class Runner:
             return
         try:
             for name in dict.fromkeys([s.instance, *(p.instance for p in s.points)]):
-                self._note_guest(b, name, s.instance)
+                note_guest(self.run, self.cfg, b, name, s.instance)
             if b.pinning["ok"] is False:
                 self.say(f"WARNING: the guest's QEMU threads are not held to the planned CPUs: {b.pinning}")
             g = self.cfg.guest

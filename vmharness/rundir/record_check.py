@@ -58,7 +58,7 @@ _CLIENT: list[Rule] = [
     (("client", "latency_us", "count"), 0, MOST_COUNT, WHOLE),
     (("client", "latency_us", "percentiles", "*"), 0, MOST_US, NUM),
 ]
-_SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and saturation.py read of a point's other figures
+_SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read of a point's other figures
     (("samples", "*", "cpu", "*", "*"), -SLACK, 100 + SLACK, NUM),
     (("samples", "*", "process", "cpu_percent_of_one"), 0, MOST, NUM),
     (("samples", "*", "net", "*", "*"), 0, MOST, NUM),

@@ -6,9 +6,9 @@ A run directory is read back long after it was written, perhaps copied, perhaps 
 that is not a JSON object, or a record line in the middle that is not one, is an error naming the file
 (and line); a torn last line is what a crash mid-write leaves, so it is reported once and the rest is
 used. Only regular files are read (a FIFO would block the reader forever), each at most a size the
-error names. A whole record whose values
-cannot be a measurement, of an unknown kind, or repeating a point (rundir/record_check.py) is left out of
-every figure and said once; with `strict` (report --strict) it is an error naming its line.
+error names. A whole record whose values cannot be a measurement, of an unknown kind, or repeating a
+point (rundir/record_check.py) is left out of every figure and said once; with `strict` (report
+--strict) it is an error naming its line. The records are read once and kept (`RunDir.records`).
 
 The folder is the harness's (vmharness/system/owned.py): made and marked by `create`, or checked by `resume`
 (its manifest's kind, no link where it writes, its samples/ folder there) before anything is written;
@@ -21,6 +21,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -40,6 +41,8 @@ POINTS = ("measurement", "load")  # the kinds of record that are a measured poin
 MAX_MANIFEST = 64 << 20  # bytes: the configuration and the provenance of each boot
 MAX_RECORDS = 1 << 30  # bytes: 10,000 points of 100 KiB (a histogram per microsecond); a larger file is
 # refused before it is read
+TAIL = 4096  # bytes of the records' end that are part of their identity (RunDir.records)
+Identity = tuple[tuple[int, ...], bytes]
 
 log = logging.getLogger("vmharness.store")
 
@@ -90,6 +93,7 @@ class RunDir:
     # the records the last read left out of every figure: (line, why, what), said once on stderr
     left_out: list[tuple[int, str, str]] = field(default_factory=list, repr=False, compare=False)
     _said: bool = field(default=False, repr=False, compare=False)
+    _kept: tuple[Identity, list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)  # records
 
     @classmethod
     def create(cls, path: Path, manifest: dict[str, Any]) -> RunDir:
@@ -180,14 +184,24 @@ class RunDir:
                 os.fsync(fd)
         except OSError as exc:
             raise _full(exc, self.path) from exc
+        finally:
+            self._kept = None  # read again: a torn tail cut and a line of its length would keep the size
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every complete record that counts; a torn last line (a crash mid-write) is reported and
         skipped, a record that cannot count (record_check) is left out and said once (`left_out`), any
-        other damage is an error naming the line, raised before the first record is handed out."""
+        other damage is an error naming the line, raised before the first record is handed out.
+
+        Read and checked once, then kept (a report asks often; 100 KiB records take seconds to parse) until
+        an `append` through this RunDir or until the file is not the one read (`_identity`: another hand
+        wrote it); the kept dicts are handed out: never change them. A file that fails is never kept."""
         path = self.path / RECORDS
         if not os.path.lexists(path):
+            self._kept = None
             return iter(())
+        identity = _identity(path)
+        if self._kept is not None and identity is not None and self._kept[0] == identity:
+            return iter(self._kept[1])
         lines = _read(path, MAX_RECORDS).splitlines()
         out = []
         seen = record_check.Seen()
@@ -221,6 +235,7 @@ class RunDir:
         if left and not self._said:
             self._said = True
             print(f"warning: {record_check.summary([(path, *x) for x in left])}", file=sys.stderr, flush=True)
+        self._kept = (identity, out) if identity is not None else None
         return iter(out)
 
     def completed(self) -> set[str]:
@@ -234,6 +249,23 @@ def left_out_line(runs: list[RunDir]) -> list[str]:
     the first few by file:line (empty when none was)."""
     left = [(r.path / RECORDS, *x) for r in runs for x in r.left_out]
     return [record_check.summary(left)] if left else []
+
+
+def _identity(path: Path) -> Identity | None:
+    """What tells the file from the one read before, unread: inode, size, times and last 4 KiB (another
+    writer's torn tail cut and a line of its length, in one clock tick); None for what cannot be read."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # the read says what it is
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            tail = os.pread(fd, TAIL, max(0, st.st_size - TAIL))
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), tail
 
 
 def _fault(rec: dict[str, Any]) -> str | None:

@@ -1,0 +1,135 @@
+"""The measurement table an analysis works from: each instance at each connection count (a Cell), with
+its iterations' throughput and latency, each value with the block (run, iteration) it was taken in,
+and the figures measured beside them (the server's, the clients' and the guest's vCPU threads' busy
+share, packets per request, every side's samples). Read from a run's records once, here; the
+statistics and the warnings read only the table. A measurement whose figures cannot be read is an
+error naming the record."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from vmharness import stats
+from vmharness.analysis import packets, sides
+from vmharness.analysis.sides import Sides
+from vmharness.digits import is_digits
+from vmharness.errors import HarnessError
+from vmharness.rundir import histogram
+from vmharness.rundir.histogram import Histogram
+from vmharness.rundir.store import RECORDS, RunDir
+from vmharness.stats import Interval, mean_interval
+
+PERCENTILES = ("50", "90", "99", "99.9", "99.99")  # those reported, of a record's histogram.PERCENTILES
+
+Block = tuple[str, int]  # (run directory name, iteration): the measurements taken in one turn
+
+
+@dataclass
+class Cell:
+    """One instance at one connection count: its iterations, each value with its block."""
+
+    rps: list[float] = field(default_factory=list)
+    latency: dict[str, list[float]] = field(default_factory=dict)
+    latency_n: list[int] = field(default_factory=list)  # the requests each iteration's latency rests on
+    histograms: list[Histogram | None] = field(default_factory=list)  # None: a record from before histograms
+    blocks: list[Block] = field(default_factory=list)
+    server_busy: list[float] = field(default_factory=list)  # the server machine, all CPUs, without steal
+    worker_busy: list[float] = field(default_factory=list)  # the server's process tree, per worker
+    client_busy: list[float] = field(default_factory=list)  # the busiest client machine's (not the server's)
+    vcpu_busy: list[list[float]] = field(default_factory=list)  # a run's guest: each vCPU thread, from the host
+    packets: list[tuple[float, bool]] = field(default_factory=list)  # the server's packets per request, on lo?
+    sides: Sides = field(default_factory=Sides)  # steal, each client and generator thread, the host's vfio
+    errors: int = 0
+    requests: int = 0
+
+    def interval(self) -> Interval:
+        return mean_interval(self.rps, stats.LEVEL)
+
+    def by_block(self, values: list[float]) -> dict[Block, float]:
+        """One value per block (the mean, should a block hold several)."""
+        groups: dict[Block, list[float]] = {}
+        for b, v in zip(self.blocks, values, strict=True):
+            groups.setdefault(b, []).append(v)
+        return {b: statistics.fmean(vs) for b, vs in groups.items()}
+
+
+def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
+    """Cells by instance and connections, and the number of failed points."""
+    manifest = run.manifest
+    server = manifest.get("machines", {}).get("server", {}).get("machine", "local")
+    cpus = manifest.get("machines", {}).get("server", {}).get("cpus", "")
+    workers = manifest.get("config", {}).get("server", {}).get("workers") or (int(cpus) if is_digits(str(cpus)) else 0)
+    clients = [c["machine"] for c in manifest.get("machines", {}).get("clients", [])]
+    out: dict[str, dict[int, Cell]] = {}
+    failed = 0
+    for r in run.records():
+        if r.get("kind") != "measurement":
+            continue
+        if not r.get("ok"):
+            failed += 1
+            continue
+        try:
+            client = r["client"]
+            rps, block = float(client["requests_per_s"]), (run.path.name, int(r["iteration"]))
+            latency = histogram.from_record(client["latency_us"], int(client["requests"]))
+            errors, requests = int(client["errors"]["total"]), int(client["requests"])
+            cell = out.setdefault(str(r["instance"]), {}).setdefault(int(r["connections"]), Cell())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged "
+                               f"({type(exc).__name__}: {exc})", "a run writes these records itself: was the "
+                               "file edited? remove the damaged line and re-measure with --resume") from exc
+        cell.rps.append(rps)
+        cell.blocks.append(block)
+        for q in PERCENTILES:
+            cell.latency.setdefault(q, []).append(latency.percentiles[q])
+        cell.latency_n.append(latency.count)
+        cell.histograms.append(latency.histogram)
+        cell.errors += errors
+        cell.requests += requests
+        given = r.get("samples")
+        samples: dict[str, Any] = given if isinstance(given, dict) else {}  # optional: damaged is as absent
+        busy, _ = sides.cpu_of(samples, server)
+        if busy is not None:
+            cell.server_busy.append(busy)
+        cell.sides.add(r, server, clients)
+        here = samples.get(server)
+        process = here.get("process") if isinstance(here, dict) else None
+        if isinstance(process, dict) and isinstance(process.get("cpu_percent_of_one"), int | float) and workers:
+            cell.worker_busy.append(min(100.0, process["cpu_percent_of_one"] / workers))
+        loads = [b for c in clients if c != server and (b := sides.cpu_of(samples, c)[0]) is not None]
+        if loads:
+            cell.client_busy.append(max(loads))
+        sent = packets.per_request(samples, server, rps)
+        if sent is not None:
+            cell.packets.append(sent)
+        host = r.get("host")
+        vcpus = host.get("vcpu_busy_percent") if isinstance(host, dict) else None
+        if isinstance(vcpus, list) and vcpus and all(isinstance(v, int | float) for v in vcpus):
+            cell.vcpu_busy.append([float(v) for v in vcpus])
+    return out, failed
+
+
+def vcpu_means(cell: Cell) -> list[float] | None:
+    """Each vCPU thread's busy share (percent) at this point, averaged over the iterations that have it."""
+    rows = [row for row in cell.vcpu_busy if len(row) == len(cell.vcpu_busy[0])] if cell.vcpu_busy else []
+    return [statistics.fmean(col) for col in zip(*rows, strict=True)] if rows else None
+
+
+def idle_vcpus(run: RunDir, instance: str) -> list[float] | None:
+    """Each vCPU thread's busy share (percent) without load in `instance`'s sessions, averaged (the
+    `idle` records a run with a control writes; bench/sweep.py)."""
+    rows = [r["vcpu_busy_percent"] for r in run.records() if r.get("kind") == "idle" and r.get("instance") == instance
+            and isinstance(r.get("vcpu_busy_percent"), list)
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in r["vcpu_busy_percent"])]
+    rows = [row for row in rows if rows and len(row) == len(rows[0]) and row]
+    return [statistics.fmean(col) for col in zip(*rows, strict=True)] if rows else None
+
+
+
+def server_busy(cell: Cell) -> float | None:
+    """The server's busy percent at a point: its machine's (without steal) or its workers' per worker,
+    whichever is higher (its workers saturated count, even on a larger machine)."""
+    known = [statistics.fmean(v) for v in (cell.server_busy, cell.worker_busy) if v]
+    return max(known) if known else None

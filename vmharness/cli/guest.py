@@ -5,23 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from vmharness import textsafe
 from vmharness.cli import types as cli_types
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
+from vmharness.guest import domain, image
+from vmharness.journal import journal
 from vmharness.model import config, schema
 from vmharness.progress import say
+from vmharness.system import imagedir
 from vmharness.system.root import HostRoot
+
+if TYPE_CHECKING:
+    from vmharness.guest.instance import VmRequest
+
+# guest/instance.py, vm.py and agent.py bring libvirt's bindings: importing them costs about 60 ms of CPU
+# (libvirt itself about 20), which `image build`, every other command and `--help` do not need. The
+# commands that talk to libvirt import them when they run.
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from vmharness.guest import image
-    from vmharness.system import imagedir
-
     kernel = image.kernel_input(args.kernel, args.modules, args.kernel_config)
     recipe = image.load_recipe(Path(args.recipe) if args.recipe else image.RECIPE_DIR, kernel)
     images = image.image_dir(args.image_dir)
@@ -40,8 +46,8 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request(args: argparse.Namespace) -> Any:
-    from vmharness.guest.instance import VmRequest
+def _request(args: argparse.Namespace) -> VmRequest:
+    from vmharness.guest.instance import VmRequest  # libvirt's bindings: see the note at the top
 
     return VmRequest(
         name=args.name, memory_mib=args.memory, vcpus=args.vcpus, cmdline=args.cmdline or "",
@@ -53,7 +59,7 @@ def _request(args: argparse.Namespace) -> Any:
 
 
 def cmd_vm_up(args: argparse.Namespace) -> int:
-    from vmharness.guest import domain, instance
+    from vmharness.guest import instance, vm  # libvirt's bindings: see the note at the top
 
     if args.print_xml:
         root = HostRoot.open(args.host_root)
@@ -66,9 +72,6 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
     if args.print_xml:
         print(domain.to_xml(planned.spec), end="")
         return 0
-    from vmharness.guest import vm
-    from vmharness.journal import journal
-
     with journal.Lock(root):
         guest = vm.up(root, planned.spec, req.uri, planned.base_disk, domain.to_xml(planned.spec), say,
                       req.owner, boot_timeout=args.boot_timeout, link_net=planned.link_net)
@@ -81,9 +84,7 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_exec(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from vmharness.guest import agent, vm
+    from vmharness.guest import agent, vm  # libvirt's bindings: see the note at the top
 
     root = live_root(args.host_root, "vm exec", "drop --host-root (and VMHARNESS_HOST_ROOT)")
     guest = vm.load(root, args.name)
@@ -106,7 +107,7 @@ def cmd_vm_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_console(args: argparse.Namespace) -> int:
-    from vmharness.guest import vm
+    from vmharness.guest import vm  # libvirt's bindings: see the note at the top
 
     guest = vm.load(live_root(args.host_root, "vm console", "drop --host-root (and VMHARNESS_HOST_ROOT)"),
                     args.name)
@@ -117,8 +118,7 @@ def cmd_vm_console(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_down(args: argparse.Namespace) -> int:
-    from vmharness.guest import vm
-    from vmharness.journal import journal
+    from vmharness.guest import vm  # libvirt's bindings: see the note at the top
 
     root = live_root(args.host_root, "vm down", "drop --host-root (and VMHARNESS_HOST_ROOT)")
     guest = vm.load(root, args.name)

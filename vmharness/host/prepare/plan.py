@@ -12,6 +12,7 @@ from vmharness.host.inspect import checks, hugepages, iommu, modules, netstate, 
 from vmharness.host.inspect.pci import PciDevice, find, read_device
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.journal import journal
+from vmharness.journal.kinds import OpKind
 from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot
 
@@ -246,7 +247,7 @@ def make(root: HostRoot, req: Request) -> Plan:
         _iommu_on(root)
     for dev in named:
         _endpoint(dev)
-    ours = {r.get("bdf") for r in journal.read(root) if r.get("op") == "bind"}
+    ours = {r.get("bdf") for r in journal.read(root) if r.get("op") == OpKind.BIND}
     for group in sorted({d.iommu_group for d in named if d.iommu_group is not None}):
         members = group_members(root, group)
         plan.groups.append(group)

@@ -36,6 +36,7 @@ from vmharness.host.inspect.pci import PCI_DEVICES
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.snapshot import file
 from vmharness.journal import journal
+from vmharness.journal.kinds import OpKind
 from vmharness.system.root import LARGE_READ, HostRoot
 from vmharness.userfile import read_file
 
@@ -58,7 +59,7 @@ CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0"
 # Directories whose files tuning reads as they are: THP, KSM, and the sysctl families a profile sets.
 TUNING_DIRS = ("/sys/kernel/mm/transparent_hugepage", "/sys/kernel/mm/ksm")
 SYSCTL_DIRS = ("/proc/sys/net/core", "/proc/sys/net/ipv4", "/proc/sys/fs", "/proc/sys/vm")
-JOURNAL_OPS = ("bind", "pages", "released", "owner")  # what host-prepare --dry-run and run read of it
+JOURNAL_OPS = (OpKind.BIND, OpKind.PAGES, OpKind.RELEASED, OpKind.OWNER)  # what host-prepare --dry-run, run read
 HUGEPAGE_ATTRS = ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages",
                   "nr_overcommit_hugepages")
 MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1", "vfio_pci_core", "kvm", "kvm_intel", "kvm_amd")

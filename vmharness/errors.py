@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from vmharness.textsafe import clean
+
 
 class HarnessError(Exception):
     """An expected failure: bad input, a missing tool, a host that cannot do what was asked."""
@@ -15,8 +17,6 @@ class HarnessError(Exception):
 
     def render(self) -> str:
         """`error:` and `hint:` lines, with any control character a value brought escaped (textsafe)."""
-        from vmharness.textsafe import clean
-
         lines = [f"error: {self.message}"]
         if self.hint:
             lines.append(f"hint: {self.hint}")

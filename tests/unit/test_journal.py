@@ -9,6 +9,7 @@ from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
 from vmharness.experiment import ops
 from vmharness.journal import journal, restore
+from vmharness.journal.kinds import OpKind
 from vmharness.system.root import HostRoot
 
 HP = "host-prepare"
@@ -37,6 +38,22 @@ def test_every_op_is_a_row_of_one_table_with_a_description_and_an_undo() -> None
     changes = {name for name, op in journal.OPS.items() if op.undo is not None}
     assert changes == {"bind", "pages", "mount", "modules", "file", "irq", "domain", "tune", "server", "process"}
     assert {name for name, op in journal.OPS.items() if op.undo is None} == {"begin", "released", "owner"}
+
+
+def test_every_kind_is_registered_and_every_registered_op_is_a_kind() -> None:
+    assert ops.REGISTRARS  # importing them fills the table
+    assert sorted(journal.OPS) == sorted(OpKind)
+    assert all(type(name) is OpKind for name in journal.OPS)
+
+
+def test_a_kind_is_written_as_its_plain_string_the_same_line_as_a_bare_string(host: FakeHost) -> None:
+    root = writable(host)
+    journal.record(root, {"op": OpKind.PAGES, "node": 1, "size_kib": 2048, "before": 0}, HP)
+    journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0}, HP)
+    first, second = root.path(journal.JOURNAL).read_text().splitlines()
+    assert '"op": "pages"' in first and "OpKind" not in first
+    assert first.replace('"seq": 1', "").split('"time"')[0] == second.replace('"seq": 2', "").split('"time"')[0]
+    assert [type(r["op"]) for r in journal.read(root)] == [str, str]
 
 
 def test_an_op_no_one_registered_is_refused_when_recorded(host: FakeHost) -> None:

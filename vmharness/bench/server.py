@@ -26,6 +26,7 @@ from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.journal.journal import Op
+from vmharness.journal.kinds import OpKind
 from vmharness.signals import shielded
 from vmharness.system.machine import Machine, alive, read, stop_process
 from vmharness.system.root import HostRoot
@@ -124,7 +125,7 @@ class Server:
         check_prefix(cfg.prefix)
         if not m.guest:  # one in a guest ends with the guest, whose domain is journaled
             with shielded():  # the record and self.seq together: stop() releases what it knows of
-                self.seq = journal.record(root, {"op": "server", "prefix": cfg.prefix, "ssh": m.ssh},
+                self.seq = journal.record(root, {"op": OpKind.SERVER, "prefix": cfg.prefix, "ssh": m.ssh},
                                           self.owner)["seq"]
         try:
             self._start()
@@ -205,7 +206,7 @@ def _undo(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     return []
 
 
-journal.register("server", Op(_describe, _undo, ("prefix", "ssh")))
+journal.register(OpKind.SERVER, Op(_describe, _undo, ("prefix", "ssh")))
 
 
 # Journals written before servers were recorded by their folder hold `process` records (a PID and its
@@ -220,7 +221,7 @@ def _undo_process(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     return []
 
 
-journal.register("process", Op(_describe_process, _undo_process, ("what", "pid", "ssh")))
+journal.register(OpKind.PROCESS, Op(_describe_process, _undo_process, ("what", "pid", "ssh")))
 
 
 # Run on a client machine: one GET, its status, body length and Content-Length (argv: the URL).

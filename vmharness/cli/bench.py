@@ -7,17 +7,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vmharness.bench import server
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
+from vmharness.journal import journal
+from vmharness.model import config
 from vmharness.progress import say
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    # Imported when the command runs: the analysis and the bench bring scipy (their import costs about
+    # 800 ms of CPU), the run folder numpy (about 75 ms), the journal ops libvirt's bindings (about 60 ms).
     from vmharness.analysis import report, saturation
-    from vmharness.bench import bench, server
+    from vmharness.bench import bench
     from vmharness.experiment import ops
-    from vmharness.journal import journal
-    from vmharness.model import config
     from vmharness.rundir.store import check_new
 
     root = live_root(args.host_root, "bench", "drop --host-root (and VMHARNESS_HOST_ROOT): bench measures this "

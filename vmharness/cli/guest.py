@@ -5,26 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from vmharness import textsafe
+from vmharness import data, textsafe
 from vmharness.cli import types as cli_types
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
+from vmharness.guest import domain, imagebuild, record
+from vmharness.guest.kernelinput import kernel_input
+from vmharness.guest.recipe import load_recipe
+from vmharness.journal import journal
 from vmharness.model import libvirt_uri, schema, sections
 from vmharness.progress import say
+from vmharness.system import imagedir
 from vmharness.system.root import HostRoot
+
+if TYPE_CHECKING:
+    from vmharness.guest.instance import VmRequest
+
+# guest/instance.py, vm.py, running.py and agent.py bring libvirt's bindings: importing them costs about 60 ms of CPU
+# (libvirt itself about 20), which `image build`, every other command and `--help` do not need. The
+# commands that talk to libvirt import them when they run.
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from vmharness import data
-    from vmharness.guest import imagebuild
-    from vmharness.guest.kernelinput import kernel_input
-    from vmharness.guest.recipe import load_recipe
-    from vmharness.system import imagedir
-
     kernel = kernel_input(args.kernel, args.modules, args.kernel_config)
     recipe = load_recipe(Path(args.recipe) if args.recipe else data.IMAGE_RECIPE, kernel)
     images = imagedir.path(args.image_dir)
@@ -43,8 +48,8 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request(args: argparse.Namespace) -> Any:
-    from vmharness.guest.instance import VmRequest
+def _request(args: argparse.Namespace) -> VmRequest:
+    from vmharness.guest.instance import VmRequest  # libvirt's bindings: see the note at the top
 
     return VmRequest(
         name=args.name, memory_mib=args.memory, vcpus=args.vcpus, cmdline=args.cmdline or "",
@@ -56,7 +61,7 @@ def _request(args: argparse.Namespace) -> Any:
 
 
 def cmd_vm_up(args: argparse.Namespace) -> int:
-    from vmharness.guest import domain, instance
+    from vmharness.guest import instance, vm  # libvirt's bindings: see the note at the top
 
     if args.print_xml:
         root = HostRoot.open(args.host_root)
@@ -69,9 +74,6 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
     if args.print_xml:
         print(domain.to_xml(planned.spec), end="")
         return 0
-    from vmharness.guest import vm
-    from vmharness.journal import journal
-
     with journal.Lock(root):
         guest = vm.up(root, planned.spec, req.uri, planned.base_disk, domain.to_xml(planned.spec), say,
                       req.owner, boot_timeout=args.boot_timeout, link_net=planned.link_net)
@@ -84,9 +86,7 @@ def cmd_vm_up(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_exec(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from vmharness.guest import agent, record, running
+    from vmharness.guest import agent, running  # libvirt's bindings: see the note at the top
 
     root = live_root(args.host_root, "vm exec", "drop --host-root (and VMHARNESS_HOST_ROOT)")
     guest = record.load(root, args.name)
@@ -109,7 +109,7 @@ def cmd_vm_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_console(args: argparse.Namespace) -> int:
-    from vmharness.guest import record, running
+    from vmharness.guest import running  # libvirt's bindings: see the note at the top
 
     guest = record.load(live_root(args.host_root, "vm console", "drop --host-root (and VMHARNESS_HOST_ROOT)"),
                         args.name)
@@ -120,8 +120,7 @@ def cmd_vm_console(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_down(args: argparse.Namespace) -> int:
-    from vmharness.guest import record, vm
-    from vmharness.journal import journal
+    from vmharness.guest import vm  # libvirt's bindings: see the note at the top
 
     root = live_root(args.host_root, "vm down", "drop --host-root (and VMHARNESS_HOST_ROOT)")
     guest = record.load(root, args.name)

@@ -14,12 +14,16 @@ from vmharness.errors import HarnessError
 if TYPE_CHECKING:
     from vmharness.rundir.store import RunDir
 
+# The analysis is imported when a command runs: it brings scipy (about 800 ms of CPU to import) and
+# publish.py matplotlib (about 400 ms more), the run folder numpy (about 75 ms), none of which the other
+# commands or `--help` need.
+
 
 def _out(args: argparse.Namespace) -> Path | None:
     """--out: a folder to (create and) fill, refused before any work when something other than a
     folder is there, when it holds something other than files and folders (a FIFO would block a write
     forever), or when it is not a report's folder (vmharness/analysis/publish.py) unless --force."""
-    from vmharness.analysis import publish
+    from vmharness.analysis import publish  # matplotlib, scipy: see the note at the top
 
     value = args.out
     if value is None:
@@ -55,12 +59,10 @@ def _baseline(value: str | None, known: list[str]) -> str | None:
 
 
 def _show(a: Any, args: argparse.Namespace, title: str) -> int:
-    from vmharness.analysis import report
+    from vmharness.analysis import publish, report  # matplotlib, scipy: see the note at the top
 
     out = _out(args)
     if out is not None:
-        from vmharness.analysis import publish
-
         written = publish.publish(a, out, title=title, force=args.force)
         print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     elif args.json or args.format == "json":
@@ -75,7 +77,7 @@ def _show(a: Any, args: argparse.Namespace, title: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from vmharness.analysis import saturation
+    from vmharness.analysis import saturation  # scipy, numpy: see the note at the top
     from vmharness.rundir.store import RunDir
 
     _out(args)  # refused before any work
@@ -85,7 +87,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from vmharness.analysis import saturation
+    from vmharness.analysis import saturation  # scipy, numpy: see the note at the top
     from vmharness.rundir.store import RunDir
 
     _out(args)  # refused before any work

@@ -3,89 +3,59 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vmharness.bench import server
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
+from vmharness.host.prepare import show_plan
+from vmharness.journal import journal
 from vmharness.progress import say
 from vmharness.system.root import HostRoot
 
 if TYPE_CHECKING:
-    from vmharness.experiment.hostprep import Choice
+    from vmharness.experiment import preflight
+
+# The run's own modules are imported when it runs: through bench/ and analysis/ they bring scipy (about
+# 800 ms of CPU to import), matplotlib (about 400 ms more), numpy and libvirt's bindings, which the
+# other commands and `--help` do not need. The preflight alone (run --print-xml) brings scipy too.
 
 
-def _flag_address(value: str | None, flag: str) -> str | None:
-    from vmharness.model import wire
+def _flags(args: argparse.Namespace) -> preflight.Flags:
+    from vmharness.experiment import preflight  # scipy, libvirt: see the note at the top
 
-    if value is not None and not value:
-        raise HarnessError(f"{flag} is empty", f"write an address with its prefix, e.g. {wire.DEFAULT_ADDRESS}")
-    return None if value is None else wire.check_address(value, flag)
-
-
-def _choice(args: argparse.Namespace, root: HostRoot) -> Choice:
-    """The configuration file (or the embedded experiment) with the flags on top, and where its NIC and
-    hugepages come from (the flags, the file, or what host-prepare set up); each flag checked by name."""
-    from vmharness.experiment import hostprep
-    from vmharness.model import config, derived, rules, sections
-    from vmharness.model.bdf import parse_bdf
-
-    cfg = config.load_run(Path(args.config) if args.config else None)
-    guest = cfg.guest
-    if args.bdf:
-        guest = dataclasses.replace(guest, bdf=tuple(parse_bdf(b, "--bdf") for b in args.bdf))
-    if args.hugepages:
-        guest = dataclasses.replace(guest, hugepages=True)
-    address = _flag_address(args.address, "--address")
-    client = _flag_address(args.client_address, "--client-address")
-    guest = dataclasses.replace(guest, address=guest.address if address is None else address,
-                                client_address=guest.client_address if client is None else client)
-    cfg = dataclasses.replace(cfg, guest=guest)
-    if args.control and not cfg.control.cap:
-        cfg = derived.with_control(dataclasses.replace(cfg, control=dataclasses.replace(
-            cfg.control, cap=sections.CONTROL_CAP)), "--control")
-    given = hostprep.Given(bdf=bool(args.bdf), address=address is not None, client_address=client is not None)
-    choice = hostprep.choose(root, cfg, given)
-    rules.validate(choice.cfg)
-    return choice
+    return preflight.Flags(config=Path(args.config) if args.config else None, bdf=tuple(args.bdf),
+                           hugepages=args.hugepages, address=args.address, client_address=args.client_address,
+                           control=args.control)
 
 
-def _print_xml(choice: Choice, root: HostRoot) -> int:
-    """Preflight, read from `root` (the live host or a host root), changing nothing: the host plan the
-    run would carry out (as `host-prepare --dry-run` prints it) and each instance's domain as it would
-    be defined once that plan is done."""
-    from vmharness.bench import bench
-    from vmharness.experiment import hostprep
-    from vmharness.guest import domain, instance, session
-    from vmharness.host.prepare import plan, show_plan
-    from vmharness.journal import journal
+def _print_xml(args: argparse.Namespace) -> int:
+    """The preflight, read from the live host or a host root, changing nothing: the host plan the run
+    would carry out (as `host-prepare --dry-run` prints it) and each instance's domain as it would be
+    defined once that plan is done."""
+    from vmharness.experiment import preflight  # scipy, libvirt: see the note at the top
 
-    cfg = choice.cfg
+    root = HostRoot.open(args.host_root)
+    choice = preflight.choose(root, _flags(args))
     say(choice.line)
-    req = hostprep.request(cfg)
-    after = plan.make(root, req) if req is not None else None
+    after = preflight.host_plan(root, choice.cfg)
     print(show_plan.plan_text(after, dry_run=True) if after is not None else
           "host-prepare plan: nothing to prepare (no NIC to pass through, no hugepages)")
-    owner = journal.RUN_PREFIX + bench.new_id()
-    for inst in cfg.instance:
-        planned = instance.plan(root, session.request(cfg, inst, owner), for_print=True, after=after)
-        for note in planned.notes:
-            print(f"note: {inst.name}: {note}", file=sys.stderr)
-        print(f"<!-- instance {inst.name} -->")
-        print(domain.to_xml(planned.spec), end="")
+    for dom in preflight.domains(root, choice.cfg, after):
+        for note in dom.notes:
+            print(f"note: {dom.instance}: {note}", file=sys.stderr)
+        print(f"<!-- instance {dom.instance} -->")
+        print(dom.xml, end="")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vmharness.analysis import publish, report, saturation
-    from vmharness.bench import server
-    from vmharness.experiment import hostprep, runfolder, runner, wire_check
-    from vmharness.journal import journal
-    from vmharness.model import config, rules
+    from vmharness.analysis import publish, report, saturation  # scipy, matplotlib: see the note at the top
+    from vmharness.experiment import preflight, runfolder, runner, wire_check
     from vmharness.rundir.store import REPORT, RunDir, check_new
 
     given = [name for name, on in (("CONFIG", args.config), ("--out", args.out is not None), ("--bdf", args.bdf),
@@ -96,18 +66,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise HarnessError(f"--resume takes the configuration from the run directory, not {', '.join(given)}",
                            f"drop {', '.join(given)} when resuming")
     if args.print_xml:
-        root = HostRoot.open(args.host_root)
-        return _print_xml(_choice(args, root), root)
+        return _print_xml(args)
     root = live_root(args.host_root, "run", "drop --host-root (and VMHARNESS_HOST_ROOT), or add --print-xml to "
                      "see what the run would define")
     if args.resume:
         publish.preflight(Path(args.resume) / REPORT, f"--resume {args.resume}:")  # written at the end: said now
         run = RunDir.resume(Path(args.resume), "run")
-        choice = hostprep.choose(root, rules.validate(config.run_from_json(run.manifest["config"])),
-                                 hostprep.Given(resumed=True))
+        choice = preflight.resumed(root, run.manifest["config"])
         client_name = "guest.client_address"
     else:
-        choice = _choice(args, root)
+        choice = preflight.choose(root, _flags(args))
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
     say(choice.line)
     cfg = choice.cfg

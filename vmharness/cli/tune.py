@@ -6,15 +6,18 @@ import argparse
 import json
 from typing import Any
 
+from vmharness import table
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
+from vmharness.guest import record
+from vmharness.journal import journal
+from vmharness.model import profile
 from vmharness.progress import say
 from vmharness.system.root import HostRoot
+from vmharness.tune import access, apply, knobs
 
 
-def _target(args: argparse.Namespace, root: HostRoot) -> Any:
-    from vmharness.tune import access
-
+def _target(args: argparse.Namespace, root: HostRoot) -> access.Target:
     where = args.target
     if where == "host":
         return access.HostTarget(root)
@@ -24,14 +27,12 @@ def _target(args: argparse.Namespace, root: HostRoot) -> Any:
     if kind == "client" and name:
         return access.ssh_target(name)
     if kind == "guest" and name:
-        from vmharness.guest import record
-
         guest = record.load(root, name)
         return access.guest_target(guest.uri, guest.uuid, name)
     raise HarnessError(f"unknown target {where!r}", "use host, guest:NAME (a `vm up` guest) or client:SSHNAME")
 
 
-def _ifaces(t: Any, given: list[str]) -> tuple[str, ...]:
+def _ifaces(t: access.Target, given: list[str]) -> tuple[str, ...]:
     """The NICs to tune: those given, else every interface backed by a device."""
     if given:
         return tuple(given)
@@ -39,8 +40,6 @@ def _ifaces(t: Any, given: list[str]) -> tuple[str, ...]:
 
 
 def _plan_text(plan: Any) -> str:
-    from vmharness import table
-
     rows = [[c.knob, c.path, c.before, c.after, c.why] for c in plan.changes]
     rows += [[c.knob, c.path, c.before, "(already)", c.why] for c in plan.kept]
     lines = [f"tuning plan for {plan.target}: {len(plan.changes)} changes, {len(plan.kept)} already set, "
@@ -52,10 +51,6 @@ def _plan_text(plan: Any) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from vmharness.journal import journal
-    from vmharness.model import profile
-    from vmharness.tune import apply, knobs
-
     if args.action in ("apply", "revert"):
         root = live_root(args.host_root, f"tune {args.action}", "drop --host-root (and VMHARNESS_HOST_ROOT); "
                          "`tune plan --host-root DIR` shows what would change there")

@@ -22,6 +22,7 @@ from vmharness.host.inspect import hugepages, pci, wire_routes
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.prepare import plan, prepare, show_plan
 from vmharness.journal import journal, restore
+from vmharness.journal.kinds import OpKind
 from vmharness.model import schema
 from vmharness.model.sections import HugepageSize, RunConfig
 from vmharness.model.wire import wire
@@ -42,7 +43,7 @@ def request(cfg: RunConfig) -> plan.Request | None:
     return plan.Request(bdfs, pages, g.hugepage_size, "auto")
 
 
-HOST_OPS = ("bind", "pages", "mount", "modules")
+HOST_OPS = (OpKind.BIND, OpKind.PAGES, OpKind.MOUNT, OpKind.MODULES)
 PREPARER = "host-prepare"  # the owner of what host-prepare (or a run kept with --keep-host) holds
 
 
@@ -73,7 +74,7 @@ def prepared(root: HostRoot) -> Prepared:
     it moved that is no longer on vfio-pci is an error (the record and the host disagree)."""
     held = [r for r in journal.outstanding(journal.read(root)) if r.get("owner") == PREPARER]
     nics = []
-    for bdf in dict.fromkeys(r["bdf"] for r in held if r["op"] == "bind" and r.get("named", True)):
+    for bdf in dict.fromkeys(r["bdf"] for r in held if r["op"] == OpKind.BIND and r.get("named", True)):
         dev = pci.find(root, bdf) if root.exists(f"/sys/bus/pci/devices/{bdf}") else None
         if dev is None or dev.driver != plan.VFIO_DRIVER:
             now = "gone from the PCI bus" if dev is None else f"bound to {dev.driver or 'no driver'}"
@@ -81,7 +82,7 @@ def prepared(root: HostRoot) -> Prepared:
                                f"give it back and prepare again: vmharness host-restore, then vmharness "
                                f"host-prepare --bdf {bdf}")
         nics.append(dev)
-    pools = {(r["node"], r["size_kib"]) for r in held if r["op"] == "pages"}
+    pools = {(r["node"], r["size_kib"]) for r in held if r["op"] == OpKind.PAGES}
     pages = tuple(p for p in hugepages.per_node(root) if (p.node, p.size_kib) in pools and p.total > 0)
     return Prepared(tuple(nics), pages)
 

@@ -12,6 +12,7 @@ from typing import Any
 from vmharness.cpus import parse_cpulist
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
+from vmharness.host.libvirt import api
 from vmharness.system.machine import Machine
 
 # Few processes: on a guest under TCG every fork and exec costs a good part of a second.
@@ -111,8 +112,6 @@ def facts(machine: Machine) -> dict[str, Any]:
 
 def libvirt_versions(uri: str) -> dict[str, str]:
     """libvirt's own version and the hypervisor's (QEMU) as the daemon at `uri` reports them."""
-    from vmharness.host.libvirt import api
-
     def dotted(n: int) -> str:
         return f"{n // 1000000}.{n // 1000 % 1000}.{n % 1000}"
 

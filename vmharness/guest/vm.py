@@ -25,6 +25,7 @@ from vmharness.guest.running import console_tail
 from vmharness.host.libvirt import api
 from vmharness.journal import files, journal
 from vmharness.journal.journal import Op
+from vmharness.journal.kinds import OpKind
 from vmharness.progress import Progress, Say
 from vmharness.signals import shielded
 from vmharness.system.machine import Machine, for_uri
@@ -96,7 +97,7 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
         machine.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base_disk, spec.disk],
                     timeout=60)
         with shielded():
-            seqs.append(journal.record(root, {"op": "domain", "uri": uri, "uuid": spec.uuid,
+            seqs.append(journal.record(root, {"op": OpKind.DOMAIN, "uri": uri, "uuid": spec.uuid,
                                               "name": spec.name}, owner)["seq"])
         dom = _define(conn, xml)
         say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
@@ -178,4 +179,4 @@ def _undo_domain(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     return []
 
 
-journal.register("domain", Op(_describe_domain, _undo_domain, ("uri", "uuid", "name")))
+journal.register(OpKind.DOMAIN, Op(_describe_domain, _undo_domain, ("uri", "uuid", "name")))

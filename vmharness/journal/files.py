@@ -14,6 +14,7 @@ from typing import Any
 
 from vmharness.journal import journal
 from vmharness.journal.journal import Op
+from vmharness.journal.kinds import OpKind
 from vmharness.system.machine import Machine
 from vmharness.system.root import HostRoot
 
@@ -36,7 +37,7 @@ def made(root: HostRoot, machine: Machine, path: str, owner: str) -> int:
     """Journal that `path` on `machine` is about to be made for `owner`; returns the record's seq."""
     if not ours(path):
         raise RuntimeError(f"{path} is not where vmharness makes files: its undo would refuse it (files.ours)")
-    seq: int = journal.record(root, {"op": "file", "path": path, "ssh": machine.ssh}, owner)["seq"]
+    seq: int = journal.record(root, {"op": OpKind.FILE, "path": path, "ssh": machine.ssh}, owner)["seq"]
     return seq
 
 
@@ -61,4 +62,4 @@ def _undo(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     return []
 
 
-journal.register("file", Op(_describe, _undo, ("path", "ssh"), _kept))
+journal.register(OpKind.FILE, Op(_describe, _undo, ("path", "ssh"), _kept))

@@ -3,10 +3,10 @@ there and who made it (its owner); `host-restore` undoes the records newest firs
 idempotent (they set the recorded state, whatever the state is now), so a record whose change never
 happened — the process was killed between the two — undoes to a no-op.
 
-Every kind of record (its `op`) is a row of one table, `OPS`: how to describe it and how to undo
-it. Each subsystem registers the ops it writes when it is imported (the host's in journal/restore.py,
-journal/files.py and host/prepare/irqs.py, tuning's in tune/apply.py, guests' in guest/vm.py, servers' in
-bench/server.py), so the host layer never reaches up into the others, and `record` refuses an
+Every kind of record (its `op`, named in journal/kinds.py) is a row of one table, `OPS`: how to
+describe it and how to undo it. Each subsystem registers the ops it writes when it is imported (the
+host's in host/prepare/, harness-made files' in journal/files.py, tuning's in tune/apply.py, guests' in
+guest/vm.py, servers' in bench/server.py), so the host layer never reaches up into the others, and `record` refuses an
 op that no one registered: a record that nothing could undo is never written. A record of an op
 unknown to the reading process (a newer harness wrote it) is never dropped: `unknown` reports it
 and the journal stays.
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
+from vmharness.journal.kinds import OpKind
 from vmharness.system.root import HostRoot
 
 STATE_DIR = "/run/vmharness"
@@ -82,7 +83,7 @@ def strs(v: object) -> bool:
 OPS: dict[str, Op] = {}
 
 
-def register(name: str, op: Op) -> None:
+def register(name: OpKind, op: Op) -> None:
     """Add a row to the table (at import of the subsystem that owns the op)."""
     if OPS.get(name, op) is not op:
         raise RuntimeError(f"journal op {name!r} is registered twice")
@@ -93,9 +94,9 @@ def _marker(text: str) -> Callable[[Record], str]:
     return lambda _rec: text
 
 
-register("begin", Op(_marker("(start of a host-prepare)"), None, ("pid",)))
-register("released", Op(_marker("(records given back)"), None, ("seqs",), types={"seqs": ints}))
-register("owner", Op(_marker("(records handed over)"), None, ("seqs", "to"), types={"seqs": ints, "to": is_str}))
+register(OpKind.BEGIN, Op(_marker("(start of a host-prepare)"), None, ("pid",)))
+register(OpKind.RELEASED, Op(_marker("(records given back)"), None, ("seqs",), types={"seqs": ints}))
+register(OpKind.OWNER, Op(_marker("(records handed over)"), None, ("seqs", "to"), types={"seqs": ints, "to": is_str}))
 
 
 def _state_dir(root: HostRoot) -> None:
@@ -229,14 +230,14 @@ def record(root: HostRoot, entry: Record, owner: str | None = None) -> Record:
 
 def released(records: list[Record]) -> set[int]:
     """Sequence numbers given back already (a guest shut down by `vm down`, say)."""
-    return {n for r in records if r["op"] == "released" for n in r.get("seqs", [])}
+    return {n for r in records if r["op"] == OpKind.RELEASED for n in r.get("seqs", [])}
 
 
 def outstanding(records: list[Record]) -> list[Record]:
     """The changes not yet given back, in order, each with its current owner (after hand-overs);
     records of ops this process does not know are among them (see `unknown`)."""
     done = released(records)
-    owners = {n: r["to"] for r in records if r["op"] == "owner" for n in r["seqs"]}
+    owners = {n: r["to"] for r in records if r["op"] == OpKind.OWNER for n in r["seqs"]}
     out = []
     for r in records:
         op = OPS.get(r["op"])
@@ -259,13 +260,13 @@ def transient(owner: object) -> bool:
 def hand_over(root: HostRoot, seqs: list[int], owner: str) -> None:
     """Make `owner` the owner of these records (a run's host preparation kept for later)."""
     if seqs:
-        record(root, {"op": "owner", "seqs": seqs, "to": owner})
+        record(root, {"op": OpKind.OWNER, "seqs": seqs, "to": owner})
 
 
 def release(root: HostRoot, seqs: list[int]) -> None:
     """Mark records as given back; when nothing else is outstanding the journal goes."""
     if seqs:
-        record(root, {"op": "released", "seqs": seqs})
+        record(root, {"op": OpKind.RELEASED, "seqs": seqs})
     if not outstanding(read(root)):
         clear(root)
 

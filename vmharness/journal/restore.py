@@ -13,6 +13,7 @@ from collections.abc import Callable
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.journal.journal import Record
+from vmharness.journal.kinds import OpKind
 from vmharness.progress import Say
 from vmharness.signals import shielded
 from vmharness.system.root import HostRoot
@@ -38,7 +39,7 @@ def pending(root: HostRoot) -> list[Record]:
     out: list[Record] = []
     binds: list[Record] = []
     for rec in reversed(journal.outstanding(journal.read(root))):
-        if rec["op"] == "bind":
+        if rec["op"] == OpKind.BIND:
             binds.insert(0, rec)
             continue
         out += binds

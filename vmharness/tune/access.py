@@ -99,6 +99,8 @@ def ssh_target(name: str) -> ShellTarget:
 
 def guest_target(uri: str, uuid: str, name: str) -> ShellTarget:
     """A running guest, through its agent (no network needed)."""
+    # libvirt's bindings (about 30 ms of CPU to import), only for a guest: `tune` on the host or a client
+    # and every other command that imports this module go without them
     from vmharness.guest import agent
     from vmharness.host.libvirt import api
 
@@ -126,7 +128,7 @@ def from_spec(spec: dict[str, Any], root: HostRoot) -> Target | None:
     if spec["kind"] == "ssh":
         return ssh_target(spec["ssh"])
     if spec["kind"] == "guest":
-        from vmharness.host.libvirt import api
+        from vmharness.host.libvirt import api  # libvirt's bindings, only for a guest: see guest_target
 
         conn = api.connect(spec["uri"])
         try:

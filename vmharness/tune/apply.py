@@ -10,6 +10,7 @@ from typing import Any
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.journal.journal import Op
+from vmharness.journal.kinds import OpKind
 from vmharness.progress import Say
 from vmharness.signals import shielded
 from vmharness.system.root import HostRoot
@@ -80,7 +81,7 @@ def apply(root: HostRoot, t: Target, plan: Plan, say: Say, owner: str) -> list[d
         for c in plan.changes:
             extra = _irqbalance_how(t) if c.path == "service:irqbalance" else {}
             with shielded():  # journaled and in `made` together: a signal in between would orphan the record
-                rec = journal.record(root, {"op": "tune", "target": t.spec(), "knob": c.knob, "path": c.path,
+                rec = journal.record(root, {"op": OpKind.TUNE, "target": t.spec(), "knob": c.knob, "path": c.path,
                                             "before": c.before, "after": c.after, **extra}, owner)
                 made.append(rec)
             try:
@@ -140,10 +141,10 @@ def _undo_record(root: HostRoot, rec: dict[str, Any]) -> list[str]:
     return []
 
 
-journal.register("tune", Op(_describe, _undo_record, ("target", "knob", "path", "before", "after")))
+journal.register(OpKind.TUNE, Op(_describe, _undo_record, ("target", "knob", "path", "before", "after")))
 
 
 def pending(root: HostRoot, spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Tuning records not yet reverted, oldest first (for one target, or all)."""
-    return [r for r in journal.outstanding(journal.read(root)) if r["op"] == "tune"
+    return [r for r in journal.outstanding(journal.read(root)) if r["op"] == OpKind.TUNE
             and (spec is None or r["target"] == spec)]

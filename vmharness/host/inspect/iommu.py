@@ -8,7 +8,7 @@ from typing import Any
 from vmharness.digits import is_digits
 from vmharness.host.inspect.net import survey
 from vmharness.host.inspect.net.verdict import InUse, in_use
-from vmharness.host.inspect.pci import PciDevice, scan
+from vmharness.host.inspect.pci import PciDevice, find, scan
 from vmharness.system.root import HostRoot
 
 GROUPS = "/sys/kernel/iommu_groups"
@@ -102,3 +102,30 @@ def groups(root: HostRoot, views: list[DeviceView] | None = None) -> list[Group]
         members = tuple(by_bdf[b] for b in root.listdir(f"{GROUPS}/{name}/devices") if b in by_bdf)
         out.append(Group(int(name), root.read_optional(f"{GROUPS}/{name}/type"), members))
     return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What `host-groups` shows: the groups (and the devices in none) that hold the device asked for,
+    or a device of the class asked for; `enabled`: whether the kernel has any IOMMU group at all."""
+
+    enabled: bool
+    groups: list[Group]
+    ungrouped: list[DeviceView]
+
+
+def select(root: HostRoot, bdf: str | None = None, base_class: int | None = None) -> Selection:
+    """The groups holding `bdf` (an error when no such device) and a device of `base_class`; each
+    filter left out when None."""
+    only = find(root, bdf) if bdf is not None else None
+    views = device_views(root, scan(root))
+    found = groups(root, views)
+    grouped = {m.dev.bdf for g in found for m in g.members}
+    chosen, ungrouped = found, [v for v in views if v.dev.bdf not in grouped]
+    if only is not None:
+        chosen = [g for g in chosen if any(m.dev.bdf == only.bdf for m in g.members)]
+        ungrouped = [v for v in ungrouped if v.dev.bdf == only.bdf]
+    if base_class is not None:
+        chosen = [g for g in chosen if any(m.dev.base_class == base_class for m in g.members)]
+        ungrouped = [v for v in ungrouped if v.dev.base_class == base_class]
+    return Selection(bool(found), chosen, ungrouped)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.journal.journal import Op, Record
+from vmharness.journal.kinds import OpKind
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
 from vmharness.system.uevent import APPEAR_EVENTS, BIND_EVENTS, Waiter
@@ -103,5 +104,5 @@ def _netdevs(v: object) -> bool:
     return isinstance(v, list) and all(isinstance(n, dict) and isinstance(n.get("name"), str) for n in v)
 
 
-journal.register("bind", Op(_describe_bind, _undo_bind, ("bdf", "driver", "override"), types={
+journal.register(OpKind.BIND, Op(_describe_bind, _undo_bind, ("bdf", "driver", "override"), types={
     "bdf": journal.is_str, "driver": journal.str_or_none, "override": journal.str_or_none, "netdevs": _netdevs}))

@@ -22,6 +22,7 @@ from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.journal import journal, restore
 from vmharness.journal.journal import Op, Record
+from vmharness.journal.kinds import OpKind
 from vmharness.progress import Say
 from vmharness.signals import shielded
 from vmharness.system.root import LARGE_READ, HostRoot
@@ -106,7 +107,7 @@ def pin(root: HostRoot, found: tuple[Irq, ...], cpus: tuple[int, ...], owner: st
             if set(parse_cpulist(before, path)) == set(cpus):
                 continue
             with shielded():  # journaled and in `made` together: a signal in between would orphan the record
-                made.append(journal.record(root, {"op": "irq", "irq": irq.number, "name": irq.name,
+                made.append(journal.record(root, {"op": OpKind.IRQ, "irq": irq.number, "name": irq.name,
                                                   "before": before, "after": want}, owner))
             if listed(root).get(irq.number) != irq.name:
                 seen[-1]["after"] = None  # freed, perhaps handed to another device, since it was listed
@@ -161,4 +162,4 @@ def _undo(root: HostRoot, rec: Record) -> list[str]:
     return []
 
 
-journal.register("irq", Op(_describe, _undo, ("irq", "name", "before", "after")))
+journal.register(OpKind.IRQ, Op(_describe, _undo, ("irq", "name", "before", "after")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vmharness.journal import journal
 from vmharness.journal.journal import Op, Record
+from vmharness.journal.kinds import OpKind
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
 
@@ -77,5 +78,5 @@ def _undo_modules(root: HostRoot, rec: Record) -> list[str]:
     return ["still loaded: " + "; ".join(f"{n} ({r})" for n, r in sorted(why.items()))] if why else []
 
 
-journal.register("modules", Op(_describe_modules, _undo_modules, ("names", "loaded_before"), types={
+journal.register(OpKind.MODULES, Op(_describe_modules, _undo_modules, ("names", "loaded_before"), types={
     "names": journal.strs, "loaded_before": journal.strs}))

@@ -7,6 +7,7 @@ from vmharness.errors import HarnessError
 from vmharness.host.inspect import hugepages
 from vmharness.journal import journal
 from vmharness.journal.journal import Op, Record
+from vmharness.journal.kinds import OpKind
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
 
@@ -53,7 +54,7 @@ def _undo_mount(root: HostRoot, rec: Record) -> list[str]:
     return []
 
 
-journal.register("pages", Op(_describe_pages, _undo_pages, ("node", "size_kib", "before"), types={
+journal.register(OpKind.PAGES, Op(_describe_pages, _undo_pages, ("node", "size_kib", "before"), types={
     "node": journal.is_int, "size_kib": lambda v: isinstance(v, int) and journal.is_int(v) and v > 0,
     "before": journal.is_int}))
-journal.register("mount", Op(_describe_mount, _undo_mount, ("path", "created"), types={"path": journal.is_str}))
+journal.register(OpKind.MOUNT, Op(_describe_mount, _undo_mount, ("path", "created"), types={"path": journal.is_str}))

@@ -18,6 +18,7 @@ from vmharness.host.inspect.pci import PciDevice, find, read_device
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.libvirt.hugetlbfs_verdict import Verdict
 from vmharness.journal import journal
+from vmharness.journal.kinds import OpKind
 from vmharness.model.bdf import parse_bdf
 from vmharness.system.root import HostRoot
 
@@ -252,7 +253,7 @@ def make(root: HostRoot, req: Request) -> Plan:
         _iommu_on(root)
     for dev in named:
         _endpoint(dev)
-    ours = {r.get("bdf") for r in journal.read(root) if r.get("op") == "bind"}
+    ours = {r.get("bdf") for r in journal.read(root) if r.get("op") == OpKind.BIND}
     for group in sorted({d.iommu_group for d in named if d.iommu_group is not None}):
         members = group_members(root, group)
         plan.groups.append(group)

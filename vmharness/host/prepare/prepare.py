@@ -11,6 +11,7 @@ from vmharness.host.inspect import hugepages
 from vmharness.host.prepare import bind, kmod, pages
 from vmharness.host.prepare.plan import VFIO_DRIVER, Plan
 from vmharness.journal import journal, restore
+from vmharness.journal.kinds import OpKind
 from vmharness.progress import Say
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
@@ -20,7 +21,7 @@ def _modules(root: HostRoot, plan: Plan, say: Say, owner: str) -> None:
     if not plan.modules:
         return
     before = kmod.loaded(root)
-    journal.record(root, {"op": "modules", "names": plan.modules, "loaded_before": before}, owner)
+    journal.record(root, {"op": OpKind.MODULES, "names": plan.modules, "loaded_before": before}, owner)
     for name in plan.modules:
         kmod.load(name)
     brought = kmod.brought_along(root, plan.modules, set(before))
@@ -31,7 +32,7 @@ def _binds(root: HostRoot, plan: Plan, say: Say, owner: str) -> None:
     for b in plan.binds:
         netdevs = [{"name": n, "flags": root.read_optional(f"/sys/class/net/{n}/flags"),
                     "mtu": root.read_optional(f"/sys/class/net/{n}/mtu")} for n in b.netdevs]
-        journal.record(root, {"op": "bind", "bdf": b.bdf, "driver": b.driver, "override": b.override,
+        journal.record(root, {"op": OpKind.BIND, "bdf": b.bdf, "driver": b.driver, "override": b.override,
                               "netdevs": netdevs, "named": b.named}, owner)  # named: a run takes it
         bind.to_driver(root, b.bdf, VFIO_DRIVER, VFIO_DRIVER)
         say(f"{b.bdf}: {b.driver or 'no driver'} -> {VFIO_DRIVER}")
@@ -47,7 +48,7 @@ def _pages(root: HostRoot, plan: Plan, say: Say, owner: str) -> None:
     if p is None or p.target == p.before:
         return
     label = hugepages.size_label(p.size_kib)
-    journal.record(root, {"op": "pages", "node": p.node, "size_kib": p.size_kib, "before": p.before}, owner)
+    journal.record(root, {"op": OpKind.PAGES, "node": p.node, "size_kib": p.size_kib, "before": p.before}, owner)
     got = pages.set_pages(root, p.node, p.size_kib, p.target)
     if got < p.target:
         say(f"node {p.node}: {got - p.before} of {p.target - p.before} {label} pages; compacting memory")
@@ -65,7 +66,7 @@ def _mount(root: HostRoot, plan: Plan, say: Say, owner: str) -> None:
     if plan.mount is None or plan.pages is None:
         return
     path = root.writable(plan.mount, "mount on")
-    journal.record(root, {"op": "mount", "path": plan.mount, "created": not path.exists()}, owner)
+    journal.record(root, {"op": OpKind.MOUNT, "path": plan.mount, "created": not path.exists()}, owner)
     root.mkdir(plan.mount)
     label = hugepages.size_label(plan.pages.size_kib)
     proc.run(["mount", "-t", "hugetlbfs", "-o", f"pagesize={label}", "vmharness", str(path)], timeout=30)
@@ -76,7 +77,7 @@ def execute(root: HostRoot, plan: Plan, say: Say, owner: str = "host-prepare") -
     """Apply the plan for `owner`; the caller holds `journal.Lock` from planning to here. Any failure,
     Ctrl-C, SIGTERM or SIGHUP undoes every change made so far, then re-raises; a SIGKILL leaves the
     journal for `host-restore` (or, for a run, the next run)."""
-    begin = journal.record(root, {"op": "begin", "pid": os.getpid()})["seq"]
+    begin = journal.record(root, {"op": OpKind.BEGIN, "pid": os.getpid()})["seq"]
     try:
         for step in (_modules, _binds, _pages, _mount):
             step(root, plan, say, owner)

@@ -11,8 +11,9 @@ from vmharness.errors import HarnessError
 from vmharness.host.inspect import vfio_users
 from vmharness.host.snapshot.writer import Writer
 from vmharness.journal import journal
+from vmharness.journal.kinds import OpKind
 
-JOURNAL_OPS = ("bind", "pages", "released", "owner")  # what host-prepare --dry-run and run read of it
+JOURNAL_OPS = (OpKind.BIND, OpKind.PAGES, OpKind.RELEASED, OpKind.OWNER)  # read by host-prepare --dry-run, run
 
 
 def domains(w: Writer) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakehost import FakeHost
+from tests.rig import leftovers
 
 MLX, CX5 = 0x15B3, 0x1017
 Build = Callable[[Path], None]  # lays out the case's working folder (cwd) before the command runs
@@ -185,10 +186,15 @@ def _outside(case: Case) -> dict[str, str]:
 
 
 def _global_state() -> dict[str, object]:
+    """What the harness could leave on this machine. The rig's own temp folder (/tmp/vmharness-rig-*,
+    made and removed on this machine by the rig stream's pytest when it boots and stops L1, beside
+    this one: tests/streams.py) is not the harness's and is left out; the harness the rig runs
+    inside L1 writes L1's /tmp and /run, tmpfs of its own over a read-only view of this machine's /."""
     run = Path("/run/vmharness")
     held = {k: v for k, v in _tree(run).items() if k != "lock"}  # the lock's content is the holder's PID
     return {"run": held,
-            "tmp": sorted(p.name for p in Path("/tmp").iterdir() if p.name.startswith(("vmh", "vmharness")))}
+            "tmp": sorted(p.name for p in Path("/tmp").iterdir()
+                          if p.name.startswith(("vmh", "vmharness")) and not p.name.startswith(leftovers.PREFIX))}
 
 
 @dataclass

@@ -5,9 +5,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.fakehost import FakeHost
 from vmharness.cli.main import main
+
+# No deadline for any property: the unit tier runs beside the rig's TCG guest on two cores, where an
+# example's wall time measures the machine's load, not the code. A property that must be quick says
+# so with its own measure (CPU time), not Hypothesis's 200 ms of wall time.
+settings.register_profile("unit", deadline=None)
+settings.load_profile("unit")
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -37,6 +39,7 @@ from tests.hostile_kit import (
     with_fifo,
     with_file,
 )
+from tests.rig import leftovers
 
 
 def cases() -> list[Case]:
@@ -308,6 +311,22 @@ outcomes = hostile_kit.fixture(CASES)
 
 def test_no_case_changed_state_outside_its_folder(outcomes: Outcomes) -> None:
     hostile_kit.check_global(outcomes)
+
+
+def test_the_global_state_sees_the_harness_files_in_tmp_and_not_the_rigs() -> None:
+    """The rig stream boots and stops L1 beside the unit tier, making and removing its temp folder in
+    /tmp: that must not fail a table's before-and-after; a file the harness would leave must."""
+    before = hostile_kit._global_state()
+    rig = tempfile.mkdtemp(prefix=leftovers.PREFIX, dir="/tmp")
+    try:
+        assert hostile_kit._global_state() == before
+        harness = tempfile.mkdtemp(prefix="vmharness-report-", dir="/tmp")
+        try:
+            assert hostile_kit._global_state() != before
+        finally:
+            os.rmdir(harness)
+    finally:
+        shutil.rmtree(rig)
 
 
 def test_there_are_at_least_sixty_cases_and_each_subcommand_has_one() -> None:

@@ -223,7 +223,9 @@ def _child(script: str) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.parametrize(("script", "timeout", "startup", "state"), [
-    ("import time; time.sleep(0.3); print('running', flush=True); print('{}')", 0.2, 5.0, "ended"),
+    # Asleep longer than its timeout before it runs, then done at once: the timeout leaves a loaded
+    # machine 0.8 s between the two lines, and still counts only from 'running'.
+    ("import time; time.sleep(1.0); print('running', flush=True); print('{}')", 0.8, 5.0, "ended"),
     ("print('running', flush=True); import time; time.sleep(30)", 0.3, 5.0, "hung"),
     ("import time; time.sleep(30)", 5.0, 0.3, "slow"),
     ("import sys; print('{}'); sys.exit(1)", 5.0, 5.0, "ended"),

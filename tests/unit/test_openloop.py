@@ -4,6 +4,8 @@ CSV shaped as oha writes it), the result read back, the target and the points pl
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,8 +134,18 @@ def test_a_run_loads_every_instance_but_its_control() -> None:
     assert plan.loaded(RunConfig(instance=(InstanceSection("base"), InstanceSection("control")))) == ["base", "control"]
 
 
-def test_a_local_oha_is_found_beside_this_python(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
-    assert openloop.local_binary("/opt/oha") == "/opt/oha"
-    found = openloop.local_binary("oha")
-    assert found == "oha" or found.endswith("/oha")
+def test_a_local_oha_is_found_beside_this_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each answer told apart: "oha" as given is also the answer when none is found anywhere."""
+    venv, on_path = tmp_path / "venv" / "bin", tmp_path / "path"
+    venv.mkdir(parents=True)
+    on_path.mkdir()
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    monkeypatch.setenv("PATH", str(on_path))
+    assert openloop.local_binary("/opt/oha") == "/opt/oha"  # a path: as given, found or not
+    assert openloop.local_binary("oha") == "oha"  # nowhere: left to fail by name when run
+    (venv / "oha").write_text("#!/bin/sh\n")
+    (venv / "oha").chmod(0o755)
+    assert openloop.local_binary("oha") == str(venv / "oha")  # beside this Python
+    (on_path / "oha").write_text("#!/bin/sh\n")
+    (on_path / "oha").chmod(0o755)
+    assert openloop.local_binary("oha") == "oha"  # on PATH: PATH's, by name

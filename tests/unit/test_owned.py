@@ -180,10 +180,10 @@ def test_a_huge_sparse_records_file_is_refused_at_once_naming_the_cap(cli, tmp_p
     a_run_dir(GOOD_MANIFEST)(tmp_path)
     with open(tmp_path / "rd" / RECORDS, "wb") as f:
         f.truncate(2 << 30)  # 2 GiB of nothing: it used to cost 34 s and 4.3 GB before a word
-    started = time.monotonic()
+    started = time.process_time()  # this process's CPU time: reading the 2 GiB is what costs, not the load
     code, _, err = cli("report", str(tmp_path / "rd"))
     assert code == 2 and "records.jsonl is larger than 1073741824 bytes" in err.splitlines()[0]
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
 
 
 # host-snapshot -----------------------------------------------------------------------------------

@@ -62,7 +62,8 @@ def test_a_condition_that_never_holds_gives_up_at_the_timeout() -> None:
         began = time.monotonic()
         assert not waiter.wait(lambda: False, timeout=0.2)
         took = time.monotonic() - began
-    assert 0.2 <= took < 0.6
+    # Never before the timeout; after it by what a loaded machine adds, which stays far below 5 s.
+    assert 0.2 <= took < 5.0
 
 
 def test_events_queued_behind_the_first_are_taken_in_one_wake() -> None:

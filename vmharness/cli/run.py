@@ -61,7 +61,7 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
     from vmharness.bench import bench
     from vmharness.experiment import hostprep
     from vmharness.guest import domain, instance, session
-    from vmharness.host.prepare import plan, show_plan
+    from vmharness.host.prepare import knobs, plan, show_plan
     from vmharness.journal import journal
 
     cfg = choice.cfg
@@ -76,6 +76,8 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
         for note in planned.notes:
             print(f"note: {inst.name}: {note}", file=sys.stderr)
         print(f"<!-- instance {inst.name} -->")
+        if line := knobs.preview(root, inst.name, inst.host):
+            print(f"<!-- {line} -->")
         print(domain.to_xml(planned.spec), end="")
     return 0
 
@@ -84,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vmharness.analysis import publish, report, saturation
     from vmharness.bench import server
     from vmharness.experiment import hostprep, runner
+    from vmharness.host.prepare import knobs
     from vmharness.journal import journal
     from vmharness.model import config
     from vmharness.rundir.store import REPORT, RunDir, check_new
@@ -112,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)
+    knobs.check_all(root, cfg.instance)  # each instance's host knobs, on this host, before anything changes
     held = runner.check_wire(cfg, client_name)
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:

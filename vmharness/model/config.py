@@ -21,6 +21,7 @@ from vmharness.errors import HarnessError
 from vmharness.model import connections as conn_spec
 from vmharness.model import libvirt_uri, profile, schema, tomlfile
 from vmharness.model.bdf import parse_bdf
+from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host as check_host
 from vmharness.model.schema import bounded, checked
 from vmharness.model.wire import DEFAULT_ADDRESS as DEFAULT_ADDRESS
@@ -157,6 +158,7 @@ class InstanceSection:
     # Compared as instances are (the same server, pipelined and not); no open-loop load (oha cannot).
     # sweep.pipeline makes the twins for every instance (with_pipelines)
     pipeline: int = bounded(1, 1, MAX_PIPELINE)
+    host: Knobs = field(default_factory=Knobs)  # host knobs set while its guest runs (model/hostknobs.py)
 
 
 @dataclass(frozen=True)
@@ -375,7 +377,8 @@ def validate(cfg: C) -> C:
         _validate_run(cfg)
     else:
         for i in cfg.instance:
-            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "qemu_args", "vcpu_cap"):
+            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "qemu_args", "vcpu_cap",
+                        "host"):
                 if getattr(i, key):
                     raise HarnessError(f"instance {i.name}: {key} is a guest's setting; bench runs on bare metal",
                                        "boot guests with: vmharness run CONFIG")

@@ -88,16 +88,16 @@ class _Writer:
         if info is not None:
             self.tar.addfile(info)
 
-    def data(self, path: str, content: bytes) -> None:
+    def data(self, path: str, content: bytes, mode: int = 0o644) -> None:
         info = self._info(path, tarfile.REGTYPE)
         if info is not None:
-            info.size = len(content)
+            info.size, info.mode = len(content), mode
             self.tar.addfile(info, io.BytesIO(content))
 
-    def file(self, path: str, readable: int = 0o444) -> None:
+    def file(self, path: str, readable: int = 0o444, keep_mode: bool = False) -> None:
         """Copy a regular file if it exists and can be read (by someone in `readable`: 0o004 for what
         any user may read); sysfs attributes some devices refuse, and anything that is not a regular
-        file, are skipped."""
+        file, are skipped. `keep_mode`: whether it is writable is kept (a host knob's file)."""
         real = self.root.path(path)
         try:
             mode = os.stat(real).st_mode
@@ -114,7 +114,7 @@ class _Writer:
             return
         except OSError:
             return
-        self.data(path, content)
+        self.data(path, content, stat.S_IMODE(mode) & 0o644 if keep_mode else 0o644)
 
     def link(self, path: str) -> None:
         real = self.root.path(path)
@@ -262,8 +262,12 @@ def _memory(w: _Writer) -> None:
             w.file(f"{hugepages.GLOBAL}/hugepages-{kib}kB/{attr}")
     for name in ("online", "possible", "has_cpu", "has_memory"):
         w.file(f"{hugepages.NODES}/{name}")
-    for name in ("online", "possible"):
+    for name in ("online", "possible", "vulnerabilities/itlb_multihit"):
         w.file(f"{CPU}/{name}")
+    w.file(f"{CPU}/smt/control", keep_mode=True)  # the smt host knob, and what SMT off would take away:
+    for cpu in w.root.listdir(CPU):
+        if re.fullmatch(r"cpu[0-9]{1,5}", cpu):
+            w.file(f"{CPU}/{cpu}/topology/thread_siblings_list")
     for node in hugepages.nodes(root):
         base = f"{hugepages.NODES}/node{node}"
         w.file(f"{base}/cpulist")
@@ -282,7 +286,7 @@ def _kernel(w: _Writer) -> None:
             w.dir(f"/sys/module/{mod}")
             w.file(f"/sys/module/{mod}/initstate")
             for p in root.listdir(f"/sys/module/{mod}/parameters"):
-                w.file(f"/sys/module/{mod}/parameters/{p}")
+                w.file(f"/sys/module/{mod}/parameters/{p}", keep_mode=True)  # host knobs: writable or not
     rel = modules.kernel_release(root)
     if rel and re.fullmatch(r"[\w.+~-]+", rel):
         for name in ("modules.dep", "modules.builtin"):

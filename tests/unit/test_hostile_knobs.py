@@ -5,6 +5,7 @@ line naming the instance and key, one `hint:` line, no traceback, nothing change
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -67,9 +68,18 @@ def cases() -> list[Case]:
           _kvm(nx_huge_pages="\x1b]0;pwned\x07\n")),
         c("value-long", "kvm.nx_huge_pages_recovery_ratio = 5", ("recovery_ratio", "does not know"),
           _kvm(nx_huge_pages_recovery_ratio="9" * 100 + "\n")),
+        Case("journal-path", ("host-restore", *S, "--dry-run"), ("journal.jsonl is damaged", "whose path"),
+             both(snapshot_host, hostile_kit.with_file("snap/run/vmharness/journal.jsonl", _record("/etc/shadow")))),
+        Case("journal-value", ("host-restore", *S, "--dry-run"), ("journal.jsonl is damaged", "whose before"),
+             both(snapshot_host, hostile_kit.with_file("snap/run/vmharness/journal.jsonl",
+                                                       _record(value="Y\n$(touch /tmp/vmh-hostile-pwned)")))),
         c("smt-fifo", 'smt = "off"', ("smt/control",), both(snapshot_host, hostile_kit.fifo_at(SMT))),
         c("smt-outside", 'smt = "off"', ("smt/control", "outside"), both(snapshot_host, _outside)),
     ]
+
+
+def _record(path: str = "/sys/module/kvm/parameters/nx_huge_pages", value: str = "N") -> str:
+    return json.dumps({"seq": 1, "op": "hostknob", "path": path, "before": value, "owner": "run:x"}) + "\n"
 
 
 def _outside(cwd: Path) -> None:

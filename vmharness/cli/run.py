@@ -65,6 +65,7 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
     from vmharness.journal import journal
 
     cfg = choice.cfg
+    knobs.check_all(root, cfg.instance)  # each instance's host knobs, checked on this host or snapshot
     say(choice.line)
     req = hostprep.request(cfg)
     after = plan.make(root, req) if req is not None else None
@@ -112,10 +113,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         choice = _choice(args, root)
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
+    knobs.check_all(root, choice.cfg.instance)  # each instance's host knobs, on this host, before any change
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)
-    knobs.check_all(root, cfg.instance)  # each instance's host knobs, on this host, before anything changes
     held = runner.check_wire(cfg, client_name)
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:

@@ -79,7 +79,7 @@ class Knobs(dict[str, str | int]):
             raise HarnessError(f"{where} must be a table of knob = value", f'e.g. smt = "off"; {HINT}')
         out = cls()
         for key, value in _flat(where, data):
-            dict.__setitem__(out, key, check(f"{where}.{key}", key, value))
+            out[key] = check(f"{where}.{_show(key)}", key, value)
         return out
 
 

@@ -93,3 +93,37 @@ def test_kvm_amd_reloaded_with_nested_off_takes_it(kvm_in_l1: Rig) -> None:
     out = sh(kvm_in_l1, f"rmmod kvm_amd && modprobe kvm_amd nested=0 && cat {nested};"
                         f" rmmod kvm_amd && modprobe kvm_amd && cat {nested}")
     assert out.split() == ["0", "1"]
+
+
+_KNOBS = """
+import json, os, sys
+from vmharness.host.prepare import knobs
+from vmharness.system.root import HostRoot
+a = knobs.apply(HostRoot("/"), "b", {"kvm.nx_huge_pages": "force", "kvm.nx_huge_pages_recovery_ratio": 30},
+                "run:rig-knobs", lambda line: None)
+print(json.dumps(a.report), flush=True)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), 9)
+print(knobs.give_back(HostRoot("/"), a, lambda line: None))
+"""
+
+
+@pytest.mark.parametrize("ending", ["give-back", "kill"])
+def test_host_knobs_are_set_read_back_and_given_back_in_l1(kvm_in_l1: Rig, ending: str) -> None:
+    """The harness's own code on a real KVM: the knobs set and read back (force reads Y), then given back
+    by the run, or, after a SIGKILL, by host-restore; the parameters read as before either way."""
+    paths = " ".join(PARAMS.format(module="kvm", name=n) for n in ("nx_huge_pages", "nx_huge_pages_recovery_ratio"))
+    before = sh(kvm_in_l1, f"cat {paths}").split()
+    env = {"PYTHONPATH": str(kvm_in_l1.repo)}
+    res = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/python"), "-c", _KNOBS, ending], timeout=300, env=env)
+    report = json.loads(res.stdout.splitlines()[0])
+    assert report["kvm.nx_huge_pages"] == {"before": before[0], "set": "force", "reads": "Y"}, res.stderr
+    assert report["kvm.nx_huge_pages_recovery_ratio"]["reads"] == "30"
+    if ending == "kill":
+        assert sh(kvm_in_l1, f"cat {paths}").split() == ["Y", "30"]  # left set, and journaled
+        restore = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/vmharness"), "host-restore"], timeout=300, env=env)
+        assert restore.ok and "nx_huge_pages back to" in restore.stdout + restore.stderr, restore.stderr
+    else:
+        assert res.stdout.splitlines()[1] == "[]", res.stdout + res.stderr
+    assert sh(kvm_in_l1, f"cat {paths}").split() == before
+    assert sh(kvm_in_l1, "test -e /run/vmharness/journal.jsonl && echo left || echo gone").strip() == "gone"

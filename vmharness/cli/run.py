@@ -49,6 +49,8 @@ def _print_xml(args: argparse.Namespace) -> int:
         for note in dom.notes:
             print(f"note: {dom.instance}: {note}", file=sys.stderr)
         print(f"<!-- instance {dom.instance} -->")
+        if dom.knobs:
+            print(f"<!-- {dom.knobs} -->")
         print(dom.xml, end="")
     return 0
 

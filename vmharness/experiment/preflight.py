@@ -16,7 +16,7 @@ from vmharness.bench import bench
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep
 from vmharness.guest import domain, instance, session
-from vmharness.host.prepare import plan
+from vmharness.host.prepare import knobs, plan
 from vmharness.journal import journal
 from vmharness.model import config, derived, rules, sections, wire
 from vmharness.model.bdf import parse_bdf
@@ -61,6 +61,7 @@ def choose(root: HostRoot, flags: Flags) -> hostprep.Choice:
     given = hostprep.Given(bdf=bool(flags.bdf), address=address is not None, client_address=client is not None)
     choice = hostprep.choose(root, cfg, given)
     rules.validate(choice.cfg)
+    knobs.check_all(root, choice.cfg.instance)  # each instance's host knobs, on this host, before any change
     return choice
 
 
@@ -78,6 +79,7 @@ class Domain:
     instance: str
     xml: str
     notes: tuple[str, ...]
+    knobs: str  # the host knobs it would set, checked on this host, in one line ("" when none)
 
 
 def domains(root: HostRoot, cfg: sections.RunConfig, after: plan.Plan | None) -> Iterator[Domain]:
@@ -86,10 +88,12 @@ def domains(root: HostRoot, cfg: sections.RunConfig, after: plan.Plan | None) ->
     owner = journal.RUN_PREFIX + bench.new_id()
     for inst in cfg.instance:
         planned = instance.plan(root, session.request(cfg, inst, owner), for_print=True, after=after)
-        yield Domain(inst.name, domain.to_xml(planned.spec), planned.notes)
+        yield Domain(inst.name, domain.to_xml(planned.spec), planned.notes, knobs.preview(root, inst.name, inst.host))
 
 
 def resumed(root: HostRoot, saved: dict[str, Any]) -> hostprep.Choice:
     """A resumed run's choice: its own configuration (`saved`, from its manifest), checked again, and
     nothing new taken from the host."""
-    return hostprep.choose(root, rules.validate(config.run_from_json(saved)), hostprep.Given(resumed=True))
+    choice = hostprep.choose(root, rules.validate(config.run_from_json(saved)), hostprep.Given(resumed=True))
+    knobs.check_all(root, choice.cfg.instance)
+    return choice

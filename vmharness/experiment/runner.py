@@ -149,7 +149,8 @@ class Runner:
                                  "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
-                                 "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs})
+                                 "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs,
+                                 **({"host_knobs": b.knobs.report} if b.knobs and b.knobs.report else {})})
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: running.vcpu_seconds(b.guest),
@@ -162,7 +163,7 @@ class Runner:
         except HarnessError as exc:
             self._fail(s, exc.message)
         finally:
-            session.shutdown(self.root, b.guest, b.machine, self.cfg, self.say)
+            session.shutdown(self.root, b.guest, b.machine, self.cfg, self.say, b.knobs)
 
     def _measure(self) -> None:
         done = self.run.completed()

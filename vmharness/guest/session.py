@@ -16,7 +16,7 @@ from vmharness import cpus, progress
 from vmharness.errors import HarnessError
 from vmharness.guest import agent, domain, instance, placement, provenance, running, ssh, vm
 from vmharness.guest.record import Guest
-from vmharness.host.prepare import irqs
+from vmharness.host.prepare import irqs, knobs
 from vmharness.journal import journal
 from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.system.machine import Machine, for_uri
@@ -52,6 +52,7 @@ class Booted:
     xml: str  # the domain as defined
     pinning: dict[str, Any]  # planned and found CPUs of the vCPU and emulator threads
     placement: domain.Placement  # the plan itself: the node, the vCPUs' and the emulator's CPUs
+    knobs: knobs.Applied | None = None  # the host knobs set for it, given back by `shutdown`
 
 
 def guest_name(owner: str) -> str:
@@ -122,8 +123,24 @@ def pinning(planned: domain.Placement, threads: dict[str, str]) -> dict[str, Any
 
 def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: str | None, say: progress.Say,
          owner: str) -> Booted:
-    """Boot the guest for `inst`; the caller holds the host lock and calls `shutdown` afterwards."""
+    """Boot the guest for `inst`, once its host knobs are set; the caller holds the host lock and calls
+    `shutdown` afterwards (a failure gives the knobs back before the error goes up)."""
+    applied = knobs.apply(root, inst.name, inst.host, owner, say)
+    try:
+        b = _boot(root, cfg, inst, default_image, say, owner, applied)
+    except BaseException:
+        for problem in knobs.give_back(root, applied, say):
+            say(f"NOT RESTORED: {problem}")
+        raise
+    b.knobs = applied
+    return b
+
+
+def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: str | None, say: progress.Say,
+          owner: str, applied: knobs.Applied) -> Booted:
     planned = instance.plan(root, request(cfg, inst, owner, default_image))
+    knobs.check_placement(inst.name, applied, (*planned.spec.placement.vcpu_cpus,
+                                               *planned.spec.placement.emulator_cpus))
     for note in planned.notes:
         say(f"note: {note}")
     xml = domain.to_xml(planned.spec)
@@ -157,10 +174,16 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
         raise
 
 
-def shutdown(root: HostRoot, guest: Guest, m: Machine | None, cfg: RunConfig, say: progress.Say) -> None:
-    if m is not None:
-        ssh.close(m)
-    vm.down(root, guest, say, grace=cfg.guest.shutdown_grace)
+def shutdown(root: HostRoot, guest: Guest, m: Machine | None, cfg: RunConfig, say: progress.Say,
+             applied: knobs.Applied | None = None) -> None:
+    """Stop the guest, then give back the host knobs set for it (`applied`)."""
+    try:
+        if m is not None:
+            ssh.close(m)
+        vm.down(root, guest, say, grace=cfg.guest.shutdown_grace)
+    finally:
+        for problem in knobs.give_back(root, applied, say):
+            say(f"NOT RESTORED: {problem}")
 
 
 @contextmanager

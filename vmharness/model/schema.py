@@ -131,6 +131,8 @@ def value(where: str, kind: Any, data: Any, meta: Any = None) -> Any:
         return {_text(f"{where} key", k, meta.get("check")): value(key(where, k), item, v) for k, v in data.items()}
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return table(where, kind, data)
+    if callable(reader := getattr(kind, "from_table", None)):  # a type that reads its own table
+        return reader(where, data)
     raise AssertionError(f"no rule for {kind}")  # a schema mistake, not the user's
 
 

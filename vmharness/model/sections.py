@@ -24,6 +24,7 @@ from vmharness.model.checks import (
     check_qemu_arg,
     check_url,
 )
+from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host
 from vmharness.model.schema import bounded, checked
 from vmharness.model.wire import check_address
@@ -76,6 +77,7 @@ class InstanceSection:
     # Compared as instances are (the same server, pipelined and not); no open-loop load (oha cannot).
     # sweep.pipeline makes the twins for every instance (with_pipelines)
     pipeline: int = bounded(1, 1, MAX_PIPELINE)
+    host: Knobs = field(default_factory=Knobs)  # host knobs set while its guest runs (model/hostknobs.py)
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,12 @@ def memory(w: Writer) -> None:
             w.file(f"{hugepages.GLOBAL}/hugepages-{kib}kB/{attr}")
     for name in ("online", "possible", "has_cpu", "has_memory"):
         w.file(f"{hugepages.NODES}/{name}")
-    for name in ("online", "possible"):
+    for name in ("online", "possible", "vulnerabilities/itlb_multihit"):
         w.file(f"{CPU}/{name}")
+    w.file(f"{CPU}/smt/control", keep_mode=True)  # the smt host knob, and what SMT off would take away:
+    for cpu in w.root.listdir(CPU):
+        if re.fullmatch(r"cpu[0-9]{1,5}", cpu):
+            w.file(f"{CPU}/{cpu}/topology/thread_siblings_list")
     for node in hugepages.nodes(root):
         base = f"{hugepages.NODES}/node{node}"
         w.file(f"{base}/cpulist")
@@ -54,7 +58,7 @@ def kernel(w: Writer) -> None:
             w.dir(f"/sys/module/{mod}")
             w.file(f"/sys/module/{mod}/initstate")
             for p in root.listdir(f"/sys/module/{mod}/parameters"):
-                w.file(f"/sys/module/{mod}/parameters/{p}")
+                w.file(f"/sys/module/{mod}/parameters/{p}", keep_mode=True)  # host knobs: writable or not
     rel = modules.kernel_release(root)
     if rel and re.fullmatch(r"[\w.+~-]+", rel):
         for name in ("modules.dep", "modules.builtin"):

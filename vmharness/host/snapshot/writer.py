@@ -43,13 +43,13 @@ class Writer:
         if info is not None:
             self.tar.addfile(info)
 
-    def data(self, path: str, content: bytes) -> None:
+    def data(self, path: str, content: bytes, mode: int = 0o644) -> None:
         info = self._info(path, tarfile.REGTYPE)
         if info is not None:
-            info.size = len(content)
+            info.size, info.mode = len(content), mode
             self.tar.addfile(info, io.BytesIO(content))
 
-    def file(self, path: str, readable: int = 0o444) -> None:
+    def file(self, path: str, readable: int = 0o444, keep_mode: bool = False) -> None:
         """Copy a regular file if it exists and can be read (by someone in `readable`: 0o004 for what
         any user may read); sysfs attributes some devices refuse, and anything that is not a regular
         file, are skipped."""
@@ -69,7 +69,7 @@ class Writer:
             return
         except OSError:
             return
-        self.data(path, content)
+        self.data(path, content, stat.S_IMODE(mode) & 0o644 if keep_mode else 0o644)
 
     def link(self, path: str) -> None:
         real = self.root.path(path)

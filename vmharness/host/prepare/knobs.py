@@ -1,0 +1,205 @@
+"""Host knobs for one instance's guest (model/hostknobs.py): checked on the host, set before the guest
+boots, read back, given back once it has stopped.
+
+Each knob is a file: /sys/module/MODULE/parameters/NAME, or /sys/devices/system/cpu/smt/control.
+`plan` reads them through HostRoot (so a `--host-root` snapshot answers as the host would): the file
+must exist and be writable now (its mode; a load-only parameter is 0444), and hold a value the knob
+can be given back to. `apply` journals each file's value (op `hostknob`) before it writes it, then
+reads it back: a value the kernel did not take is an error, and what was set is given back at once.
+`give_back` undoes them through the journal's one undo loop, as host-restore would; so does a later
+run or host-restore after a SIGKILL. A knob no instance named is never touched.
+
+SMT off takes CPUs away: what it took is kept for the run's record, and the guest's placement, planned
+once it is off, must use none of them (`check_placement`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from vmharness.cpus import format_cpulist, parse_cpulist
+from vmharness.errors import HarnessError
+from vmharness.journal import journal, restore
+from vmharness.journal.journal import Op, Record
+from vmharness.journal.kinds import OpKind
+from vmharness.model.hostknobs import KNOBS, SMT
+from vmharness.progress import Say
+from vmharness.system.root import HostRoot
+
+CPU = "/sys/devices/system/cpu"
+SMT_CONTROL = f"{CPU}/smt/control"
+ONLINE = f"{CPU}/online"
+ITLB = f"{CPU}/vulnerabilities/itlb_multihit"
+_PARAM = re.compile(r"/sys/module/(kvm|kvm_intel|kvm_amd)/parameters/[a-z0-9_]{1,64}")
+_VALUE = re.compile(r"[A-Za-z0-9_ -]{1,32}")  # what a knob's file reads: Y, N, 60, cond, on ...
+
+
+def path_of(key: str) -> str:
+    knob = KNOBS[key]
+    return SMT_CONTROL if key == SMT else f"/sys/module/{knob.module}/parameters/{knob.name}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One knob to set: its file, the value to write, and what it reads now."""
+
+    key: str
+    path: str
+    value: str
+    now: str
+
+
+def _refuse(inst: str, key: str, what: str, hint: str) -> HarnessError:
+    return HarnessError(f"instance {inst}: host.{key}: {what}", hint)
+
+
+def _step(root: HostRoot, inst: str, key: str, value: str | int) -> Step:
+    path = path_of(key)
+    module = KNOBS[key].module
+    now = root.read_optional(path)
+    if now is None:
+        raise _refuse(inst, key, f"{path} is not present on this host", "this kernel has no SMT control" if key == SMT
+                      else f"is {module} loaded? (modprobe {module}; kvm_intel on Intel, kvm_amd on AMD)")
+    if not _VALUE.fullmatch(now):
+        raise _refuse(inst, key, f"{path} reads {now[:40]!r}, which vmharness does not know",
+                      "the host root is damaged, or this kernel writes something new")
+    if key == SMT and now not in ("on", "off"):
+        raise _refuse(inst, key, f"SMT cannot be switched on this host: {path} reads {now!r}",
+                      "notsupported: the CPU has no SMT threads; forceoff: off until the next boot; drop smt")
+    if key == "kvm_intel.vmentry_l1d_flush" and now not in ("always", "cond", "never"):
+        raise _refuse(inst, key, f"KVM ignores it here: {path} reads {now!r}",
+                      "'not required': this CPU has no L1TF; 'EPT disabled': nothing to flush for; drop it")
+    try:
+        mode = os.stat(root.path(root.realpath(path))).st_mode
+    except OSError as exc:
+        raise root.fault(path, exc) from exc
+    if not mode & 0o200:
+        raise _refuse(inst, key, f"{path} is read only (mode {mode & 0o777:o}): {module} takes it only when it "
+                      "is loaded", "a module reload, which vmharness does not do: set it in modprobe.d before the run")
+    return Step(key, path, str(value), now)
+
+
+def plan(root: HostRoot, inst: str, knobs: dict[str, str | int]) -> list[Step]:
+    """The knobs `inst` names, each checked on this host (present, writable now): an error names the
+    instance and the knob, with a hint."""
+    return [_step(root, inst, key, value) for key, value in knobs.items()]
+
+
+def _took(key: str, value: str, got: str, itlb: str | None) -> bool:
+    """Whether `got`, read back after writing `value`, is the kernel taking it."""
+    if key == "kvm.nx_huge_pages":
+        if value == "auto":  # the kernel decides, by the CPU's iTLB multihit bug
+            return got in ({"N"} if itlb == "Not affected" else {"Y", "N"})
+        return got == {"force": "Y", "off": "N"}[value]
+    return got == value
+
+
+@dataclass
+class Applied:
+    """What `apply` set for one instance: the journal records to give back, and the run's record."""
+
+    made: list[Record] = field(default_factory=list)
+    report: dict[str, Any] = field(default_factory=dict)
+    smt_taken: tuple[int, ...] = ()
+
+
+def _online(root: HostRoot) -> tuple[int, ...]:
+    return parse_cpulist(root.read_text(ONLINE).strip(), ONLINE)
+
+
+def apply(root: HostRoot, inst: str, knobs: dict[str, str | int], owner: str, say: Say) -> Applied:
+    """Set the knobs `inst` names (checked again: the host may have changed since), each journaled
+    first and read back. On any error, what was set is given back before the error goes up."""
+    out = Applied()
+    if not knobs:
+        return out
+    steps = plan(root, inst, knobs)
+    try:
+        for s in steps:
+            before = _online(root) if s.key == SMT else ()
+            out.made.append(journal.record(root, {"op": OpKind.HOSTKNOB, "path": s.path, "before": s.now}, owner))
+            root.write_text(s.path, s.value)
+            got = root.read_optional(s.path) or ""
+            if not _took(s.key, s.value, got, root.read_optional(ITLB)):
+                raise _refuse(inst, s.key, f"the kernel did not take {s.value!r}: {s.path} reads {got[:40]!r} "
+                              "after it was written", "dmesg may say why; the value was given back")
+            entry: dict[str, Any] = {"before": s.now, "set": s.value, "reads": got}
+            if s.key == SMT:
+                out.smt_taken = tuple(c for c in before if c not in _online(root))
+                entry["cpus_taken"] = format_cpulist(out.smt_taken)
+            out.report[s.key] = entry
+            say(f"host {s.key}: {s.now} -> {got} for {inst}" + (
+                f" (CPUs {entry['cpus_taken'] or 'none'} taken offline)" if s.key == SMT else ""))
+    except BaseException:
+        give_back(root, out, lambda _line: None)
+        raise
+    return out
+
+
+def check_placement(inst: str, applied: Applied, cpus: tuple[int, ...]) -> None:
+    """The guest's planned CPUs (vCPUs and QEMU's) must all remain once SMT is off."""
+    lost = sorted(set(cpus) & set(applied.smt_taken))
+    if lost:
+        raise HarnessError(f"instance {inst}: host.smt = off took CPUs {format_cpulist(tuple(lost))} offline, "
+                           f"and the guest's placement uses them", "fewer vCPUs (guest.vcpus), or leave SMT on")
+
+
+def give_back(root: HostRoot, applied: Applied | None, say: Say) -> list[str]:
+    """Undo what `apply` set (newest first, through the one undo loop); returns the problems left."""
+    seqs = {r["seq"] for r in applied.made} if applied is not None else set()
+    return restore.undo(root, say, only=lambda rec: rec["seq"] in seqs) if seqs else []
+
+
+def taken_by_smt_off(root: HostRoot) -> tuple[int, ...]:
+    """The online CPUs SMT off would take away: every thread of a core but its first (a preview)."""
+    out: set[int] = set()
+    for cpu in _online(root):
+        path = f"{CPU}/cpu{cpu}/topology/thread_siblings_list"
+        text = root.read_optional(path)
+        siblings = parse_cpulist(text, path) if text else (cpu,)
+        out |= set(siblings) - {min(siblings, default=cpu)}
+    return tuple(sorted(out & set(_online(root))))
+
+
+def check_all(root: HostRoot, instances: tuple[Any, ...]) -> None:
+    """Before a run changes anything: every instance's knobs checked on this host."""
+    for inst in instances:
+        plan(root, inst.name, inst.host)
+
+
+def preview(root: HostRoot, inst: str, knobs: dict[str, str | int]) -> str:
+    """What `inst` would set, checked on this host or snapshot, as one line ("" when nothing)."""
+    parts = []
+    for s in plan(root, inst, knobs):
+        more = ""
+        if s.key == SMT and s.value == "off" and s.now == "on":
+            more = f", taking CPUs {format_cpulist(taken_by_smt_off(root)) or 'none'} offline"
+        parts.append(f"{s.key} = {s.value} (reads {s.now} now{more})")
+    return f"host knobs of {inst}, set before its guest boots and given back after it: " + "; ".join(parts) \
+        if parts else ""
+
+
+# the journal's op: a knob's file, and what it read before the harness wrote it ----------------------------
+def _known_path(v: object) -> bool:
+    return isinstance(v, str) and (v == SMT_CONTROL or bool(_PARAM.fullmatch(v)))
+
+
+def _describe(rec: Record) -> str:
+    return f"{rec['path']} back to {rec['before']}"
+
+
+def _undo(root: HostRoot, rec: Record) -> list[str]:
+    path, before = rec["path"], rec["before"]
+    now = root.read_optional(path)
+    if now is None:  # the module was unloaded: its parameters went with it, and come back at their defaults
+        return []
+    if now != before:
+        root.write_text(path, before)
+        now = root.read_optional(path)
+    return [] if now == before else [f"{path} reads {str(now)[:40]!r}, not {before!r}, after writing it back"]
+
+
+journal.register(OpKind.HOSTKNOB, Op(_describe, _undo, ("path", "before"), types={
+    "path": _known_path, "before": lambda v: isinstance(v, str) and bool(_VALUE.fullmatch(v))}))

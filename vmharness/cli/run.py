@@ -59,13 +59,14 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
     run would carry out (as `host-prepare --dry-run` prints it) and each instance's domain as it would
     be defined once that plan is done."""
     from vmharness.bench import bench
-    from vmharness.experiment import hostprep
+    from vmharness.experiment import cpucheck, hostprep
     from vmharness.guest import domain, instance, session
     from vmharness.host.prepare import plan, show_plan
     from vmharness.journal import journal
 
     cfg = choice.cfg
     say(choice.line)
+    cpucheck.preflight(root, cfg, say)
     req = hostprep.request(cfg)
     after = plan.make(root, req) if req is not None else None
     print(show_plan.plan_text(after, dry_run=True) if after is not None else
@@ -83,7 +84,7 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from vmharness.analysis import publish, report, saturation
     from vmharness.bench import server
-    from vmharness.experiment import hostprep, runner
+    from vmharness.experiment import cpucheck, hostprep, runner
     from vmharness.journal import journal
     from vmharness.model import config
     from vmharness.rundir.store import REPORT, RunDir, check_new
@@ -112,6 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)
+    cpucheck.preflight(root, cfg, say)
     held = runner.check_wire(cfg, client_name)
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:

@@ -113,6 +113,14 @@ def check_cpu_feature(value: str, where: str) -> str:
     return value
 
 
+def check_claim(value: str, where: str) -> str:
+    """A CPU bit's bare name (claim_unmitigated: docs/run.md, "CPU bits that are checked")."""
+    if not CPU_FEATURE.fullmatch("+" + value):
+        raise HarnessError(f"{where} {value[:80]!r} is not a CPU feature's name",
+                           'name the bits as cpu_features does, without the +, e.g. ["mds-no"]')
+    return value
+
+
 def check_qemu_arg(value: str, where: str) -> str:
     if not value:
         raise HarnessError(f"{where} is an empty argument", "drop it")
@@ -148,6 +156,8 @@ class InstanceSection:
     profile: str = checked(check_path, default="")
     # the vCPU's, QEMU style: "-md-clear" hides one, "+pcid" requires one
     cpu_features: tuple[str, ...] = checked(check_cpu_feature, default=())
+    # the `*-no` bits of cpu_features shown although the host's CPU lacks them, on purpose (docs/run.md)
+    claim_unmitigated: tuple[str, ...] = checked(check_claim, default=())
     # added to QEMU's command line, e.g. ["-global", "kvm-pit.lost_tick_policy=delay"]
     qemu_args: tuple[str, ...] = checked(check_qemu_arg, default=())
     # the share of one host CPU each vCPU may use, in percent (libvirt's <cputune> period and quota);
@@ -375,7 +385,8 @@ def validate(cfg: C) -> C:
         _validate_run(cfg)
     else:
         for i in cfg.instance:
-            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "qemu_args", "vcpu_cap"):
+            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "claim_unmitigated",
+                        "qemu_args", "vcpu_cap"):
                 if getattr(i, key):
                     raise HarnessError(f"instance {i.name}: {key} is a guest's setting; bench runs on bare metal",
                                        "boot guests with: vmharness run CONFIG")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import hugepages, modules, probes, vfio_users
+from vmharness.host.inspect import cpubits, hugepages, modules, probes, vfio_users
 from vmharness.host.inspect.checks import ACPI_TABLES, FIRMWARE_IOMMU
 from vmharness.host.inspect.iommu import GROUPS
 from vmharness.host.inspect.pci import PCI_DEVICES
@@ -277,6 +277,7 @@ def _kernel(w: _Writer) -> None:
     root = w.root
     for path in PROC_FILES:
         w.file(path)
+    w.files_in(cpubits.VULNERABILITIES)  # the host's verdicts, which a `*-no` CPU bit is checked against
     for mod in MODULES:
         if root.exists(f"/sys/module/{mod}"):
             w.dir(f"/sys/module/{mod}")

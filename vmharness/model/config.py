@@ -21,6 +21,7 @@ from vmharness.errors import HarnessError
 from vmharness.model import connections as conn_spec
 from vmharness.model import libvirt_uri, profile, schema, tomlfile
 from vmharness.model.bdf import parse_bdf
+from vmharness.model.cpubit import check_claim as check_claim
 from vmharness.model.hostname import check_host as check_host
 from vmharness.model.schema import bounded, checked
 from vmharness.model.wire import DEFAULT_ADDRESS as DEFAULT_ADDRESS
@@ -113,14 +114,6 @@ def check_cpu_feature(value: str, where: str) -> str:
     return value
 
 
-def check_claim(value: str, where: str) -> str:
-    """A CPU bit's bare name (claim_unmitigated: docs/run.md, "CPU bits that are checked")."""
-    if not CPU_FEATURE.fullmatch("+" + value):
-        raise HarnessError(f"{where} {value[:80]!r} is not a CPU feature's name",
-                           'name the bits as cpu_features does, without the +, e.g. ["mds-no"]')
-    return value
-
-
 def check_qemu_arg(value: str, where: str) -> str:
     if not value:
         raise HarnessError(f"{where} is an empty argument", "drop it")
@@ -156,7 +149,6 @@ class InstanceSection:
     profile: str = checked(check_path, default="")
     # the vCPU's, QEMU style: "-md-clear" hides one, "+pcid" requires one
     cpu_features: tuple[str, ...] = checked(check_cpu_feature, default=())
-    # the `*-no` bits of cpu_features shown although the host's CPU lacks them, on purpose (docs/run.md)
     claim_unmitigated: tuple[str, ...] = checked(check_claim, default=())
     # added to QEMU's command line, e.g. ["-global", "kvm-pit.lost_tick_policy=delay"]
     qemu_args: tuple[str, ...] = checked(check_qemu_arg, default=())

@@ -6,14 +6,18 @@ run, and not at all when no instance names a feature."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests.fakehost import FakeHost
 from vmharness.analysis import variants
 from vmharness.errors import HarnessError
 from vmharness.experiment import cpucheck
 from vmharness.host.inspect import cpubits
+from vmharness.host.snapshot import snapshot
 from vmharness.model import config
 from vmharness.system.root import HostRoot
 
@@ -184,3 +188,14 @@ def test_the_variant_check_says_when_the_bits_changed_nothing_the_guest_reports(
     shown = {**facts, "vulnerabilities": {"mds": "Vulnerable"}}
     [d] = variants.diffs({**m, "instances": {"base": facts, "bits": shown}}, "base")
     assert variants.diff_flags([d], "base") == [] and "mds: Not affected -> Vulnerable" in d.lines
+
+
+def test_a_snapshot_holds_the_vulnerability_files_and_answers_the_check(tmp_path: Path) -> None:
+    fake = FakeHost(tmp_path / "host")
+    fake.finish()
+    host(tmp_path / "host", mds="Not affected", spec_store_bypass="Vulnerable")
+    with tarfile.open(fileobj=io.BytesIO(snapshot.build(HostRoot(tmp_path / "host"))), mode="r:gz") as tar:
+        tar.extractall(tmp_path / "snap", filter="data")
+    snap = HostRoot(tmp_path / "snap")
+    assert cpubits.check(snap, TCG, "mit", ("+mds-no",), ())
+    assert "spec_store_bypass says 'Vulnerable'" in refusal(snap, TCG, ("+ssb-no",))

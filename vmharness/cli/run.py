@@ -65,8 +65,8 @@ def _print_xml(choice: Choice, root: HostRoot) -> int:
     from vmharness.journal import journal
 
     cfg = choice.cfg
+    cpucheck.preflight(root, cfg, say)  # a refusal is the only line
     say(choice.line)
-    cpucheck.preflight(root, cfg, say)
     req = hostprep.request(cfg)
     after = plan.make(root, req) if req is not None else None
     print(show_plan.plan_text(after, dry_run=True) if after is not None else
@@ -110,10 +110,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         choice = _choice(args, root)
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
+    cpucheck.preflight(root, choice.cfg, say)
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)
-    cpucheck.preflight(root, cfg, say)
     held = runner.check_wire(cfg, client_name)
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:

@@ -33,9 +33,10 @@ def preflight(root: HostRoot, cfg: RunConfig, say: progress.Say,
         say(f"note: cpu_features not checked: the guests run at {cfg.guest.uri}, whose QEMU is not asked from here")
         return
     qemu = ask(uses_kvm(root, cfg))
+    notes = [note for inst in named for note in cpubits.check(root, qemu, inst.name, inst.cpu_features,
+                                                                inst.claim_unmitigated)]  # all refusals first
     if not root.live:
-        say(f"note: cpu_features checked against this machine's {qemu.where}, and the `*-no` bits against the "
-            "host root's vulnerability files")
-    for inst in named:
-        for note in cpubits.check(root, qemu, inst.name, inst.cpu_features, inst.claim_unmitigated):
-            say(f"note: {note}")
+        notes.insert(0, f"cpu_features checked against this machine's {qemu.where}, and the `*-no` bits against "
+                     "the host root's vulnerability files")
+    for note in notes:
+        say(f"note: {note}")

@@ -147,8 +147,15 @@ def test_a_guest_that_does_not_boot_is_recorded_and_the_others_run(daemon: None,
     assert warnings[:2] == ["WARNING: the baseline 'broken' has no successful measurement",
                             "WARNING: broken iteration 0 measured nothing: the guest did not boot: the guest kernel "
                             "panicked while booting; its console ends with:"], res.stdout
-    facts = json.loads((run / "manifest.json").read_text())["instances"]["good"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    facts = manifest["instances"]["good"]
     assert facts["machine"] == "vmharness instance-good" and "rdrand" not in facts["cpu_flags"]
+    # the host's state at the start and the end (docs/run.md, "The hypervisor's side"), unchanged
+    start, end = manifest["host_state"]["start"], manifest["host_state"]["end"]
+    assert start["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert start["cmdline"] == Path("/proc/cmdline").read_text().strip() and start["smt"]["control"]
+    assert start["vulnerabilities"]["mds"] and "kvm.nx_huge_pages" in start["kvm"] and start["microcode"] is not None
+    assert end == start and "the host changed" not in res.stdout + res.stderr
     assert "<qemu:arg value=\"-smbios\" />" in (run / "domains" / "good.xml").read_text()
     good = next(r for r in got if r["kind"] == "session" and r["ok"])
     assert good["tuning"][0]["profile"] == "backlog"

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import loadcurve, sides, variants
+from vmharness.analysis import hostdiff, loadcurve, sides, variants
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
@@ -98,6 +98,7 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0
     a.flags += (a.load.flags if a.load is not None else []) + loadcurve.capacity_flags(a.capacity, peak, highest)
     a.flags[:0] = left_out_line([run])  # first: every figure above is without them
+    a.flags[:0] = hostdiff.run_flags(run)  # the host under every figure, before all
     return a
 
 
@@ -124,6 +125,7 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                 first = first or key
     a = analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
     a.flags[:0] = left_out_line(runs)
+    a.flags[:0] = hostdiff.compare_flags(runs)  # the hosts' differences, before all
     return a
 
 

@@ -36,6 +36,7 @@ class Diff:
     lines: tuple[str, ...]  # what differs from the baseline, one fact a line
     asked: bool  # the cmdline or the configuration differs
     seen: bool  # the guest (kernel, flags, vulnerabilities, boot log) or the host's settings differ
+    bits_unseen: bool = False  # its cpu_features differ, and its guest reports nothing different
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,9 @@ def diff(base: dict[str, Any], other: dict[str, Any], base_cfg: dict[str, Any], 
     found += [f"{k}: {vb.get(k, '-')} -> {vo.get(k, '-')}" for k in sorted(set(vb) | set(vo)) if vb.get(k) != vo.get(k)]
     found += _set_diff("boot log", base.get("mitigation_log", []), other.get("mitigation_log", []))
     lines += found
-    return Diff(name, tuple(lines), asked or bool(host), seen or bool(found))
+    reported = bool(found) or any(base.get(k) != other.get(k) for k in KERNEL_FACTS)
+    bits = base_cfg.get("cpu_features") != other_cfg.get("cpu_features")
+    return Diff(name, tuple(lines), asked or bool(host), seen or bool(found), bits and not reported)
 
 
 def diffs(manifest: dict[str, Any], baseline: str) -> list[Diff]:
@@ -120,6 +123,10 @@ def diff_flags(found: list[Diff], baseline: str) -> list[str]:
         elif not d.seen:
             out.append(f"{d.instance}'s cmdline differs from {baseline}'s, but its kernel reports the same "
                        "vulnerabilities, CPU flags and boot-log mitigations: the option may have done nothing")
+        elif d.bits_unseen:
+            out.append(f"{d.instance}'s cpu_features differ from {baseline}'s, but its guest reports the same kernel, "
+                       "vulnerabilities, CPU flags and boot-log mitigations: QEMU may have dropped the bits (under "
+                       "TCG it drops every mitigation bit; docs/run.md)")
     return out
 
 

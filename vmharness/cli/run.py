@@ -37,10 +37,11 @@ def _print_xml(args: argparse.Namespace) -> int:
     """The preflight, read from the live host or a host root, changing nothing: the host plan the run
     would carry out (as `host-prepare --dry-run` prints it) and each instance's domain as it would be
     defined once that plan is done."""
-    from vmharness.experiment import preflight  # scipy, libvirt: see the note at the top
+    from vmharness.experiment import cpucheck, preflight  # scipy, libvirt: see the note at the top
 
     root = HostRoot.open(args.host_root)
     choice = preflight.choose(root, _flags(args))
+    cpucheck.preflight(root, choice.cfg, say)  # a refusal is the only line
     say(choice.line)
     after = preflight.host_plan(root, choice.cfg)
     print(show_plan.plan_text(after, dry_run=True) if after is not None else
@@ -57,7 +58,7 @@ def _print_xml(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from vmharness.analysis import publish, report, saturation  # scipy, matplotlib: see the note at the top
-    from vmharness.experiment import preflight, runfolder, runner, wire_check
+    from vmharness.experiment import cpucheck, preflight, runfolder, runner, wire_check
     from vmharness.rundir.store import REPORT, RunDir, check_new
 
     given = [name for name, on in (("CONFIG", args.config), ("--out", args.out is not None), ("--bdf", args.bdf),
@@ -79,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         choice = preflight.choose(root, _flags(args))
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
+    cpucheck.preflight(root, choice.cfg, say)  # a refusal is the only line
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)

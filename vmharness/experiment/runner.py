@@ -18,7 +18,7 @@ from typing import Any
 from vmharness import cpus, progress
 from vmharness.bench import bench, plan, sweep, tuning
 from vmharness.errors import HarnessError
-from vmharness.experiment import hostprep, ops
+from vmharness.experiment import hostprep, hostrecord, ops
 from vmharness.experiment.boots import Session, rides, sessions
 from vmharness.experiment.runfolder import ensure_image, note_guest
 from vmharness.guest import provenance, running, session
@@ -190,6 +190,7 @@ class Runner:
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""
         ops.reclaim(self.root, self.say)
+        hostrecord.start(self.run, self.root, self.cfg.guest.uri)
         self.image = ensure_image(self.cfg, self.run, self.say)
         since = hostprep.prepare_host(self.root, self.cfg, self.say, self.owner)
         try:
@@ -206,5 +207,6 @@ class Runner:
             else:
                 for problem in hostprep.restore_host(self.root, since, self.say):
                     self.say(f"NOT RESTORED: {problem}")
+        hostrecord.end(self.run, self.root, self.cfg.guest.uri, self.say)
         self.run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=self.tally)
         return self.tally

@@ -37,8 +37,8 @@ def validate(cfg: C) -> C:
         _validate_run(cfg)
     else:
         for i in cfg.instance:
-            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "qemu_args", "vcpu_cap",
-                        "host"):
+            for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "claim_unmitigated",
+                        "qemu_args", "vcpu_cap", "host"):
                 if getattr(i, key):
                     raise HarnessError(f"instance {i.name}: {key} is a guest's setting; bench runs on bare metal",
                                        "boot guests with: vmharness run CONFIG")

@@ -24,6 +24,7 @@ from vmharness.model.checks import (
     check_qemu_arg,
     check_url,
 )
+from vmharness.model.cpubit import check_claim
 from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host
 from vmharness.model.schema import bounded, checked
@@ -68,6 +69,8 @@ class InstanceSection:
     profile: str = checked(check_path, default="")
     # the vCPU's, QEMU style: "-md-clear" hides one, "+pcid" requires one
     cpu_features: tuple[str, ...] = checked(check_cpu_feature, default=())
+    # `*-no` bits in cpu_features meant although the host lacks them (host/inspect/cpubits.py)
+    claim_unmitigated: tuple[str, ...] = checked(check_claim, default=())
     # added to QEMU's command line, e.g. ["-global", "kvm-pit.lost_tick_policy=delay"]
     qemu_args: tuple[str, ...] = checked(check_qemu_arg, default=())
     # the share of one host CPU each vCPU may use, in percent (libvirt's <cputune> period and quota);

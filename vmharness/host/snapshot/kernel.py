@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from vmharness.host.inspect import hugepages, modules
+from vmharness.host.inspect import cpubits, hugepages, modules
 from vmharness.host.snapshot.writer import Writer
 
 PROC_FILES = (
@@ -51,6 +51,7 @@ def memory(w: Writer) -> None:
 
 def kernel(w: Writer) -> None:
     root = w.root
+    w.files_in(cpubits.VULNERABILITIES)  # the host's verdicts, which a `*-no` CPU bit is checked against
     for path in PROC_FILES:
         w.file(path)
     for mod in MODULES:

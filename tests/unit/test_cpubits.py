@@ -18,7 +18,7 @@ from vmharness.errors import HarnessError
 from vmharness.experiment import cpucheck
 from vmharness.host.inspect import cpubits
 from vmharness.host.snapshot import snapshot
-from vmharness.model import config
+from vmharness.model import cpubit, sections
 from vmharness.system.root import HostRoot
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -137,8 +137,8 @@ def test_both_expansions_come_from_one_session_and_a_refusal_is_named() -> None:
         cpubits.parse_models('{"QMP": {}}\n{"error": {"class": "GenericError", "desc": "no host"}}\n')
 
 
-def _cfg(*instances: config.InstanceSection, uri: str = "qemu:///system") -> config.RunConfig:
-    cfg = config.RunConfig(instance=instances)
+def _cfg(*instances: sections.InstanceSection, uri: str = "qemu:///system") -> sections.RunConfig:
+    cfg = sections.RunConfig(instance=instances)
     return dataclasses.replace(cfg, guest=dataclasses.replace(cfg.guest, uri=uri, accel="tcg"))
 
 
@@ -150,23 +150,23 @@ def test_the_run_asks_qemu_once_for_all_instances_and_not_without_features(tmp_p
         return TCG
 
     said: list[str] = []
-    plain = config.InstanceSection(name="base")
+    plain = sections.InstanceSection(name="base")
     cpucheck.preflight(HostRoot(tmp_path), _cfg(plain, plain), said.append, ask)
     assert asked == []
     root = host(tmp_path, mds="Not affected")
-    a = config.InstanceSection(name="a", cpu_features=("+mds-no",))
-    b = config.InstanceSection(name="b", cpu_features=("-md-clear",))
+    a = sections.InstanceSection(name="a", cpu_features=("+mds-no",))
+    b = sections.InstanceSection(name="b", cpu_features=("-md-clear",))
     cpucheck.preflight(root, _cfg(plain, a, b), said.append, ask)
     assert asked == [False]  # a host tree that is not / is never asked under KVM
     assert any("this machine's qemu (TCG)" in s for s in said) and any("a: +mds-no checked" in s for s in said)
-    bad = config.InstanceSection(name="c", cpu_features=("+ssb-no",))
+    bad = sections.InstanceSection(name="c", cpu_features=("+ssb-no",))
     with pytest.raises(HarnessError, match="instance c: cpu_features \\+ssb-no"):
         cpucheck.preflight(root, _cfg(a, bad), said.append, ask)
 
 
 def test_guests_on_another_machine_are_not_checked_here(tmp_path: Path) -> None:
     said: list[str] = []
-    inst = config.InstanceSection(name="a", cpu_features=("+nonsense",))
+    inst = sections.InstanceSection(name="a", cpu_features=("+nonsense",))
     cpucheck.preflight(HostRoot(tmp_path), _cfg(inst, uri="qemu+ssh://far/system"), said.append,
                        lambda kvm: pytest.fail("asked"))
     assert said and "not checked" in said[0]
@@ -174,8 +174,8 @@ def test_guests_on_another_machine_are_not_checked_here(tmp_path: Path) -> None:
 
 def test_claim_unmitigated_is_a_guests_setting_and_takes_names_only() -> None:
     with pytest.raises(HarnessError, match=r"claim_unmitigated\[0\] '\+mds-no' is not a CPU feature's name"):
-        config.check_claim("+mds-no", "instance[0].claim_unmitigated[0]")
-    assert config.check_claim("mds-no", "x") == "mds-no"
+        cpubit.check_claim("+mds-no", "instance[0].claim_unmitigated[0]")
+    assert cpubit.check_claim("mds-no", "x") == "mds-no"
 
 
 def test_the_variant_check_says_when_the_bits_changed_nothing_the_guest_reports() -> None:

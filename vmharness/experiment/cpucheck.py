@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from vmharness import progress
 from vmharness.host.inspect import cpubits, probes
-from vmharness.model.config import RunConfig
+from vmharness.model.sections import RunConfig
 from vmharness.system.machine import for_uri
 from vmharness.system.root import HostRoot
 

@@ -92,8 +92,8 @@ def test_sampler_stream() -> None:
     assert s["cpu"]["cpu"] == {"user": round(100 * 72 / 190, 2), "nice": 0.0, "system": round(100 * 32 / 190, 2),
                                "idle": round(100 * 86 / 190, 2), "iowait": 0.0, "irq": 0.0, "softirq": 0.0,
                                "steal": 0.0, "busy": round(100 * 104 / 190, 2)}
-    assert s["process"]["pids_last"] > 1  # pid 1 and its descendants
-    assert s["sampler_cpu_percent_of_one"] >= 0
+    assert len(b.procs) == 76 and s["process"]["pids_last"] == 15  # pid 1 and its descendants: 15 of the 76
+    assert (a.procs[pid].ticks, b.procs[pid].ticks) == (0, 0) and s["sampler_cpu_percent_of_one"] == 0.0
 
 
 def test_sampler_drops_a_torn_snapshot() -> None:

@@ -52,7 +52,7 @@ def recording() -> Iterator[set[str]]:
         _reads = outer
 
 
-def check_name(name: str, where: str) -> str:
+def check_tree_name(name: str, where: str) -> str:
     """A name read from a host tree (a directory entry, a link's target, a driver or interface name),
     refused when it holds a control character: a driver name with a newline in it would add a line of
     its own to the modprobe.d text host-setup prints, an escape sequence would act on the terminal."""
@@ -183,7 +183,7 @@ class HostRoot:
         except OSError as exc:
             raise self.fault(p, exc, "list") from exc
         for name in names:
-            check_name(name, f"an entry of {p}")
+            check_tree_name(name, f"an entry of {p}")
         return names
 
     def readlink_name(self, p: str | Path) -> str | None:
@@ -193,7 +193,7 @@ class HostRoot:
             name = os.path.basename(os.readlink(self.path(p)))
         except OSError:
             return None
-        return check_name(name, f"the link {p}")
+        return check_tree_name(name, f"the link {p}")
 
     def realpath(self, p: str | Path) -> str:
         """The host path a path resolves to, following relative symlinks inside the root."""

@@ -9,7 +9,7 @@ from vmharness import digits
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import pciids
 from vmharness.model.bdf import parse_bdf
-from vmharness.system.root import HostRoot, check_name
+from vmharness.system.root import HostRoot, check_tree_name
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 
@@ -132,7 +132,7 @@ def read_device(root: HostRoot, bdf: str) -> PciDevice:
     reset = root.read_optional(f"{dev}/reset_method")
     override = root.read_optional(f"{dev}/driver_override")
     if override is not None:
-        check_name(override, f"{dev}/driver_override")
+        check_tree_name(override, f"{dev}/driver_override")
     names = pciids.load()
     return PciDevice(
         bdf=bdf,

@@ -77,23 +77,6 @@ def gather(root: HostRoot) -> Facts:
     )
 
 
-def cpu_virt(f: Facts) -> Check:
-    if "vmx" in f.cpu_flags:
-        return Check("CPU virtualization", PASS, "vmx (Intel VT-x)")
-    if "svm" in f.cpu_flags:
-        return Check("CPU virtualization", PASS, "svm (AMD-V)")
-    return Check(
-        "CPU virtualization", FAIL, "neither vmx nor svm in /proc/cpuinfo flags",
-        "enable VT-x/AMD-V in the firmware setup (in a VM: nested virtualization on the outer host)",
-    )
-
-
-def kvm_device(f: Facts) -> Check:
-    if f.root.exists("/dev/kvm"):
-        return Check("/dev/kvm", PASS, "present")
-    return Check("/dev/kvm", FAIL, "missing", "modprobe kvm_intel (or kvm_amd); enable virtualization in firmware")
-
-
 def live(f: Facts, key: str, name: str) -> dict[str, Any] | Check:
     if f.live is None or key not in f.live:
         return Check(name, SKIP, "not measured: this host root is not the live host and not a host-snapshot",

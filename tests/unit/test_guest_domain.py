@@ -184,6 +184,15 @@ def test_a_device_not_on_vfio_is_refused_unless_managed(tmp_path: Path) -> None:
     assert planned.spec.managed and planned.spec.hostdevs == ("0000:17:00.0",)
 
 
+def test_under_tcg_the_timer_check_is_skipped_before_the_researchers_words(tmp_path: Path) -> None:
+    root = HostRoot(_host(tmp_path).base)
+    req = instance.VmRequest(name="t", image_dir=str(tmp_path / "images"), cmdline="mitigations=auto")
+    tcg = instance.plan(root, instance.VmRequest(**{**req.__dict__, "accel": "tcg"}), for_print=True)
+    kvm = instance.plan(root, instance.VmRequest(**{**req.__dict__, "accel": "kvm"}), for_print=True)
+    assert tcg.spec.cmdline.split()[-2:] == [instance.TCG_CMDLINE, "mitigations=auto"]
+    assert instance.TCG_CMDLINE not in kvm.spec.cmdline.split() and kvm.spec.cmdline.endswith(" mitigations=auto")
+
+
 def test_bad_names_are_refused() -> None:
     for bad in ("", "Guest", "1abc", "a" * 12, "a_b"):
         with pytest.raises(HarnessError, match="not allowed"):

@@ -41,6 +41,7 @@ class Cell:
     vcpu_busy: list[list[float]] = field(default_factory=list)  # a run's guest: each vCPU thread, from the host
     packets: list[tuple[float, bool]] = field(default_factory=list)  # the server's packets per request, on lo?
     sides: Sides = field(default_factory=Sides)  # steal, each client and generator thread, the host's vfio
+    exits: list[dict[str, float]] = field(default_factory=list)  # under KVM: VM exits per request by kind
     errors: int = 0
     requests: int = 0
 
@@ -108,7 +109,27 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         vcpus = host.get("vcpu_busy_percent") if isinstance(host, dict) else None
         if isinstance(vcpus, list) and vcpus and all(isinstance(v, int | float) for v in vcpus):
             cell.vcpu_busy.append([float(v) for v in vcpus])
+        if isinstance(host, dict) and "kvm_exits" in host:
+            cell.exits.append(_exits_per_request(host, rps, run, r))
     return out, failed
+
+
+def _exits_per_request(host: dict[str, Any], rps: float, run: RunDir, r: dict[str, Any]) -> dict[str, float]:
+    """A point's VM exits per request by kind: KVM's counts over the host's reading window, over the
+    requests the client's rate puts in it. A count or window that is not a number is an error naming the
+    record: left out, it would change the answer without a word."""
+    counts, window = host["kvm_exits"], host.get("window_s")
+    if not (isinstance(counts, dict) and counts and all(_count(v) for v in counts.values())
+            and isinstance(window, int | float) and not isinstance(window, bool) and window > 0 and rps > 0):
+        raise HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged (host.kvm_exits "
+                           "must be counts by kind over a positive host.window_s, at a positive rate)",
+                           "a run writes these records itself: was the file edited? remove the damaged line "
+                           "and re-measure with --resume")
+    return {str(k): v / (rps * window) for k, v in counts.items()}
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def vcpu_means(cell: Cell) -> list[float] | None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import hostdiff, loadcurve, sides, variants
+from vmharness.analysis import exits, hostdiff, loadcurve, sides, variants
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
@@ -62,6 +62,8 @@ class Analysis:
     load: LoadAnalysis | None = None  # latency against load (the open-loop points), if the run has any
     capacity: list[dict[str, Any]] = field(default_factory=list)  # what each client could generate
     at_peak: dict[str, Any] | None = None  # every side's figures at the baseline's peak (sides.at_peak)
+    exits: list[exits.View] = field(default_factory=list)  # each instance's VM exits per request there
+    exits_note: str | None = None  # why none were counted (TCG), or None
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -180,8 +182,10 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
     changes = {name: changes_at(cell, by_count[peak], d.block) for name, by_count in table.items()
                if name != base and peak in by_count}
     split = {name: n for name, by_count in table.items() if (n := noise(by_count, d)) is not None}
+    views = exits.views(table, peak, base, manifests)
     return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d,
-                    at_peak=sides.at_peak(cell.sides, server_busy(cell), vcpu_means(cell), curve[peak].mean))
+                    at_peak=sides.at_peak(cell.sides, server_busy(cell), vcpu_means(cell), curve[peak].mean),
+                    exits=views, exits_note=exits.note(manifests, views))
 
 
 def _reaches(point: Interval, top: Peak) -> bool:

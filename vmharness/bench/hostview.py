@@ -1,10 +1,12 @@
 """The host's side of a `run` point, beside what the guest says of itself: how much of the time each
 vCPU thread actually ran (a guest counts as busy the time its vCPU waited for QEMU's I/O thread or was
-preempted), and how many interrupts the host took for the NICs passed through to it.
+preempted), under KVM how many VM exits of each kind its vCPUs took (KVM's counters, through libvirt),
+and how many interrupts the host took for the NICs passed through to it.
 
 The vCPU threads' runtime is read from libvirt at the same two instants inside the load as the client
 reads its generator's threads (vmharness/bench/threads.py), in a thread of the harness, so that
-neither wrk's start-up nor its done() hook nor the ssh round trips dilute it. The interrupts come from
+neither wrk's start-up nor its done() hook nor the ssh round trips dilute it; KVM's counters right
+after each of those reads, so that they cover the same window. The interrupts come from
 the host's own sampler (the same stream and window as every machine's)."""
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from typing import Any
 from vmharness.bench import threads
 
 Probe = Callable[[], list[float]]  # each vCPU thread's CPU seconds so far
+Counters = Callable[[], dict[str, int]]  # KVM's counters of the guest's VM exits so far, by kind
 
 
 class VcpuReader:
-    """Reads `probe` at two instants after the load's release (`begin`); `result` stops waiting and
-    gives the busy share between the readings, or raises what a read raised (as a read in the
-    harness's own thread would have)."""
+    """Reads `probe` (and `counters`, if given) at two instants after the load's release (`begin`);
+    `result` stops waiting and gives the busy share between the readings (and the exits counted
+    between them), or raises what a read raised (as a read in the harness's own thread would have)."""
 
-    def __init__(self, probe: Probe | None, duration: float) -> None:
+    def __init__(self, probe: Probe | None, duration: float, counters: Counters | None = None) -> None:
         self.probe = probe
+        self.counters = counters
         self.at = threads.instants(duration)
         self.readings: list[tuple[float, list[float]]] = []
+        self.counts: list[dict[str, int]] = []
         self.error: Exception | None = None
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
@@ -49,19 +54,25 @@ class VcpuReader:
             try:
                 before = time.monotonic()
                 values = self.probe()
+                at = (before + time.monotonic()) / 2
+                if self.counters is not None:
+                    self.counts.append(self.counters())
             except Exception as exc:  # handed to the harness's thread by result()
                 self.error = exc
                 return
-            self.readings.append(((before + time.monotonic()) / 2, values))
+            self.readings.append((at, values))
 
     def result(self) -> dict[str, Any]:
-        """{"vcpu_busy_percent": [...], "window_s": ...}, or {} when two readings were not had."""
+        """{"vcpu_busy_percent": [...], "window_s": ..., "kvm_exits": {kind: count}}, without
+        "kvm_exits" when KVM counted nothing here, or {} when two readings were not had."""
         self.stopped.set()
         if self.thread is not None:
             self.thread.join(timeout=30)
         if self.error is not None:
             raise self.error
-        return vcpu_busy(self.readings)
+        busy = vcpu_busy(self.readings)
+        exits = exit_deltas(self.counts) if busy and len(self.counts) == len(self.readings) else {}
+        return {**busy, "kvm_exits": exits} if exits else busy
 
 
 def vcpu_busy(readings: list[tuple[float, list[float]]]) -> dict[str, Any]:
@@ -73,6 +84,15 @@ def vcpu_busy(readings: list[tuple[float, list[float]]]) -> dict[str, Any]:
         return {}
     return {"vcpu_busy_percent": [round(100 * (y - x) / (t1 - t0), 1) for x, y in zip(a, b, strict=True)],
             "window_s": round(t1 - t0, 3)}
+
+
+def exit_deltas(counts: list[dict[str, int]]) -> dict[str, int]:
+    """Each kind's exits between the first and the last reading; {} when KVM counted none (a counter
+    that went back, its guest's vCPUs reset, is left out)."""
+    if len(counts) < 2 or not counts[0].get("exits"):
+        return {}
+    first, last = counts[0], counts[-1]
+    return {k: last[k] - first[k] for k in sorted(last) if k in first and last[k] >= first[k]}
 
 
 def vfio(summary: dict[str, Any], devices: tuple[str, ...]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ class Sweep:
     local_cpus: tuple[int, ...] = ()  # the CPUs wrk may use on this machine (a run keeps it off the
     # guest's vCPUs); empty: any
     vcpu_probe: hostview.Probe | None = None  # a run's guest: its vCPU threads' CPU seconds
+    kvm_counters: hostview.Counters | None = None  # a run's guest under KVM: its VM exits by kind
     host_on: Machine | None = None  # a run's: the machine that runs the guest, sampled too
     host_devices: tuple[str, ...] = ()  # a run's: the NICs passed through to the guest (BDFs)
     before_point: Callable[[Point], None] | None = None  # a run's: set the guest up for the point's instance
@@ -111,7 +112,7 @@ class Sweep:
         for attempt in range(1, s.retries + 2):
             since = samplers.offsets()
             loads = self._runs(point)
-            vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads))
+            vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads), self.kvm_counters)
             runs, start, end = clients_mod.run_together(loads, s.margin, probe=True, on_go=vcpus.begin)
             host = vcpus.result()
             merged = clients_mod.merge(runs)

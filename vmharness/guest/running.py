@@ -1,7 +1,10 @@
-"""A running guest, asked and steered: its libvirt domain, its vCPU threads' CPU time and cap, the CPUs
-its QEMU threads may run on, and the tail of its console log."""
+"""A running guest, asked and steered: its libvirt domain, its vCPU threads' CPU time and cap, KVM's
+counters of its VM exits, the CPUs its QEMU threads may run on, and the tail of its console log."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 import libvirt
 
@@ -32,6 +35,39 @@ def vcpu_seconds(guest: Guest) -> list[float]:
         return [float(t[2]) / 1e9 for t in dom.vcpus()[0]]
     finally:
         conn.close()
+
+
+# KVM's own per-vCPU statistics (its binary stats file descriptor), which QEMU passes on (QMP
+# query-stats, QEMU 7.1) and libvirt with them in its bulk stats' vCPU group as vcpu.<n>.<name>.<type>
+# (libvirt 8.9; virsh domstats --vcpu); "sum" is a counter's running total. Under TCG there are none.
+KVM_STAT = re.compile(r"vcpu\.(\d{1,4})\.([a-z][a-z0-9_]{0,63})\.sum")
+# What of them is a VM exit, by kind (exits, io_exits, mmio_exits, halt_exits, irq_exits,
+# irq_window_exits, nmi_window_exits, request_irq_exits, signal_exits, ...), or work KVM does on
+# entering or leaving the guest that a mitigation adds or a guest's device causes.
+KVM_EXTRA = ("l1d_flush", "insn_emulation", "hypercalls")
+
+
+def kvm_counters(guest: Guest) -> dict[str, int]:
+    """KVM's counters of the guest's VM exits by kind, each summed over its vCPUs; {} when libvirt
+    gives none (TCG, or a libvirt, QEMU or kernel too old to pass them on)."""
+    conn, dom = domain(guest)
+    try:
+        got = conn.domainListGetStats([dom], libvirt.VIR_DOMAIN_STATS_VCPU)
+    finally:
+        conn.close()
+    return exit_counts(got[0][1] if got else {})
+
+
+def exit_counts(stats: dict[str, Any]) -> dict[str, int]:
+    """The VM exit counters of libvirt's bulk stats (`vcpu.<n>.<name>.sum`), each summed over the vCPUs."""
+    out: dict[str, int] = {}
+    for key, value in stats.items():
+        m = KVM_STAT.fullmatch(key)
+        if m is None or not (m[2] == "exits" or m[2].endswith("_exits") or m[2] in KVM_EXTRA):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            out[m[2]] = out.get(m[2], 0) + value
+    return out
 
 
 def cap_vcpus(guest: Guest, percent: int) -> None:

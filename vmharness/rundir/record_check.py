@@ -63,6 +63,8 @@ _SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read o
     (("samples", "*", "process", "cpu_percent_of_one"), 0, MOST, NUM),
     (("samples", "*", "net", "*", "*"), 0, MOST, NUM),
     (("host", "vcpu_busy_percent", "*"), 0, ONE_CORE, NUM),
+    (("host", "window_s"), 0, DAY, NUM),
+    (("host", "kvm_exits", "*"), 0, MOST_COUNT, WHOLE),
     (("host", "vfio_interrupts_per_s", "*"), 0, MOST, NUM),
     (("host", "vfio_vectors", "*"), 0, MOST, WHOLE),
     (("client", "clients_detail", "*", "threads_cpu", "percent_of_one", "*"), 0, ONE_CORE, NUM),

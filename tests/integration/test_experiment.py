@@ -103,6 +103,10 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     report = json.loads((run / "report" / "report.json").read_text())
     assert report["peak_connections"] in (2, 8, 32) and {"pti", "control"} <= set(report["changes_at_peak"])
     assert "no KVM: the guest ran under TCG; these are not hardware numbers" in report["warnings"]
+    # no VM exits to count under TCG, one line says so; the vCPU time per request is there: pti's higher
+    per_request = {n: v["vcpu_cpu_us_per_request"] for n, v in report["vm_exits"]["instances"].items()}
+    assert "ran under TCG" in report["vm_exits"]["note"] and per_request["pti"] > per_request["baseline"] > 0
+    assert "VM exits per request: not available: the guests ran under TCG" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
     # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests
     assert report["control"]["cap_percent"] == 50 and -0.55 <= report["control"]["expected"] < -0.3

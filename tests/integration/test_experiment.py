@@ -108,8 +108,15 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert "ran under TCG" in report["vm_exits"]["note"] and per_request["pti"] > per_request["baseline"] > 0
     assert "VM exits per request: not available: the guests ran under TCG" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
-    # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests
-    assert report["control"]["cap_percent"] == 50 and -0.55 <= report["control"]["expected"] < -0.3
+    # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests,
+    # from this run's own readings (the baseline's vCPU share at the peak, its share without load): a
+    # machine busy beside the run lowers that share and so the cost, which a fixed range would not follow
+    peak = report["peak_connections"]
+    u = statistics.fmean(p["host"]["vcpu_busy_percent"][0] for p in points
+                         if p["instance"] == "baseline" and p["connections"] == peak)
+    f = statistics.fmean(r["vcpu_busy_percent"][0] for r in idle)
+    assert report["control"]["cap_percent"] == 50
+    assert report["control"]["expected"] == pytest.approx((min(u, 50) - f) / (u - f) - 1, abs=1e-9), (u, f)
     assert "it ran without load" in report["control"]["basis"], report["control"]
     print("control:", report["control"], "pti:", report["changes_at_peak"]["pti"]["throughput"])
     # the demo finds something: forcing page-table isolation costs throughput (about -35% here), paired by boot

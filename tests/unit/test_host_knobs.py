@@ -341,3 +341,25 @@ def test_a_snapshot_keeps_which_knobs_are_writable_and_what_smt_off_would_take(t
     assert "taking CPUs 2-3 offline" in knobs.preview(snap, "b", {"smt": "off", "kvm.nx_huge_pages": "auto"})
     with pytest.raises(HarnessError, match="is read only"):
         knobs.plan(snap, "b", {"kvm.nx_huge_pages_recovery_period_ms": 10})
+
+
+def test_host_prepare_dry_run_shows_each_instances_knobs_on_a_snapshot(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from vmharness.cli import main as cli
+    h = kvm_host(tmp_path)
+    before = tree(h.base)
+    study = tmp_path / "r.toml"
+    study.write_text('[[instance]]\nname = "a"\n[[instance]]\nname = "b"\n[instance.host]\nsmt = "off"\n'
+                     'kvm.nx_huge_pages = "force"\n')
+    argv = ["host-prepare", "--dry-run", "--hugepages", "64M", "--host-root", str(h.base), "--config", str(study)]
+    assert cli.main(argv) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1] == ("host knobs of b, set before its guest boots and given back after it: smt = off (reads on "
+                        "now, taking CPUs 2-3 offline); kvm.nx_huge_pages = force (reads N now)")
+    assert cli.main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_knobs"] == {"b": [
+        {"knob": "smt", "value": "off", "now": "on"}, {"knob": "kvm.nx_huge_pages", "value": "force", "now": "N"}]}
+    study.write_text('[[instance]]\nname = "a"\n')
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"host knobs: no instance in {study} sets any"
+    assert tree(h.base) == before and not h.p(journal.JOURNAL).exists()

@@ -16,6 +16,7 @@ from tests.hostile_kit import Case, Outcomes, S, both, run_toml, snapshot_host
 KVM = "snap/sys/module/kvm/parameters"
 SMT = "snap/sys/devices/system/cpu/smt/control"
 XML = ("run", "r.toml", "--print-xml", *S)
+PREP = ("host-prepare", "--bdf", "0000:b3:00.0", "--dry-run", *S, "--config")
 
 
 def _knob(body: str) -> hostile_kit.Build:
@@ -74,6 +75,15 @@ def cases() -> list[Case]:
              both(snapshot_host, hostile_kit.with_file("snap/run/vmharness/journal.jsonl",
                                                        _record(value="Y\n$(touch /tmp/vmh-hostile-pwned)")))),
         c("smt-fifo", 'smt = "off"', ("smt/control",), both(snapshot_host, hostile_kit.fifo_at(SMT))),
+        # host-prepare --dry-run --config: the same checks on the same files, and nothing but a dry run
+        Case("prepare-unknown", (*PREP, "r.toml"), ("instance[1].host.kvm.halt_poll_ns", "unknown host knob"),
+             both(_kvm(), _knob("kvm.halt_poll_ns = 0"))),
+        Case("prepare-read-only", (*PREP, "r.toml"), ("instance b: host.kvm.nx_huge_pages", "read only"),
+             both(_kvm(0o444), _knob('kvm.nx_huge_pages = "force"'))),
+        Case("prepare-not-dry", ("host-prepare", "--bdf", "0000:b3:00.0", *S, "--config", "r.toml"),
+             ("--config is read only with --dry-run",), both(_kvm(), _knob('kvm.nx_huge_pages = "force"'))),
+        Case("prepare-fifo", (*PREP, "r.toml"), ("r.toml",), both(_kvm(), hostile_kit.fifo_at("r.toml"))),
+        Case("prepare-missing", (*PREP, "nowhere.toml"), ("no configuration file nowhere.toml",), _kvm()),
         c("smt-outside", 'smt = "off"', ("smt/control", "outside"), both(snapshot_host, _outside)),
     ]
 

@@ -17,9 +17,10 @@ from vmharness.errors import HarnessError
 from vmharness.host.inspect import iommu, pciids, show
 from vmharness.host.inspect.hostcheck.facts import FAIL
 from vmharness.host.inspect.hostcheck.rows import run_checks
-from vmharness.host.prepare import plan, prepare, setup, show_plan
+from vmharness.host.prepare import knobs, plan, prepare, setup, show_plan
 from vmharness.host.snapshot import file, snapshot
 from vmharness.journal import journal, restore
+from vmharness.model import config
 from vmharness.model.bdf import parse_bdf
 from vmharness.model.schema import choices
 from vmharness.model.sections import HugepageSize
@@ -103,15 +104,32 @@ def _request(args: argparse.Namespace) -> plan.Request:
     return plan.Request(tuple(args.bdf), args.hugepages, args.hugepage_size, args.node, args.force)
 
 
+def _host_knobs(root: HostRoot, path: str | None) -> tuple[dict[str, list[dict[str, str]]], list[str]] | None:
+    """Each instance's host knobs in the run configuration at `path`, checked on this host or snapshot
+    as run checks them, for the JSON and as lines; None without --config."""
+    if path is None:
+        return None
+    instances = config.load_run(Path(path)).instance
+    knobs.check_all(root, instances)
+    shown = {i.name: [{"knob": s.key, "value": s.value, "now": s.now} for s in knobs.plan(root, i.name, i.host)]
+             for i in instances if i.host}
+    return shown, [knobs.preview(root, i.name, i.host) for i in instances if i.host] or [
+        f"host knobs: no instance in {path} sets any"]
+
+
 def cmd_host_prepare(args: argparse.Namespace) -> int:
     request = _request(args)
     root = HostRoot.open(args.host_root)
+    if args.config is not None and not args.dry_run:
+        raise HarnessError("--config is read only with --dry-run: run sets each instance's host knobs while its "
+                           "guest runs and gives them back after it", "add --dry-run to see them, or drop --config")
     if args.dry_run:
         the_plan = plan.make(root, request)
+        shown = _host_knobs(root, args.config)
         if args.json:
-            _emit(the_plan.to_json())
+            _emit({**the_plan.to_json(), **({} if shown is None else {"host_knobs": shown[0]})})
         else:
-            print(show_plan.plan_text(the_plan, dry_run=True))
+            print("\n".join([show_plan.plan_text(the_plan, dry_run=True), *(shown[1] if shown else [])]))
         return 0
     _live_only(root, "host-prepare")
     text = sys.stderr if args.json else sys.stdout  # with --json, stdout carries the plan's JSON only
@@ -194,6 +212,8 @@ def register(subs: Any, add: Any) -> None:
             "vmharness host-prepare --bdf 0000:b3:00.0 --hugepages 8G --hugepage-size 1G --dry-run")
     _prepare_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    p.add_argument("--config", metavar="CONFIG", help="with --dry-run: also the host knobs each instance of this "
+                   "run configuration would set ([instance.host], set by run while its guest runs), checked here")
     p = add(subs, "host-restore", cmd_host_restore,
             "undo everything host-prepare journaled, newest first (also after a crash)",
             "vmharness host-restore --dry-run", json_flag=False)

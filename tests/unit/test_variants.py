@@ -94,6 +94,24 @@ def test_the_expected_cost_is_what_the_cap_takes_of_the_vcpu_time_the_baseline_u
     assert c is not None and c.recovered and c.expected == pytest.approx(change)
 
 
+def test_a_control_held_below_its_cap_by_contention_is_expected_to_cost_what_it_lost() -> None:
+    """The CI case: the baseline's vCPU thread ran 61% of the time (the rig's L1 beside it), 15% of it
+    without load; the capped control's thread ran 42%, not 50%: the cap took (61 - 42) of the 61 - 15
+    the requests used, not (61 - 50)."""
+    held, basis = variants.expected_change(50, [61.0], [15.0], [42.0])
+    assert held == pytest.approx((42 - 15) / (61 - 15) - 1) and "the control's ran 42%: held below" in basis
+    at_cap = variants.expected_change(50, [61.0], [15.0], [48.5])  # within 2 points: the cap, as before
+    assert at_cap == variants.expected_change(50, [61.0], [15.0]) and at_cap[0] == pytest.approx(35 / 46 - 1)
+    assert variants.expected_change(50, [61.0], [15.0], [51.0]) == at_cap  # a reading's jitter above the cap
+    assert variants.expected_change(50, [61.0, 70.0], [15.0, 15.0], [42.0])[0] == pytest.approx(
+        variants.expected_change(50, [61.0, 70.0], [15.0, 15.0])[0])  # a count that does not match: the cap
+    m = {"config": {"control": {"cap": 50, "name": "control"}}}
+    # measured -40% [-45%, -35%]: a false alarm against the cap alone (-23.9%), recovered against what it ran
+    seen = {"control": {"throughput": _change(-0.40, -0.45, -0.35)}}
+    assert not variants.control(m, seen, [61.0], [15.0]).recovered  # type: ignore[union-attr]
+    assert variants.control(m, seen, [61.0], [15.0], [42.0]).recovered  # type: ignore[union-attr]
+
+
 def test_run_control_adds_the_capped_baseline_once(tmp_path: Path) -> None:
     path = tmp_path / "r.toml"
     path.write_text('[[instance]]\nname = "a"\ncmdline = "mitigations=off"\n[[instance]]\nname = "b"\n'

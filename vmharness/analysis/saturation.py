@@ -87,8 +87,12 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
                       session_flags(run), design([run]))
     a.variants = variants.diffs(run.manifest, a.baseline)
     base_cell = table.get(a.baseline, {}).get(a.peak) if a.peak is not None else None
+    control_cfg = run.manifest.get("config", {}).get("control")
+    name = control_cfg.get("name") if isinstance(control_cfg, dict) else None
+    capped = table.get(name, {}).get(a.peak) if isinstance(name, str) and a.peak is not None else None
     a.control = variants.control(run.manifest, a.changes, vcpu_means(base_cell) if base_cell else None,
-                                 idle_vcpus(run, a.baseline)) if a.baseline == (names[0] if names else None) else None
+                                 idle_vcpus(run, a.baseline), vcpu_means(capped) if capped else None
+                                 ) if a.baseline == (names[0] if names else None) else None
     extra = variants.diff_flags(a.variants, a.baseline)
     if a.control is not None and (flag := variants.control_flag(a.control)):
         extra.append(flag)

@@ -12,8 +12,10 @@ The positive control (`run --control`) is the baseline with its vCPUs capped to 
 libvirt (CFS bandwidth control). The cap takes away the vCPU time the baseline used above it: with
 the baseline's vCPU threads busy u_i of the time at the peak (measured on the host, not in the guest,
 whose busy time counts the time its vCPU waited), the control keeps sum(min(u_i, cap)) / sum(u_i) of
-the baseline's throughput where the guest's CPU time is what limits it. The report checks that the
-change's interval holds that value.
+the baseline's throughput where the guest's CPU time is what limits it. Where the host also measured
+the control's own vCPU threads at the peak (c_i), their time is what the cap left them: on a host
+whose CPUs other work contends for, a throttled thread does not get all of its quota back, and
+min(c_i, cap) stands for min(u_i, cap). The report checks that the change's interval holds that value.
 """
 
 from __future__ import annotations
@@ -49,22 +51,33 @@ class Control:
     basis: str  # how `expected` was reached
 
 
-def expected_change(cap: int, base_vcpus: list[float] | None,
-                    idle: list[float] | None = None) -> tuple[float, str]:
+HELD_BELOW = 2.0  # percentage points under its cap at which a control's vCPU thread was held back
+
+
+def expected_change(cap: int, base_vcpus: list[float] | None, idle: list[float] | None = None,
+                    control_vcpus: list[float] | None = None) -> tuple[float, str]:
     """What capping each vCPU thread to `cap` percent costs at the peak: the share of the baseline's
     request-serving vCPU time the cap leaves, sum(min(busy, cap) - idle) / sum(busy - idle) - 1, with
     each thread's busy share as the host measured it there and `idle` its share without load (timers,
     samplers: spent each second whatever the load, so the cap takes it from the requests alone);
-    without the host's view, as if each thread ran all the time and nothing were spent idle."""
+    without the host's view, as if each thread ran all the time and nothing were spent idle. Where the
+    control's own threads were measured there (`control_vcpus`) and ran under their cap, what they ran
+    stands for the cap: contention for the host's CPUs held them below it."""
     if not base_vcpus or sum(base_vcpus) <= 0:
         return cap / 100 - 1, f"the cap alone ({cap}% of a CPU); the host's view of the vCPUs was not recorded"
     busy = ", ".join(f"{b:.0f}%" for b in base_vcpus)
     basis = f"{cap}% of a CPU against the baseline's vCPU threads at {busy} on the host at the peak"
+    limits = [float(cap)] * len(base_vcpus)
+    if control_vcpus is not None and len(control_vcpus) == len(base_vcpus) \
+            and any(c < cap - HELD_BELOW for c in control_vcpus):
+        limits = [min(c, cap) for c in control_vcpus]
+        basis += (f" (the control's ran {', '.join(f'{c:.0f}%' for c in control_vcpus)}: held below their cap "
+                  "by other work on the host's CPUs, which is what the cap left them)")
     pairs = list(zip(base_vcpus, idle, strict=True)) if idle is not None and len(idle) == len(base_vcpus) else []
-    if not pairs or any(f < 0 or f >= min(b, cap) for b, f in pairs):
-        kept = sum(min(b, cap) for b in base_vcpus) / sum(base_vcpus)
+    if not pairs or any(f < 0 or f >= min(b, m) for (b, f), m in zip(pairs, limits, strict=True)):
+        kept = sum(min(b, m) for b, m in zip(base_vcpus, limits, strict=True)) / sum(base_vcpus)
         return kept - 1, basis
-    kept = sum(min(b, cap) - f for b, f in pairs) / sum(b - f for b, f in pairs)
+    kept = sum(min(b, m) - f for (b, f), m in zip(pairs, limits, strict=True)) / sum(b - f for b, f in pairs)
     spent = ", ".join(f"{f:.1f}%" for _, f in pairs)
     return kept - 1, f"{basis}, each less the {spent} it ran without load, which the cap does not shrink"
 
@@ -131,15 +144,17 @@ def diff_flags(found: list[Diff], baseline: str) -> list[str]:
 
 
 def control(manifest: dict[str, Any], changes: dict[str, dict[str, Change]],
-            base_vcpus: list[float] | None = None, idle: list[float] | None = None) -> Control | None:
+            base_vcpus: list[float] | None = None, idle: list[float] | None = None,
+            control_vcpus: list[float] | None = None) -> Control | None:
     """The control's check, when the run had one and it was measured at the peak; `base_vcpus`: the
-    baseline's vCPU threads' busy shares there, from the host (percent); `idle`: theirs without load."""
+    baseline's vCPU threads' busy shares there, from the host (percent); `idle`: theirs without load;
+    `control_vcpus`: the control's there."""
     c = manifest.get("config", {}).get("control", {})
     cap, name = c.get("cap"), c.get("name")
     if not isinstance(cap, int) or not cap or name not in changes:
         return None
     change = changes[name]["throughput"]
-    expected, basis = expected_change(cap, base_vcpus, idle)
+    expected, basis = expected_change(cap, base_vcpus, idle, control_vcpus)
     held = change.bounded and not math.isnan(change.change) and change.low <= expected <= change.high
     return Control(str(name), cap, expected, change, held and change.significant, basis)
 

@@ -107,6 +107,12 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     per_request = {n: v["vcpu_cpu_us_per_request"] for n, v in report["vm_exits"]["instances"].items()}
     assert "ran under TCG" in report["vm_exits"]["note"] and per_request["pti"] > per_request["baseline"] > 0
     assert "VM exits per request: not available: the guests ran under TCG" in res.stdout
+    # the guest's kernel events per request at the peak, from its sampler's stream, pti's paired against the baseline
+    events = report["kernel_events"]
+    assert {"baseline", "pti", "control"} <= set(events), events
+    assert all(e["per_request"]["context switches"] > 0 and e["per_request"]["interrupts"] > 0 for e in events.values())
+    assert "context switches" in events["pti"]["changes"] and not events["baseline"]["changes"]
+    assert "kernel events per request on the server at the peak" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
     # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests,
     # from this run's own readings (the baseline's vCPU share at the peak, its share without load): a

@@ -42,6 +42,7 @@ class Cell:
     packets: list[tuple[float, bool]] = field(default_factory=list)  # the server's packets per request, on lo?
     sides: Sides = field(default_factory=Sides)  # steal, each client and generator thread, the host's vfio
     exits: list[dict[str, float]] = field(default_factory=list)  # under KVM: VM exits per request by kind
+    events: list[tuple[Block, dict[str, float]]] = field(default_factory=list)  # the server's, per request
     errors: int = 0
     requests: int = 0
 
@@ -91,11 +92,13 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         cell.requests += requests
         given = r.get("samples")
         samples: dict[str, Any] = given if isinstance(given, dict) else {}  # optional: damaged is as absent
+        here = samples.get(server)
+        if isinstance(here, dict) and (counted := _events(here, rps, f"samples.{server}", run, r)):
+            cell.events.append((block, counted))
         busy, _ = sides.cpu_of(samples, server)
         if busy is not None:
             cell.server_busy.append(busy)
         cell.sides.add(r, server, clients)
-        here = samples.get(server)
         process = here.get("process") if isinstance(here, dict) else None
         if isinstance(process, dict) and isinstance(process.get("cpu_percent_of_one"), int | float) and workers:
             cell.worker_busy.append(min(100.0, process["cpu_percent_of_one"] / workers))
@@ -126,6 +129,46 @@ def _exits_per_request(host: dict[str, Any], rps: float, run: RunDir, r: dict[st
                            "a run writes these records itself: was the file edited? remove the damaged line "
                            "and re-measure with --resume")
     return {str(k): v / (rps * window) for k, v in counts.items()}
+
+
+def _events(summary: dict[str, Any], rps: float, where: str, run: RunDir, r: dict[str, Any]) -> dict[str, float]:
+    try:
+        return events_per_request(summary, rps)
+    except ValueError as exc:
+        raise HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged ({where}.{exc})",
+                           "a run writes these records itself: was the file edited? remove the damaged line and "
+                           "re-measure with --resume") from exc
+
+
+# a sample summary's figure, and its name in the report (softirqs also by kind: "softirq NET_RX")
+EVENTS = (("context_switches_per_s", "context switches"), ("interrupts_per_s", "interrupts"),
+          ("tlb_shootdowns_per_s", "TLB shootdowns"))
+
+
+def events_per_request(summary: dict[str, Any], rps: float) -> dict[str, float]:
+    """The kernel's event counts per request from a machine's sample summary of a point ({} when it has
+    none); ValueError naming a figure that is there but not a number."""
+    out: dict[str, float] = {}
+    if rps <= 0:
+        return out
+    for key, name in EVENTS:
+        if key in summary:
+            out[name] = _number(summary[key], key) / rps
+    soft = summary.get("softirqs_per_s")
+    if soft is not None:
+        if not isinstance(soft, dict):
+            raise ValueError("softirqs_per_s is not a table of rates")
+        kinds = {str(k): _number(v, f"softirqs_per_s.{k}") / rps for k, v in soft.items()}
+        if kinds:
+            out["softirqs"] = sum(kinds.values())
+            out.update({f"softirq {k}": v for k, v in kinds.items()})
+    return out
+
+
+def _number(v: object, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{key} is not a number")
+    return float(v)
 
 
 def _count(v: object) -> bool:

@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import exits, loadcurve, sides, variants
+from vmharness.analysis import events, exits, loadcurve, sides, variants
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
 from vmharness.analysis.saturation import LEVEL, Analysis, Noise
 from vmharness.rundir import histogram
@@ -159,6 +159,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
                 "recovered": a.control.recovered, "change": _change(a.control.change)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
             "at_peak": a.at_peak, "vm_exits": exits.to_json(a.exits, a.exits_note),
+            "kernel_events": events.to_json(a.events),
             "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
             "capacity": a.capacity}
 
@@ -181,7 +182,7 @@ def answer(a: Analysis) -> list[str]:
         out.append(f"baseline {a.baseline}: {_peak(a)}")
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             out.append(said)
-        out += exits.lines(a.exits, a.exits_note, a.peak)
+        out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak)
         for name, ch in sorted(a.changes.items()):
             out.append(f"{name} vs {a.baseline} at {a.peak} connections ({_method(a, name)}):")
             out.append(f"  throughput {_pct(ch['throughput'])}")
@@ -237,8 +238,9 @@ def markdown(a: Analysis) -> str:
         lines += ["", f"Baseline `{a.baseline}`: **{_peak(a)}**.", ""]
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             lines += [f"{said[0].upper()}{said[1:]}.", ""]
-        if viewed := exits.lines(a.exits, a.exits_note, a.peak):
-            lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
+        for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak)):
+            if viewed:
+                lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
         if a.changes:
             lines += ["| instance | method | throughput | " + " | ".join(f"p{q}" for q in PERCENTILES) + " |",
                       "|---|---|---|" + "---|" * len(PERCENTILES)]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import exits, hostdiff, loadcurve, sides, variants
+from vmharness.analysis import events, exits, hostdiff, loadcurve, sides, variants
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
@@ -64,6 +64,7 @@ class Analysis:
     at_peak: dict[str, Any] | None = None  # every side's figures at the baseline's peak (sides.at_peak)
     exits: list[exits.View] = field(default_factory=list)  # each instance's VM exits per request there
     exits_note: str | None = None  # why none were counted (TCG), or None
+    events: list[events.View] = field(default_factory=list)  # the server's kernel events per request there
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -189,7 +190,8 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
     views = exits.views(table, peak, base, manifests)
     return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d,
                     at_peak=sides.at_peak(cell.sides, server_busy(cell), vcpu_means(cell), curve[peak].mean),
-                    exits=views, exits_note=exits.note(manifests, views))
+                    exits=views, exits_note=exits.note(manifests, views),
+                    events=events.views(table, peak, base, d.block))
 
 
 def _reaches(point: Interval, top: Peak) -> bool:

@@ -105,6 +105,7 @@ def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid:
     out["softirqs_per_s_per_cpu"] = {
         name: [round((y - x) / dt, 1) for x, y in zip(a.softirq[name], b.softirq[name], strict=False)]
         for name in ("NET_RX", "NET_TX") if name in a.softirq and name in b.softirq}
+    out.update(counters(a, b, dt))
     nets = {}
     for name, (rb, rp, tb, tp) in b.net.items():
         if name not in a.net or (interfaces and name not in interfaces):
@@ -119,6 +120,25 @@ def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid:
         pa, pb = a.procs[sampler_pid], b.procs[sampler_pid]
         used = (pb.ticks + pb.child_ticks) - (pa.ticks + pa.child_ticks)
         out["sampler_cpu_percent_of_one"] = round(100.0 * used / USER_HZ / dt, 3)
+    return out
+
+
+def counters(a: Snapshot, b: Snapshot, dt: float) -> dict[str, Any]:
+    """The kernel's event counters over the window, per second: context switches, interrupts (all, and
+    TLB shootdowns: the IPIs a CPU sends to make the others flush their TLB) and softirqs by kind, each
+    summed over the CPUs; a counter that went back (a CPU taken offline) gives none."""
+    out: dict[str, Any] = {}
+    if a.ctxt is not None and b.ctxt is not None and b.ctxt >= a.ctxt:
+        out["context_switches_per_s"] = round((b.ctxt - a.ctxt) / dt, 1)
+    if a.irq_per_cpu and len(a.irq_per_cpu) == len(b.irq_per_cpu) and sum(b.irq_per_cpu) >= sum(a.irq_per_cpu):
+        out["interrupts_per_s"] = round((sum(b.irq_per_cpu) - sum(a.irq_per_cpu)) / dt, 1)
+        tlb = [k for k in b.irq_lines if k.startswith("TLB ") and k in a.irq_lines]
+        if tlb and sum(b.irq_lines[tlb[0]]) >= sum(a.irq_lines[tlb[0]]):
+            out["tlb_shootdowns_per_s"] = round((sum(b.irq_lines[tlb[0]]) - sum(a.irq_lines[tlb[0]])) / dt, 1)
+    soft = {name: round((sum(b.softirq[name]) - sum(a.softirq[name])) / dt, 1) for name in b.softirq
+            if name in a.softirq and sum(b.softirq[name]) >= sum(a.softirq[name])}
+    if soft:
+        out["softirqs_per_s"] = soft
     return out
 
 

@@ -43,6 +43,7 @@ class Snapshot:
     irq_lines: dict[str, tuple[int, ...]] = field(default_factory=dict)  # "IRQ name" -> per CPU
     softirq: dict[str, tuple[int, ...]] = field(default_factory=dict)
     procs: dict[int, Proc] = field(default_factory=dict)
+    ctxt: int | None = None  # context switches since boot, all CPUs (/proc/stat's ctxt line)
 
 
 def proc_line(line: str) -> tuple[int, Proc] | None:
@@ -148,6 +149,8 @@ def _snapshot(lines: list[str]) -> Snapshot:
         if section == "stat" and line.startswith("cpu"):
             name, *values = line.split()
             snap.cpus[name] = tuple(int(v) for v in values[:len(CPU_FIELDS)])
+        elif section == "stat" and line.startswith("ctxt "):
+            snap.ctxt = int(line[5:])
         elif section == "net" and ":" in line and "|" not in line:
             name, _, rest = line.partition(":")
             v = rest.split()

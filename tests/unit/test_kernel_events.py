@@ -1,0 +1,135 @@
+"""The server's kernel events per request, on inputs of known answer: a sampler stream whose /proc/stat,
+/proc/interrupts and /proc/softirqs advance by set amounts, its summary's rates, the report's figures
+per request with each variant's paired change (a variant with known extra switches, and a negative
+control with the baseline's own counts), and damaged or out-of-range figures refused by record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmharness.analysis import report, saturation
+from vmharness.errors import HarnessError
+from vmharness.rundir import sample_summary, samples
+from vmharness.rundir.store import RunDir
+
+
+def _snapshot(t: float, ctxt: int, tlb: int, net_rx: int, timer: int) -> str:
+    """One snapshot of a 2-CPU machine; the counts split over the CPUs as given."""
+    return (f"@t {t}\ncpu  1 0 0 1 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n"
+            f"intr 999 0 0\nctxt {ctxt}\nbtime 1700000000\nprocesses 10\n"
+            "           CPU0       CPU1\n"
+            f" 24:        {100 + net_rx}          0  PCI-MSI 49153-edge      virtio0-input.0\n"
+            f"TLB:        {tlb // 2}       {tlb - tlb // 2}   TLB shootdowns\n"
+            "                    CPU0       CPU1\n"
+            f"      TIMER:     {timer}          0\n"
+            f"     NET_RX:     {net_rx // 2}     {net_rx - net_rx // 2}\n"
+            "@end\n")
+
+
+def test_the_summary_gives_each_counter_per_second_over_the_window() -> None:
+    _, snaps = samples.parse(_snapshot(10.0, 5_000, 10, 400, 300) + _snapshot(12.0, 9_000, 30, 1_400, 500))
+    got = sample_summary.summarize(snaps)
+    assert got["context_switches_per_s"] == 2_000.0  # 4,000 in 2 s
+    assert got["interrupts_per_s"] == 510.0  # the NIC's 1,000 and the TLB line's 20
+    assert got["tlb_shootdowns_per_s"] == 10.0
+    assert got["softirqs_per_s"] == {"TIMER": 100.0, "NET_RX": 500.0}
+
+
+def test_a_counter_that_went_back_gives_no_figure() -> None:
+    _, snaps = samples.parse(_snapshot(10.0, 9_000, 30, 1_400, 500) + _snapshot(12.0, 5_000, 10, 400, 300))
+    got = sample_summary.summarize(snaps)
+    assert not {"context_switches_per_s", "interrupts_per_s", "tlb_shootdowns_per_s", "softirqs_per_s"} & set(got)
+
+
+def _summary(per_request: dict[str, float], rps: float) -> dict[str, Any]:
+    return {"context_switches_per_s": per_request["ctxt"] * rps, "interrupts_per_s": per_request["irq"] * rps,
+            "tlb_shootdowns_per_s": per_request["tlb"] * rps,
+            "softirqs_per_s": {"NET_RX": per_request["net_rx"] * rps, "TIMER": 50.0}}
+
+
+BASE = {"ctxt": 2.0, "irq": 1.0, "tlb": 0.01, "net_rx": 1.5}
+
+
+def _run(tmp_path: Path, mitig: dict[str, float], drift: float = 0.02) -> RunDir:
+    """Two instances over four boots, the peak at 8 connections; each boot shifts every count a little
+    (the same for both instances: what pairing by boot takes out)."""
+    run = RunDir.create(tmp_path / "run", {"config": {"instance": [{"name": "base"}, {"name": "mitig"}],
+                                                      "server": {"workers": 0}},
+                                           "machines": {"server": {"machine": "guest"}, "clients": []}})
+    for it in range(4):
+        shift = 1 + drift * (it - 1.5)
+        for name, counts in (("base", BASE), ("mitig", mitig)):
+            for conns, rps in ((4, 800.0), (8, 1000.0), (16, 900.0)):
+                run.append({"kind": "measurement", "key": f"{name}/{conns}/{it}", "ok": True, "instance": name,
+                            "connections": conns, "iteration": it,
+                            "client": {"requests_per_s": rps, "requests": int(rps * 10), "errors": {"total": 0},
+                                       "latency_us": {"percentiles": {"50": 10, "90": 20, "99": 40, "99.9": 80}}},
+                            "samples": {"guest": _summary({k: v * shift for k, v in counts.items()}, rps)}})
+    return run
+
+
+def test_per_request_counts_and_a_variants_paired_change(tmp_path: Path) -> None:
+    a = saturation.analyse(_run(tmp_path, {**BASE, "ctxt": 3.0, "tlb": 0.04}))
+    base, mitig = a.events
+    assert base.means["context switches"] == pytest.approx(2.0) and base.iterations == 4 and not base.changes
+    assert base.means["softirq TIMER"] == pytest.approx(0.05) and base.means["softirqs"] == pytest.approx(1.55)
+    ctxt = mitig.changes["context switches"]
+    assert ctxt.change == pytest.approx(0.5) and ctxt.low == pytest.approx(0.5) and ctxt.high == pytest.approx(0.5)
+    assert mitig.changes["TLB shootdowns"].change == pytest.approx(3.0)
+    said = [line for line in report.answer(a) if "kernel events" in line or line.startswith("  mitig: context")]
+    assert said == ["kernel events per request on the server at the peak (8 connections), against the baseline "
+                    "paired by block:",
+                    "  mitig: context switches 3 (+50.0% [+50.0%, +50.0%]); interrupts 1 (+0.0% [+0.0%, +0.0%]); "
+                    "TLB shootdowns 0.04 (+300.0% [+300.0%, +300.0%]); softirqs 1.55 (+0.0% [+0.0%, +0.0%]); "
+                    "of which NET_RX 1.5, TIMER 0.05 over 4 iteration(s)"]
+    got = report.to_json(a)["kernel_events"]["mitig"]
+    assert got["per_request"]["context switches"] == 3.0 and got["changes"]["context switches"]["significant"]
+
+
+def test_the_baselines_own_counts_change_nothing_a_negative_control(tmp_path: Path) -> None:
+    a = saturation.analyse(_run(tmp_path, dict(BASE)))
+    _, same = a.events
+    for key, change in same.changes.items():
+        assert change.change == pytest.approx(0.0, abs=1e-9) and not change.significant, key
+
+
+def test_a_run_without_the_counters_reports_none(tmp_path: Path) -> None:
+    run = _run(tmp_path, dict(BASE))
+    path = run.path / "records.jsonl"
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in kept:
+        r.pop("samples", None)
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    a = saturation.analyse(RunDir.open(run.path))
+    assert a.events == [] and report.to_json(a)["kernel_events"] == {}
+    assert not any("kernel events" in line for line in report.answer(a))
+
+
+@pytest.mark.parametrize("damage", [{"context_switches_per_s": "lots"}, {"softirqs_per_s": [1, 2]},
+                                    {"softirqs_per_s": {"NET_RX": None}}, {"interrupts_per_s": True}])
+def test_a_damaged_counter_is_an_error_naming_the_record(tmp_path: Path, damage: dict[str, Any]) -> None:
+    run = _run(tmp_path, dict(BASE))
+    path = run.path / "records.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[-1])
+    record["samples"]["guest"].update(damage)
+    path.write_text("\n".join([*lines[:-1], json.dumps(record)]) + "\n")
+    with pytest.raises(HarnessError, match=r"the measurement 'mitig/16/3' is damaged \(samples\.guest\."):
+        saturation.analyse(RunDir.open(run.path))
+
+
+@pytest.mark.parametrize("value", [-1.0, 2.0**64])
+def test_a_counter_out_of_range_leaves_its_record_out_and_says_so(tmp_path: Path, value: float) -> None:
+    run = _run(tmp_path, dict(BASE))
+    path = run.path / "records.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[-2])  # mitig/8/3: at the peak
+    record["samples"]["guest"]["tlb_shootdowns_per_s"] = value
+    path.write_text("\n".join([*lines[:-2], json.dumps(record), lines[-1]]) + "\n")
+    a = saturation.analyse(RunDir.open(run.path))
+    assert "left out" in a.flags[0] and "tlb_shootdowns_per_s" in a.flags[0]
+    assert a.events[1].iterations == 3

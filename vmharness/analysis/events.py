@@ -1,0 +1,86 @@
+"""Why a variant costs, in the kernel's own counts: per request at the baseline's peak, the server
+machine's context switches, interrupts (TLB shootdowns among them) and softirqs by kind, each
+instance's against the baseline's as a paired ratio. They come from the sampler's stream (/proc/stat's
+ctxt, /proc/interrupts, /proc/softirqs), differenced over the point's window
+(vmharness/rundir/sample_summary.py), so reading them costs the measurement nothing more. A mitigation
+that adds work per request in the kernel shows here: page-table isolation's cost follows the entries
+and exits (and the switches and interrupts among them), a TLB flush mitigation shows as shootdowns."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from vmharness.analysis.cells import Cell
+from vmharness.stats import LEVEL, Change, ratio_change
+
+
+@dataclass(frozen=True)
+class View:
+    instance: str
+    means: dict[str, float]  # per request, over the iterations that have it
+    iterations: int
+    changes: dict[str, Change]  # against the baseline, paired by block (none for the baseline itself)
+
+
+def views(table: dict[str, dict[int, Cell]], peak: int, baseline: str, block: str) -> list[View]:
+    """Each instance measured at `peak` whose server was sampled, the baseline first."""
+    base = table.get(baseline, {}).get(peak)
+    out = []
+    for name in sorted(table, key=lambda n: (n != baseline, n)):
+        cell = table[name].get(peak)
+        if cell is None or not cell.events:
+            continue
+        names = sorted({k for _, row in cell.events for k in row})
+        means = {k: statistics.fmean(row[k] for _, row in cell.events if k in row) for k in names}
+        changes = {} if name == baseline or base is None else {
+            k: ratio_change(_by_block(base, k), _by_block(cell, k), block, LEVEL) for k in names
+            if _by_block(base, k)}
+        out.append(View(name, means, len(cell.events), changes))
+    return out
+
+
+def _by_block(cell: Cell, key: str) -> dict[Any, float]:
+    groups: dict[Any, list[float]] = {}
+    for b, row in cell.events:
+        if key in row:
+            groups.setdefault(b, []).append(row[key])
+    return {b: statistics.fmean(v) for b, v in groups.items()}
+
+
+SHOWN = ("context switches", "interrupts", "TLB shootdowns", "softirqs")
+
+
+def _figure(v: View, key: str) -> str:
+    text = f"{key} {v.means[key]:.3g}"
+    c = v.changes.get(key)
+    if c is not None and c.bounded:
+        text += f" ({c.change:+.1%} [{c.low:+.1%}, {c.high:+.1%}])"
+    return text
+
+
+def lines(found: list[View], peak: int) -> list[str]:
+    if not found:
+        return []
+    out = [f"kernel events per request on the server at the peak ({peak} connections), against the baseline "
+           "paired by block:"]
+    for v in found:
+        kinds = sorted((k for k in v.means if k.startswith("softirq ")), key=lambda k: -v.means[k])[:3]
+        shown = [_figure(v, k) for k in SHOWN if k in v.means]
+        if kinds:
+            shown.append("of which " + ", ".join(f"{k.removeprefix('softirq ')} {v.means[k]:.3g}" for k in kinds))
+        out.append(f"  {v.instance}: {'; '.join(shown)} over {v.iterations} iteration(s)")
+    return out
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def to_json(found: list[View]) -> dict[str, Any]:
+    return {v.instance: {"per_request": {k: round(x, 5) for k, x in v.means.items()}, "iterations": v.iterations,
+                         "changes": {k: {"change": _finite(c.change), "low": c.low, "high": _finite(c.high),
+                                         "significant": c.significant, "n": c.n, "method": c.method}
+                                     for k, c in v.changes.items()}} for v in found}

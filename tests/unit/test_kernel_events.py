@@ -81,8 +81,8 @@ def test_per_request_counts_and_a_variants_paired_change(tmp_path: Path) -> None
     assert ctxt.change == pytest.approx(0.5) and ctxt.low == pytest.approx(0.5) and ctxt.high == pytest.approx(0.5)
     assert mitig.changes["TLB shootdowns"].change == pytest.approx(3.0)
     said = [line for line in report.answer(a) if "kernel events" in line or line.startswith("  mitig: context")]
-    assert said == ["kernel events per request on the server at the peak (8 connections), against the baseline "
-                    "paired by block:",
+    assert said == ["kernel events per request on the server at the peak (8 connections), each against the "
+                    "baseline paired by block:",
                     "  mitig: context switches 3 (+50.0% [+50.0%, +50.0%]); interrupts 1 (+0.0% [+0.0%, +0.0%]); "
                     "TLB shootdowns 0.04 (+300.0% [+300.0%, +300.0%]); softirqs 1.55 (+0.0% [+0.0%, +0.0%]); "
                     "of which NET_RX 1.5, TIMER 0.05 over 4 iteration(s)"]

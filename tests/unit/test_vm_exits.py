@@ -157,3 +157,10 @@ def test_a_count_out_of_range_leaves_the_record_out_and_says_so(tmp_path: Path, 
     a = saturation.analyse(RunDir.open(run.path))
     assert "left out" in a.flags[0] and "host.kvm_exits.exits" in a.flags[0]
     assert a.peak is not None and 8 not in a.cells.get("mitig", {})
+
+
+def test_a_kind_that_never_exited_is_not_named_in_the_text(tmp_path: Path) -> None:
+    a = saturation.analyse(_run(tmp_path, {"base": {**BASE, "signal_exits": 0}, "mitig": {"exits": 10}}))
+    said = [line for line in report.answer(a) if line.startswith(("  base:", "  mitig:"))]
+    assert "signal" not in said[0] and said[1].startswith("  mitig: 0.005 exits per request over 3 iteration(s)")
+    assert report.to_json(a)["vm_exits"]["instances"]["base"]["exits_per_request"]["signal_exits"] == 0.0

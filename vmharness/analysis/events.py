@@ -64,8 +64,8 @@ def _figure(v: View, key: str) -> str:
 def lines(found: list[View], peak: int) -> list[str]:
     if not found:
         return []
-    out = [f"kernel events per request on the server at the peak ({peak} connections), against the baseline "
-           "paired by block:"]
+    paired = ", each against the baseline paired by block" if any(v.changes for v in found) else ""
+    out = [f"kernel events per request on the server at the peak ({peak} connections){paired}:"]
     for v in found:
         kinds = sorted((k for k in v.means if k.startswith("softirq ")), key=lambda k: -v.means[k])[:3]
         shown = [_figure(v, k) for k in SHOWN if k in v.means]

@@ -62,10 +62,11 @@ def _view_line(v: View) -> str:
     cpu = "" if v.vcpu_us is None else f"; its vCPU threads {v.vcpu_us:,.0f} µs of host CPU per request"
     if not v.exits:
         return f"  {v.instance}: no exits counted{cpu}"
-    kinds = sorted(((k, x) for k, x in v.exits.items() if k != "exits" and k not in NOT_EXITS), key=lambda kx: -kx[1])
+    kinds = sorted(((k, x) for k, x in v.exits.items() if k != "exits" and k not in NOT_EXITS and x > 0),
+                   key=lambda kx: -kx[1])
     shown = ", ".join(f"{_kind(k)} {x:.3g}" for k, x in kinds[:SHOWN])
     extra = ", ".join(f"{k} {v.exits[k]:.3g}" for k in NOT_EXITS if v.exits.get(k))
-    return (f"  {v.instance}: {v.exits.get('exits', 0.0):.3g} exits per request ({shown})"
+    return (f"  {v.instance}: {v.exits.get('exits', 0.0):.3g} exits per request" + (f" ({shown})" if shown else "")
             + (f", and {extra}" if extra else "") + f" over {v.iterations} iteration(s){cpu}")
 
 

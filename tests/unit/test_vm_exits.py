@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import libvirt
 import pytest
 
 from vmharness.analysis import exits, report, saturation
@@ -164,3 +165,32 @@ def test_a_kind_that_never_exited_is_not_named_in_the_text(tmp_path: Path) -> No
     said = [line for line in report.answer(a) if line.startswith(("  base:", "  mitig:"))]
     assert "signal" not in said[0] and said[1].startswith("  mitig: 0.005 exits per request over 3 iteration(s)")
     assert report.to_json(a)["vm_exits"]["instances"]["base"]["exits_per_request"]["signal_exits"] == 0.0
+
+
+class _Conn:
+    """libvirt's connection as kvm_counters uses it: one bulk stats call, then close."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer, self.closed = answer, False
+
+    def domainListGetStats(self, doms: list[object], groups: int) -> Any:
+        assert groups == libvirt.VIR_DOMAIN_STATS_VCPU and doms == ["dom"]
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return [("dom", self.answer)]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("answer, counted", [
+    (STATS, {"exits": 1500, "io_exits": 50, "mmio_exits": 400, "halt_exits": 300, "irq_exits": 200,
+             "l1d_flush": 1350}),
+    ({"vcpu.0.state": 1, "vcpu.0.time": 5}, {}),  # TCG: libvirt has no KVM statistics to pass on
+    (libvirt.libvirtError("query-stats failed"), {}),  # a view beside the measurement: not its failure
+])
+def test_the_counters_are_read_in_one_call_and_a_failing_call_gives_none(monkeypatch: pytest.MonkeyPatch,
+                                                                          answer: Any, counted: dict[str, int]) -> None:
+    conn = _Conn(answer)
+    monkeypatch.setattr(running, "domain", lambda guest: (conn, "dom"))
+    assert running.kvm_counters(None) == counted and conn.closed  # type: ignore[arg-type]

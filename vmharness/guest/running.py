@@ -49,10 +49,14 @@ KVM_EXTRA = ("l1d_flush", "insn_emulation", "hypercalls")
 
 def kvm_counters(guest: Guest) -> dict[str, int]:
     """KVM's counters of the guest's VM exits by kind, each summed over its vCPUs; {} when libvirt
-    gives none (TCG, or a libvirt, QEMU or kernel too old to pass them on)."""
+    gives none (TCG, or a libvirt, QEMU or kernel too old to pass them on) or its stats call fails:
+    they are a view beside the measurement, which does not fail for them (the report then says that
+    none were recorded)."""
     conn, dom = domain(guest)
     try:
         got = conn.domainListGetStats([dom], libvirt.VIR_DOMAIN_STATS_VCPU)
+    except libvirt.libvirtError:
+        got = []
     finally:
         conn.close()
     return exit_counts(got[0][1] if got else {})

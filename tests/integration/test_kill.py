@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.rig import leftovers
 from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
@@ -32,16 +33,19 @@ PROFILE = '[sysctl]\n"net.core.somaxconn" = 3333\n"net.ipv4.tcp_tw_reuse" = 1\n'
 
 
 def _procs() -> set[tuple[int, str]]:
-    """nginx, wrk and QEMU processes now (pid, command)."""
+    """nginx, wrk and QEMU processes now (pid, command), but the rig's: its L1, which the rig stream's
+    pytest boots and stops beside this one (tests/streams.py), runs with its temp folder on its command
+    line (tests/rig/leftovers.py)."""
     out = set()
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 comm = (d / "comm").read_text().strip()
                 state = (d / "stat").read_text().rpartition(")")[2].split()[0]
+                rigs = leftovers.PREFIX.encode() in (d / "cmdline").read_bytes()
             except (OSError, IndexError):
                 continue
-            if state in ("Z", "X"):  # exited, waiting for a reaper (PID 1 here reaps slowly): not running
+            if state in ("Z", "X") or rigs:  # exited, waiting for a reaper (PID 1 here reaps slowly): not running
                 continue
             if comm in ("nginx", "wrk") or comm.startswith("qemu-system"):
                 out.add((int(d.name), comm))
@@ -55,7 +59,8 @@ def fingerprint() -> dict[str, object]:
         "journal": JOURNAL.exists(),
         "domains": sorted(n for n in domains.stdout.split() if n.startswith("vmh-")),
         "processes": sorted(_procs()),
-        "tmp": sorted(p.name for p in Path("/tmp").iterdir() if p.name.startswith("vmharness")),
+        "tmp": sorted(p.name for p in Path("/tmp").iterdir()
+                      if p.name.startswith("vmharness") and not p.name.startswith(leftovers.PREFIX)),
         "mounts": Path("/proc/mounts").read_text(),
         "hugepages": hugepages,
         "knobs": {k: Path(k).read_text() for k in KNOBS},

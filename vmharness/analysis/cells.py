@@ -79,9 +79,7 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
             errors, requests = int(client["errors"]["total"]), int(client["requests"])
             cell = out.setdefault(str(r["instance"]), {}).setdefault(int(r["connections"]), Cell())
         except (KeyError, TypeError, ValueError) as exc:
-            raise HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged "
-                               f"({type(exc).__name__}: {exc})", "a run writes these records itself: was the "
-                               "file edited? remove the damaged line and re-measure with --resume") from exc
+            raise _damaged(run, r, f"{type(exc).__name__}: {exc}") from exc
         cell.rps.append(rps)
         cell.blocks.append(block)
         for q in PERCENTILES:
@@ -124,10 +122,8 @@ def _exits_per_request(host: dict[str, Any], rps: float, run: RunDir, r: dict[st
     counts, window = host["kvm_exits"], host.get("window_s")
     if not (isinstance(counts, dict) and counts and all(_count(v) for v in counts.values())
             and isinstance(window, int | float) and not isinstance(window, bool) and window > 0 and rps > 0):
-        raise HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged (host.kvm_exits "
-                           "must be counts by kind over a positive host.window_s, at a positive rate)",
-                           "a run writes these records itself: was the file edited? remove the damaged line "
-                           "and re-measure with --resume")
+        raise _damaged(run, r, "host.kvm_exits must be counts by kind over a positive host.window_s, at a "
+                               "positive rate")
     return {str(k): v / (rps * window) for k, v in counts.items()}
 
 
@@ -135,9 +131,14 @@ def _events(summary: dict[str, Any], rps: float, where: str, run: RunDir, r: dic
     try:
         return events_per_request(summary, rps)
     except ValueError as exc:
-        raise HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged ({where}.{exc})",
-                           "a run writes these records itself: was the file edited? remove the damaged line and "
-                           "re-measure with --resume") from exc
+        raise _damaged(run, r, f"{where}.{exc}") from exc
+
+
+def _damaged(run: RunDir, r: dict[str, Any], fault: str) -> HarnessError:
+    """The error for a measurement record a reader cannot take, naming the file, the record and the fault."""
+    return HarnessError(f"{run.path / RECORDS}: the measurement {r.get('key')!r} is damaged ({fault})",
+                        "a run writes these records itself: was the file edited? remove the damaged line and "
+                        "re-measure with --resume")
 
 
 # a sample summary's figure, and its name in the report (softirqs also by kind: "softirq NET_RX")

@@ -106,11 +106,11 @@ def _request(args: argparse.Namespace) -> plan.Request:
 
 def _host_knobs(root: HostRoot, path: str | None) -> tuple[dict[str, list[dict[str, str]]], list[str]] | None:
     """Each instance's host knobs in the run configuration at `path`, checked on this host or snapshot
-    as run checks them, for the JSON and as lines; None without --config."""
+    as run checks them (knobs.plan: an error names the first instance and knob that cannot be set), for
+    the JSON and as lines; None without --config."""
     if path is None:
         return None
     instances = config.load_run(Path(path)).instance
-    knobs.check_all(root, instances)
     shown = {i.name: [{"knob": s.key, "value": s.value, "now": s.now} for s in knobs.plan(root, i.name, i.host)]
              for i in instances if i.host}
     return shown, [knobs.preview(root, i.name, i.host) for i in instances if i.host] or [

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # The run's own modules are imported when it runs: through bench/ and analysis/ they bring scipy (about
 # 800 ms of CPU to import), matplotlib (about 400 ms more), numpy and libvirt's bindings, which the
-# other commands and `--help` do not need. The preflight alone (run --print-xml) brings scipy too.
+# other commands and `--help` do not need (the preflight, run --print-xml, imports scipy only to compute).
 
 
 def _flags(args: argparse.Namespace) -> preflight.Flags:
@@ -57,7 +57,6 @@ def _print_xml(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vmharness.analysis import publish, report, saturation  # scipy, matplotlib: see the note at the top
     from vmharness.experiment import cpucheck, preflight, runfolder, runner, wire_check
     from vmharness.rundir.store import REPORT, RunDir, check_new
 
@@ -73,6 +72,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     root = live_root(args.host_root, "run", "drop --host-root (and VMHARNESS_HOST_ROOT), or add --print-xml to "
                      "see what the run would define")
     if args.resume:
+        from vmharness.analysis import publish  # matplotlib: see the note at the top
+
         publish.preflight(Path(args.resume) / REPORT, f"--resume {args.resume}:")  # written at the end: said now
         run = RunDir.resume(Path(args.resume), "run")
         choice = preflight.resumed(root, run.manifest["config"])
@@ -88,6 +89,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:
         check_new(out, "--out")
+    # the report's modules before the run (an install that cannot import them fails now, not after it),
+    # yet after every check of the input, which an error then reaches in a fraction of the time
+    from vmharness.analysis import publish, report, saturation  # scipy, matplotlib: see the note at the top
+
     with journal.Lock(root):
         if not args.resume:
             run = runfolder.new_run(cfg, out, {**choice.to_json(), "client_address_on": list(held) if held else None})

@@ -176,9 +176,9 @@ def plan(root: HostRoot, req: VmRequest, for_print: bool = False, after: HostPla
     img = resolve_image(req, must_exist=not for_print)
     if not img.disk.exists():
         notes.append(f"the image {img.folder} is not built yet")
+    kernel, initrd, kernel_notes = _kernel(req, img)  # checked before the KVM probe, which boots a guest
     kvm, why = use_kvm(root, req)
     notes.append(f"accelerator: {'KVM' if kvm else 'TCG'} ({why})")
-    kernel, initrd, kernel_notes = _kernel(req, img)
     notes += kernel_notes
     state = Path(req.state_dir or f"{VM_DIR}/{req.name}")
     link, link_net = None, None

@@ -110,7 +110,8 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # the guest's kernel events per request at the peak, from its sampler's stream, pti's paired against the baseline
     events = report["kernel_events"]
     assert {"baseline", "pti", "control"} <= set(events), events
-    assert all(e["per_request"]["context switches"] > 0 and e["per_request"]["interrupts"] > 0 for e in events.values())
+    assert all(e["per_request"]["context switches"] > 0 and e["per_request"]["interrupts"] > 0 and
+               e["per_request"]["page faults"] >= 0 for e in events.values())
     assert "context switches" in events["pti"]["changes"] and not events["baseline"]["changes"]
     assert "kernel events per request on the server at the peak" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]

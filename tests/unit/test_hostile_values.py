@@ -158,6 +158,19 @@ def cases() -> list[Case]:
         Case("route-iface-escape", ("host-prepare", *S, "--dry-run", "--bdf", "0000:00:02.0"), ("/proc/net/route",),
              snapshot_with("proc/net/route", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\t"
                            "Window\tIRTT\neth\x1b[1m\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n")),
+        # an attribution study ([study]): its switches become words of the guest's cmdline
+        Case("study-switch-shell", ("run", "r.toml", "--print-xml"), ("study.switches",),
+             run_toml('[study]\nswitches = ["pti=off $(touch ' + PWNED + ')"]\n')),
+        Case("study-switch-twice", ("run", "r.toml", "--print-xml"), ("study.switches", "twice"),
+             run_toml('[study]\nswitches = ["pti", "pti"]\n')),
+        Case("study-switch-not-a-list", ("run", "r.toml", "--print-xml"), ("study.switches",),
+             run_toml('[study]\nswitches = "pti"\n')),
+        Case("study-reference-all-off", ("run", "r.toml", "--print-xml"), ("study.switches", "mitigations=off"),
+             run_toml('[[instance]]\nname = "a"\ncmdline = "mitigations=off"\n[study]\nswitches = ["pti"]\n')),
+        Case("study-name-taken", ("run", "r.toml", "--print-xml"), ("study.switches", "no-pti"),
+             run_toml('[[instance]]\nname = "a"\n[[instance]]\nname = "no-pti"\n[study]\nswitches = ["pti"]\n')),
+        Case("study-unknown-key", ("run", "r.toml", "--print-xml"), ("study.all_on",),
+             run_toml('[study]\nswitches = ["pti"]\nall_on = "x"\n')),
     ]
 
 

@@ -17,7 +17,7 @@ from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.store import RunDir
 
 
-def _snapshot(t: float, ctxt: int, tlb: int, net_rx: int, timer: int) -> str:
+def _snapshot(t: float, ctxt: int, tlb: int, net_rx: int, timer: int, faults: int = 0) -> str:
     """One snapshot of a 2-CPU machine; the counts split over the CPUs as given."""
     return (f"@t {t}\ncpu  1 0 0 1 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n"
             f"intr 999 0 0\nctxt {ctxt}\nbtime 1700000000\nprocesses 10\n"
@@ -27,31 +27,37 @@ def _snapshot(t: float, ctxt: int, tlb: int, net_rx: int, timer: int) -> str:
             "                    CPU0       CPU1\n"
             f"      TIMER:     {timer}          0\n"
             f"     NET_RX:     {net_rx // 2}     {net_rx - net_rx // 2}\n"
+            f"nr_free_pages 2513576\nnr_zone_inactive_anon 10\npgfault {faults}\npgmajfault 3\n"
+            "1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 5 3 0 0 20 0 1 0 10 1000 100 0\n"
             "@end\n")
 
 
 def test_the_summary_gives_each_counter_per_second_over_the_window() -> None:
-    _, snaps = samples.parse(_snapshot(10.0, 5_000, 10, 400, 300) + _snapshot(12.0, 9_000, 30, 1_400, 500))
+    _, snaps = samples.parse(_snapshot(10.0, 5_000, 10, 400, 300, 70_000) +
+                             _snapshot(12.0, 9_000, 30, 1_400, 500, 76_000))
     got = sample_summary.summarize(snaps)
     assert got["context_switches_per_s"] == 2_000.0  # 4,000 in 2 s
+    assert got["page_faults_per_s"] == 3_000.0  # /proc/vmstat's pgfault: 6,000 in 2 s
     assert got["interrupts_per_s"] == 510.0  # the NIC's 1,000 and the TLB line's 20
     assert got["tlb_shootdowns_per_s"] == 10.0
     assert got["softirqs_per_s"] == {"TIMER": 100.0, "NET_RX": 500.0}
 
 
 def test_a_counter_that_went_back_gives_no_figure() -> None:
-    _, snaps = samples.parse(_snapshot(10.0, 9_000, 30, 1_400, 500) + _snapshot(12.0, 5_000, 10, 400, 300))
+    _, snaps = samples.parse(_snapshot(10.0, 9_000, 30, 1_400, 500, 9) + _snapshot(12.0, 5_000, 10, 400, 300, 8))
     got = sample_summary.summarize(snaps)
-    assert not {"context_switches_per_s", "interrupts_per_s", "tlb_shootdowns_per_s", "softirqs_per_s"} & set(got)
+    assert not {"context_switches_per_s", "interrupts_per_s", "tlb_shootdowns_per_s", "softirqs_per_s",
+                "page_faults_per_s"} & set(got)
 
 
 def _summary(per_request: dict[str, float], rps: float) -> dict[str, Any]:
     return {"context_switches_per_s": per_request["ctxt"] * rps, "interrupts_per_s": per_request["irq"] * rps,
+            "page_faults_per_s": per_request["faults"] * rps,
             "tlb_shootdowns_per_s": per_request["tlb"] * rps,
             "softirqs_per_s": {"NET_RX": per_request["net_rx"] * rps, "TIMER": 50.0}}
 
 
-BASE = {"ctxt": 2.0, "irq": 1.0, "tlb": 0.01, "net_rx": 1.5}
+BASE = {"ctxt": 2.0, "irq": 1.0, "tlb": 0.01, "net_rx": 1.5, "faults": 0.5}
 
 
 def _run(tmp_path: Path, mitig: dict[str, float], drift: float = 0.02) -> RunDir:
@@ -83,7 +89,8 @@ def test_per_request_counts_and_a_variants_paired_change(tmp_path: Path) -> None
     said = [line for line in report.answer(a) if "kernel events" in line or line.startswith("  mitig: context")]
     assert said == ["kernel events per request on the server at the peak (8 connections), each against the "
                     "baseline paired by block:",
-                    "  mitig: context switches 3 (+50.0% [+50.0%, +50.0%]); interrupts 1 (+0.0% [+0.0%, +0.0%]); "
+                    "  mitig: context switches 3 (+50.0% [+50.0%, +50.0%]); page faults 0.5 (+0.0% [+0.0%, +0.0%]); "
+                    "interrupts 1 (+0.0% [+0.0%, +0.0%]); "
                     "TLB shootdowns 0.04 (+300.0% [+300.0%, +300.0%]); softirqs 1.55 (+0.0% [+0.0%, +0.0%]); "
                     "of which NET_RX 1.5, TIMER 0.05 over 4 iteration(s)"]
     got = report.to_json(a)["kernel_events"]["mitig"]
@@ -110,7 +117,8 @@ def test_a_run_without_the_counters_reports_none(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [{"context_switches_per_s": "lots"}, {"softirqs_per_s": [1, 2]},
-                                    {"softirqs_per_s": {"NET_RX": None}}, {"interrupts_per_s": True}])
+                                    {"softirqs_per_s": {"NET_RX": None}}, {"interrupts_per_s": True},
+                                    {"page_faults_per_s": "many"}])
 def test_a_damaged_counter_is_an_error_naming_the_record(tmp_path: Path, damage: dict[str, Any]) -> None:
     run = _run(tmp_path, dict(BASE))
     path = run.path / "records.jsonl"

@@ -142,8 +142,8 @@ def _damaged(run: RunDir, r: dict[str, Any], fault: str) -> HarnessError:
 
 
 # a sample summary's figure, and its name in the report (softirqs also by kind: "softirq NET_RX")
-EVENTS = (("context_switches_per_s", "context switches"), ("interrupts_per_s", "interrupts"),
-          ("tlb_shootdowns_per_s", "TLB shootdowns"))
+EVENTS = (("context_switches_per_s", "context switches"), ("page_faults_per_s", "page faults"),
+          ("interrupts_per_s", "interrupts"), ("tlb_shootdowns_per_s", "TLB shootdowns"))
 
 
 def events_per_request(summary: dict[str, Any], rps: float) -> dict[str, float]:

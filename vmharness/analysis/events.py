@@ -1,7 +1,8 @@
 """Why a variant costs, in the kernel's own counts: per request at the baseline's peak, the server
-machine's context switches, interrupts (TLB shootdowns among them) and softirqs by kind, each
-instance's against the baseline's as a paired ratio. They come from the sampler's stream (/proc/stat's
-ctxt, /proc/interrupts, /proc/softirqs), differenced over the point's window
+machine's context switches, page faults, interrupts (TLB shootdowns among them) and softirqs by kind,
+each instance's against the baseline's as a paired ratio. They come from the sampler's stream
+(/proc/stat's ctxt, /proc/vmstat's pgfault, /proc/interrupts, /proc/softirqs), differenced over the
+point's window
 (vmharness/rundir/sample_summary.py), so reading them costs the measurement nothing more. A mitigation
 that adds work per request in the kernel shows here: page-table isolation's cost follows the entries
 and exits (and the switches and interrupts among them), a TLB flush mitigation shows as shootdowns."""
@@ -50,7 +51,7 @@ def _by_block(cell: Cell, key: str) -> dict[Any, float]:
     return {b: statistics.fmean(v) for b, v in groups.items()}
 
 
-SHOWN = ("context switches", "interrupts", "TLB shootdowns", "softirqs")
+SHOWN = ("context switches", "page faults", "interrupts", "TLB shootdowns", "softirqs")
 
 
 def _figure(v: View, key: str) -> str:

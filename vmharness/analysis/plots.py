@@ -176,3 +176,25 @@ def latency_vs_load(la: LoadAnalysis, out: Folder) -> list[Path]:
     ax.set_title("Latency against load (hollow: the achieved rate missed the requested one by over 2%)")
     ax.legend(fontsize="small", ncol=2)
     return _save(fig, out, "latency-load")
+
+
+def waterfall(a: Analysis, out: Folder) -> list[Path]:
+    """An attribution study's throughput at the baseline's peak, from all off to all on: the two as whole
+    bars, between them a bar a switch (its marginal cost, the largest first), then the interaction, what
+    their sum leaves unexplained. The axis starts at zero: a step is read as the share it takes."""
+    steps = a.study.waterfall if a.study is not None else []
+    if not steps:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    bars = [("all off", 0.0, steps[0][1]), *steps, ("all on", 0.0, steps[-1][2])]
+    for x, (label, start, end) in enumerate(bars):
+        whole = start == 0.0
+        color = "tab:blue" if whole else "grey" if label == "interaction" else "tab:red" if end < start else "tab:green"
+        ax.bar(x, (end - start) / 1000, bottom=start / 1000, color=color)
+        ax.annotate(f"{end:,.0f}" if whole else f"{end / start - 1:+.1%}", (x, max(start, end) / 1000),
+                    ha="center", va="bottom", fontsize="small")
+    ax.set_xticks(range(len(bars)), [one_line(label) for label, _, _ in bars], rotation=30, ha="right")
+    ax.set_ylim(0, max(max(s, e) for _, s, e in bars) / 1000 * 1.12)
+    ax.set_ylabel("thousand requests/s (geometric mean over boots)")
+    ax.set_title(f"From all mitigations off to all on, at {a.peak} connections")
+    return _save(fig, out, "attribution")

@@ -20,7 +20,7 @@ from vmharness.system import owned
 OWNER = "report"
 HINT = "name a new folder, or one an earlier report wrote"
 FORMS = ("report.txt", "report.md", "report.csv", "report.json", "report-load.csv", "report.html")
-FIGURES = ("throughput", "latency", "latency-ccdf", "latency-load")
+FIGURES = ("throughput", "latency", "latency-ccdf", "latency-load", "attribution")
 
 
 def _names() -> list[str]:
@@ -58,7 +58,7 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             written.append(folder.write(name, content.encode()))
         figures = plots.throughput(a, folder)
         if a.peak is not None:
-            figures += plots.latency(a, folder) + plots.ccdf(a, folder)
+            figures += plots.latency(a, folder) + plots.ccdf(a, folder) + plots.waterfall(a, folder)
         if a.load is not None and a.load.rows:
             figures += plots.latency_vs_load(a.load, folder)
         html = folder.write("report.html", page.render(a, title, figures).encode())

@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import events, exits, loadcurve, sides, variants
+from vmharness.analysis import events, exits, loadcurve, sides, studies, variants
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
 from vmharness.analysis.saturation import LEVEL, Analysis, Noise
 from vmharness.rundir import histogram
@@ -159,7 +159,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
                 "recovered": a.control.recovered, "change": _change(a.control.change)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
             "at_peak": a.at_peak, "vm_exits": exits.to_json(a.exits, a.exits_note),
-            "kernel_events": events.to_json(a.events),
+            "kernel_events": events.to_json(a.events), "attribution": studies.to_json(a.study),
             "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
             "capacity": a.capacity}
 
@@ -188,6 +188,7 @@ def answer(a: Analysis) -> list[str]:
             out.append(f"  throughput {_pct(ch['throughput'])}")
             thin = {q for cell in (a.cells[a.baseline][a.peak], a.cells[name][a.peak]) for q in _thin(cell)}
             out += [f"  p{q} {_pct(ch['p' + q])}" + (THIN_NOTE if q in thin else "") for q in PERCENTILES]
+        out += studies.lines(a.study, a.peak)
     out += [_noise(name, n, a.design.block) for name, n in sorted(a.noise.items())]
     return out + _variant_lines(a)
 
@@ -248,6 +249,8 @@ def markdown(a: Analysis) -> str:
                 lines.append(f"| {name} | {_method(a, name)} | {_pct(ch['throughput'], True)} | "
                              + " | ".join(_pct(ch["p" + q], True) for q in PERCENTILES) + " |")
             lines.append("")
+    if study := studies.lines(a.study, a.peak):
+        lines += [study[0], "", *(f"- {v.strip()}" for v in study[1:]), ""]
     if a.control is not None:
         lines += [f"- {variants.control_line(a.control)}", ""]
     if a.noise:

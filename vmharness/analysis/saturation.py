@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import events, exits, hostdiff, loadcurve, sides, variants
+from vmharness.analysis import events, exits, hostdiff, loadcurve, sides, studies, variants
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
@@ -65,6 +65,7 @@ class Analysis:
     exits: list[exits.View] = field(default_factory=list)  # each instance's VM exits per request there
     exits_note: str | None = None  # why none were counted (TCG), or None
     events: list[events.View] = field(default_factory=list)  # the server's kernel events per request there
+    study: studies.View | None = None  # an attribution study's answer there ([study])
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -94,11 +95,14 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     a.control = variants.control(run.manifest, a.changes, vcpu_means(base_cell) if base_cell else None,
                                  idle_vcpus(run, a.baseline), vcpu_means(capped) if capped else None
                                  ) if a.baseline == (names[0] if names else None) else None
-    extra = variants.diff_flags(a.variants, a.baseline)
+    records = list(run.records())
+    a.study = studies.view(run.manifest, records, table, a.peak, a.baseline, a.variants)
+    # a study's switch dropped as doing nothing is said once, among the study's answer, not as a warning
+    dropped = {f"no-{s}" for s in (a.study.left_out if a.study is not None else {})}
+    extra = variants.diff_flags([d for d in a.variants if d.instance not in dropped], a.baseline)
     if a.control is not None and (flag := variants.control_flag(a.control)):
         extra.append(flag)
     a.flags[:0] = extra
-    records = list(run.records())
     a.load = loadcurve.analyse(records, a.baseline, run.path / RECORDS)
     a.capacity = [r for r in records if r.get("kind") == "capacity"]
     peak = a.peak_interval.mean if a.peak_interval is not None else 0.0

@@ -118,19 +118,29 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     Once the peak is located: every instance at every count the search measured, then further
     iterations of every instance at the baseline's highest mean, round by round, while any instance's
     interval there is wider than the target (stop_rule). Points already tried (even if they failed)
-    are not offered again."""
+    are not offered again. With an attribution study ([study]), only the baseline walks the ladder and
+    the other instances are measured at its highest mean alone: the point where the cost is read."""
     s = cfg.sweep
+    records = list(records)
     measured = _measurements(records)
     tried = {r["key"] for r in measured}
+    gone = dropped(records)
+
+    def order(k: int) -> list[str]:  # the iteration's turn, less the instances dropped
+        return [n for n in _order(cfg, k) if n not in gone]
+
     seen = curve(cfg, measured)
+    base = cfg.instance[0].name
+    walk = [base] if isinstance(cfg, sections.RunConfig) and cfg.study.switches else [i.name for i in cfg.instance]
     if derived.interleave(cfg) == "point":  # every instance at a count before the search goes on
-        behind = [p for c in sorted(seen) for n in _order(cfg, 0) if (p := Point(0, c, n)).key not in tried]
+        behind = [p for c in sorted(seen) for n in order(0) if n in walk
+                  and (p := Point(0, c, n)).key not in tried]
         if behind:
             return behind
     following = search.next_count(seen, spec(cfg))
     if following is not None:
-        return [p for n in _order(cfg, 0) if (p := Point(0, following, n)).key not in tried]
-    first = [Point(0, c, n) for n in _order(cfg, 0) for c in sorted(seen)]
+        return [p for n in order(0) if n in walk and (p := Point(0, following, n)).key not in tried]
+    first = [Point(0, c, n) for n in order(0) if n in walk for c in sorted(seen)]
     if left := [p for p in first if p.key not in tried]:
         return left
     values: dict[tuple[str, int], list[float]] = {}
@@ -139,41 +149,51 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
         rounds.setdefault(r["connections"], set()).add(r["iteration"])
         if r.get("ok"):
             values.setdefault((r["instance"], r["connections"]), []).append(float(r["client"]["requests_per_s"]))
-    # a round begun at a count is finished first: every instance has the same iterations there
-    for c, its in sorted(rounds.items()):
-        for k in sorted(its):
-            if left := [p for n in _order(cfg, k) if (p := Point(k, c, n)).key not in tried]:
-                return left
-    base = cfg.instance[0].name
     means = {c: statistics.fmean(values[(base, c)]) for c in seen if (base, c) in values}
     if not means:
         return []
     # The count with the highest mean gets the iterations. A ladder point measured once may be there by
     # luck; its iterations then bring its mean down and the focus back, where it already stopped.
     focus = min(means, key=lambda c: (-means[c], c))
+    # a round begun at a count is finished first: every instance (a study's: at the focus) has the same
+    # iterations there
+    for c, its in sorted(rounds.items()):
+        for k in sorted(its):
+            if left := [p for n in order(k) if (n in walk or c == focus)
+                        and (p := Point(k, c, n)).key not in tried]:
+                return left
     if len(rounds[focus]) >= s.max_iterations or not any(
             search.more_iterations(values.get((n, focus), []), s.until_ci or TARGET, *stop_rule(cfg))
-            for n in _order(cfg, 0)):
+            for n in order(0)):
         return []
     k = max(rounds[focus]) + 1
-    return [Point(k, focus, n) for n in _order(cfg, k)]
+    return [Point(k, focus, n) for n in order(k)]
+
+
+def dropped(records: Iterable[dict[str, Any]]) -> set[str]:
+    """The instances a run dropped before measuring them (a study's switch that changed nothing)."""
+    return {str(r.get("instance")) for r in records if r.get("kind") == "dropped"}
 
 
 def after_round(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> tuple[list[Point], str | None]:
     """What a sweep (or a run) measures after a round: the adaptive search's next points, or the grid's
     points whose interval is still wider than until_ci, with the line that says so."""
+    records = list(records)
     if cfg.sweep.search == "adaptive":
         return adaptive(cfg, records), None
-    more = unsettled(cfg, records)
+    more = [p for p in unsettled(cfg, records) if p.instance not in dropped(records)]
     return more, (f"{len(more)} points not yet within ±{cfg.sweep.until_ci:.2%}: more iterations" if more else None)
 
 
 def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) -> list[Point]:
     """The points a sweep or run starts with: the grid's not yet measured successfully (or its
-    unsettled ones), or the adaptive search's next."""
+    unsettled ones), or the adaptive search's next; none of an instance dropped."""
+    records = list(records)
     if cfg.sweep.search == "adaptive":
         return adaptive(cfg, records)
-    return [p for p in points(cfg) if p.key not in done] or unsettled(cfg, records)
+    gone = dropped(records)
+    return [p for p in points(cfg) if p.key not in done and p.instance not in gone] or \
+        [p for p in unsettled(cfg, records) if p.instance not in gone]
 
 
 def load_target(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -219,7 +239,7 @@ def load_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: 
     if target is None:
         return []
     done = {r["key"] for r in records if r.get("kind") == "load" and r.get("ok")}
-    names = loaded(cfg)
+    names = [n for n in loaded(cfg) if n not in dropped(records)]
     its = range(cfg.sweep.iterations) if iteration is None else [iteration]
     return [p for it in its for n in _order(cfg, it) if n in names for pct in cfg.load.percents
             if (p := Point(it, int(target["connections"]), n, pct)).key not in done]

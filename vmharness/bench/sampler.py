@@ -28,7 +28,7 @@ from vmharness.system.machine import Machine
 SCRIPT = r"""echo "@pid $$"
 while :; do
   echo "@t $(date +%s.%N)"
-  cat /proc/stat /proc/net/dev /proc/interrupts /proc/softirqs /proc/[0-9]*/stat 2>/dev/null
+  cat /proc/stat /proc/net/dev /proc/interrupts /proc/softirqs /proc/vmstat /proc/[0-9]*/stat 2>/dev/null
   echo "@end"
   sleep "$1"
 done

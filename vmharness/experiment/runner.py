@@ -22,7 +22,7 @@ from vmharness.experiment import hostprep, hostrecord, ops
 from vmharness.experiment.boots import Session, rides, sessions
 from vmharness.experiment.runfolder import ensure_image, note_guest
 from vmharness.guest import provenance, running, session
-from vmharness.model import profile
+from vmharness.model import derived, profile
 from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir.store import POINTS, RunDir
 from vmharness.system.machine import for_uri
@@ -120,6 +120,19 @@ class Runner:
             return {"instance": s.instance, "iteration": s.iteration}
         return None
 
+    def _changes_nothing(self, s: Session, b: session.Booted) -> str | None:
+        """Why a study's leave-one-out instance need not be measured: its guest reports the same
+        mitigations as the reference's (its switch does nothing on this CPU and kernel), or None."""
+        ref = self.cfg.instance[0].name
+        if s.instance not in derived.study_variants(self.cfg) or not s.instance.startswith("no-") or any(
+                p.instance != s.instance for p in s.points):
+            return None
+        facts = self.run.manifest.get("instances", {}).get(ref)
+        if not isinstance(facts, dict) or not provenance.same_mitigations(facts, b.facts):
+            return None
+        return (f"its guest reports the same vulnerabilities, boot-log mitigations and CPU flags as {ref}'s: "
+                f"{s.instance.removeprefix('no-')} changes nothing on this CPU and kernel")
+
     def _session(self, s: Session, label: str) -> None:
         self.say(f"{label} {s.instance}, iteration {s.iteration}: booting its guest")
         inst = self._instance(s.instance)
@@ -131,6 +144,10 @@ class Runner:
         try:
             for name in dict.fromkeys([s.instance, *(p.instance for p in s.points)]):
                 note_guest(self.run, self.cfg, b, name, s.instance)
+            if why := self._changes_nothing(s, b):
+                self.say(f"{s.instance} dropped before it is measured: {why}")
+                self.run.append({"kind": "dropped", "instance": s.instance, "iteration": s.iteration, "reason": why})
+                return
             if b.pinning["ok"] is False:
                 self.say(f"WARNING: the guest's QEMU threads are not held to the planned CPUs: {b.pinning}")
             g = self.cfg.guest

@@ -120,3 +120,12 @@ def libvirt_versions(uri: str) -> dict[str, str]:
         return {"libvirt": dotted(conn.getLibVersion()), "hypervisor": dotted(conn.getVersion()), "uri": uri}
     finally:
         conn.close()
+
+
+MITIGATION_FACTS = ("vulnerabilities", "mitigation_log", "cpu_flags")  # what a guest says of its mitigations
+
+
+def same_mitigations(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two guests' facts (parse's) report the same mitigations: vulnerability files, the boot log's
+    mitigation lines and CPU flags, each present in both."""
+    return all(k in a and k in b and a[k] == b[k] for k in MITIGATION_FACTS)

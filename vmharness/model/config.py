@@ -11,7 +11,7 @@ from typing import Any
 from vmharness import data
 from vmharness.errors import HarnessError
 from vmharness.model import schema, tomlfile
-from vmharness.model.derived import with_control, with_pipelines
+from vmharness.model.derived import with_control, with_pipelines, with_study
 from vmharness.model.rules import validate
 from vmharness.model.sections import BenchConfig, RunConfig
 
@@ -27,7 +27,8 @@ def load(path: Path | None) -> BenchConfig:
 
 def load_run(path: Path | None) -> RunConfig:
     """run's configuration in `path` (None: the embedded experiment, default-run.toml)."""
-    return validate(with_control(with_pipelines(schema.table("config", RunConfig, _read(path or data.DEFAULT_RUN)))))
+    cfg = schema.table("config", RunConfig, _read(path or data.DEFAULT_RUN))
+    return validate(with_control(with_pipelines(with_study(cfg))))
 
 
 def from_json(manifest: dict[str, Any]) -> BenchConfig:
@@ -36,4 +37,4 @@ def from_json(manifest: dict[str, Any]) -> BenchConfig:
 
 
 def run_from_json(manifest: dict[str, Any]) -> RunConfig:
-    return with_control(with_pipelines(schema.table("config", RunConfig, manifest)))
+    return with_control(with_pipelines(with_study(schema.table("config", RunConfig, manifest))))

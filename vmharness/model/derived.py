@@ -1,8 +1,8 @@
-"""What a configuration implies beyond what it says: the positive control's instance (`run --control`),
-the twin of every instance at each pipelining depth (sweep.pipeline) and the order instances take turns
-in (sweep.interleave = auto). Loading (model/config.py) applies the first two, so that everything after
-it sees the instances that are measured; a resumed run's configuration already holds them and is
-returned as it is."""
+"""What a configuration implies beyond what it says: an attribution study's instances ([study]:
+model/switches.py), the positive control's instance (`run --control`), the twin of every instance at each
+pipelining depth (sweep.pipeline) and the order instances take turns in (sweep.interleave = auto). Loading
+(model/config.py) applies the first three, so that everything after it sees the instances that are measured; a
+resumed run's configuration already holds them and is returned as it is."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dataclasses
 from typing import TypeVar
 
 from vmharness.errors import HarnessError
+from vmharness.model import switches as sw
 from vmharness.model.sections import BenchConfig, RunConfig
 
 C = TypeVar("C", bound=BenchConfig)  # with_pipelines() returns what it is given
@@ -34,6 +35,41 @@ def with_control(cfg: RunConfig, where: str = "control.cap") -> RunConfig:
         raise HarnessError(f"{where}: an instance is already named {c.name!r}",
                            "rename that instance, or give the control another name (control.name)")
     return cfg
+
+
+def study_variants(cfg: RunConfig) -> dict[str, list[str]]:
+    """The study's instances after the reference, each by the switches it turns off, in order."""
+    names = list(cfg.study.switches)
+    out = {f"no-{s}": [s] for s in names}
+    if len(names) > 1:  # with one switch, all off is its leave-one-out
+        out[sw.ALL_OFF] = names
+    if cfg.study.one_on:
+        out.update({f"only-{s}": [o for o in names if o != s] for s in names})
+    return out
+
+
+def with_study(cfg: RunConfig) -> RunConfig:
+    """`cfg` with its study's instances after the reference (the first instance), if it has a study and
+    lacks them; a configuration that already holds them (a resumed run's) is returned as it is."""
+    names = cfg.study.switches
+    if not names:
+        return cfg
+    if len(set(names)) != len(names):
+        raise HarnessError(f"study.switches names a switch twice: {list(names)}", "list each switch once")
+    ref = cfg.instance[0]
+    if "mitigations=off" in ref.cmdline.split():
+        raise HarnessError(f"study.switches: the reference {ref.name} turns every mitigation off "
+                           "(mitigations=off in its cmdline)",
+                           "the first instance is the study's all-on: drop mitigations=off from its cmdline")
+    want = [dataclasses.replace(ref, name=name, cmdline=sw.cmdline(ref.cmdline, off))
+            for name, off in study_variants(cfg).items()]
+    have = {i.name: i for i in cfg.instance}
+    if all(have.get(w.name) == w for w in want):
+        return cfg
+    if taken := sorted(w.name for w in want if w.name in have):
+        raise HarnessError(f"study.switches: an instance is already named {taken[0]!r}",
+                           "rename it: the study names its instances no-SWITCH, all-off and only-SWITCH")
+    return dataclasses.replace(cfg, instance=(ref, *want, *cfg.instance[1:]))
 
 
 def twin_name(name: str, depth: int) -> str:

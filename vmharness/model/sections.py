@@ -1,7 +1,7 @@
 """The experiment model: every table of a bench or run configuration file is a frozen dataclass whose
 fields (name, type, default, bounds or checker) are the whole schema, read by `schema.table`; an unknown
 key, a wrong type or a bad value is an error naming `table.key`. BenchConfig holds bench's tables and
-RunConfig adds run's ([guest], [control]). The checks on one value are model/checks.py's, what a
+RunConfig adds run's ([guest], [control], [study]). The checks on one value are model/checks.py's, what a
 configuration implies (the control, pipeline twins) model/derived.py's, the rules that span settings
 model/rules.py's, and reading a file or a manifest model/config.py's."""
 
@@ -28,6 +28,7 @@ from vmharness.model.cpubit import check_claim
 from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host
 from vmharness.model.schema import bounded, checked
+from vmharness.model.switches import check_switch
 from vmharness.model.wire import check_address
 
 DAY = 86400  # seconds: the longest any one wait, duration or timeout may be
@@ -155,6 +156,15 @@ class ControlSection:
 
 
 @dataclass(frozen=True)
+class StudySection:
+    """An attribution study: from the first instance (every mitigation on), one instance per switch with
+    that switch off, one with all of them off, and with one_on each switch alone (model/derived.py)."""
+
+    switches: tuple[str, ...] = checked(check_switch, default=())  # model/switches.py's names; none: no study
+    one_on: bool = False
+
+
+@dataclass(frozen=True)
 class GuestSection:
     """The guest that `vmharness run` boots for each instance and iteration."""
 
@@ -212,4 +222,5 @@ class RunConfig(BenchConfig):
     tuning: TuningSection = field(default_factory=lambda: TuningSection(profile="seeds"))
     guest: GuestSection = field(default_factory=GuestSection)
     control: ControlSection = field(default_factory=ControlSection)
+    study: StudySection = field(default_factory=StudySection)
 

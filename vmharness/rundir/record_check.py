@@ -63,6 +63,7 @@ _SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read o
     (("samples", "*", "process", "cpu_percent_of_one"), 0, MOST, NUM),
     (("samples", "*", "net", "*", "*"), 0, MOST, NUM),
     (("samples", "*", "context_switches_per_s"), 0, MOST, NUM),
+    (("samples", "*", "page_faults_per_s"), 0, MOST, NUM),
     (("samples", "*", "interrupts_per_s"), 0, MOST, NUM),
     (("samples", "*", "tlb_shootdowns_per_s"), 0, MOST, NUM),
     (("samples", "*", "softirqs_per_s", "*"), 0, MOST, NUM),
@@ -84,6 +85,7 @@ RULES: dict[str, list[Rule]] = {
              (("window_s",), 0, DAY, NUM)],
     "session": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE), (("boot_seconds",), 0, DAY, NUM)],
     "warmup": [],
+    "dropped": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a study's switch that changed nothing
 }
 KINDS = frozenset(RULES)
 KEYED = ("measurement", "load")  # the kinds that are a measured point, each with its key

@@ -124,12 +124,15 @@ def summarize(snaps: list[Snapshot], roots: set[int] | None = None, sampler_pid:
 
 
 def counters(a: Snapshot, b: Snapshot, dt: float) -> dict[str, Any]:
-    """The kernel's event counters over the window, per second: context switches, interrupts (all, and
-    TLB shootdowns: the IPIs a CPU sends to make the others flush their TLB) and softirqs by kind, each
-    summed over the CPUs; a counter that went back (a CPU taken offline) gives none."""
+    """The kernel's event counters over the window, per second: context switches, page faults (minor and
+    major), interrupts (all, and TLB shootdowns: the IPIs a CPU sends to make the others flush their TLB)
+    and softirqs by kind, each summed over the CPUs; a counter that went back (a CPU taken offline) gives
+    none."""
     out: dict[str, Any] = {}
     if a.ctxt is not None and b.ctxt is not None and b.ctxt >= a.ctxt:
         out["context_switches_per_s"] = round((b.ctxt - a.ctxt) / dt, 1)
+    if a.page_faults is not None and b.page_faults is not None and b.page_faults >= a.page_faults:
+        out["page_faults_per_s"] = round((b.page_faults - a.page_faults) / dt, 1)
     if a.irq_per_cpu and len(a.irq_per_cpu) == len(b.irq_per_cpu) and sum(b.irq_per_cpu) >= sum(a.irq_per_cpu):
         out["interrupts_per_s"] = round((sum(b.irq_per_cpu) - sum(a.irq_per_cpu)) / dt, 1)
         tlb = [k for k in b.irq_lines if k.startswith("TLB ") and k in a.irq_lines]

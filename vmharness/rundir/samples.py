@@ -44,6 +44,7 @@ class Snapshot:
     softirq: dict[str, tuple[int, ...]] = field(default_factory=dict)
     procs: dict[int, Proc] = field(default_factory=dict)
     ctxt: int | None = None  # context switches since boot, all CPUs (/proc/stat's ctxt line)
+    page_faults: int | None = None  # page faults since boot, minor and major (/proc/vmstat's pgfault)
 
 
 def proc_line(line: str) -> tuple[int, Proc] | None:
@@ -87,13 +88,16 @@ _CPU_HEADER = re.compile(r"\s+CPU0\b")
 
 
 def _section(line: str, section: str) -> str | None:
-    """The file a line starts, if it starts one (in cat's order: stat, net/dev, interrupts, softirqs)."""
+    """The file a line starts, if it starts one (in cat's order: stat, net/dev, interrupts, softirqs,
+    vmstat, then the processes' stat lines)."""
     if line.startswith("cpu") and section in ("", "stat"):
         return "stat"
     if line.startswith("Inter-|"):
         return "net"
     if _CPU_HEADER.match(line):
         return "irq" if section != "irq" else "softirq"
+    if line.startswith("nr_free_pages "):  # /proc/vmstat's first line
+        return "vmstat"
     if _PROC_LINE.match(line):
         return "procs"
     return None
@@ -159,6 +163,8 @@ def _snapshot(lines: list[str]) -> Snapshot:
             snap.net[name.strip()] = (int(v[0]), int(v[1]), int(v[8]), int(v[9]))
         elif section == "irq":
             irq_lines.append(line)
+        elif section == "vmstat" and line.startswith("pgfault "):
+            snap.page_faults = int(line[8:])
         elif section == "softirq" and ":" in line:
             name, _, rest = line.partition(":")
             snap.softirq[name.strip()] = tuple(int(v) for v in rest.split())

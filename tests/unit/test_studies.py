@@ -1,0 +1,102 @@
+"""An attribution study's answer from a run folder of known content (analysis/studies.py): each switch's
+marginal cost at the baseline's peak, the total and interaction, the waterfall's steps, and the switches
+left out with their reason, in the text, the Markdown and the JSON."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from vmharness.analysis import report, saturation
+from vmharness.model import config
+from vmharness.rundir.store import RunDir
+
+SWITCHES = ["pti", "spectre_v2", "spectre_v1", "mds"]
+# throughput at the peak; pti costs 1 - 1000/1250 = 20%, spectre_v2 nothing; all off is 1300: the two
+# marginal costs explain log(1250/1000) of log(1300/1000), the interaction the rest
+RPS = {"on": 1000.0, "no-pti": 1250.0, "no-spectre_v2": 1000.0, "no-spectre_v1": 1000.0, "all-off": 1300.0}
+NOISE = (1.0, 1.01, 0.99, 1.02, 0.98)  # per boot, shared by every variant of a block (a boot's luck)
+
+
+def _facts(cmdline: str, spectre: str = "Mitigation: Retpolines", log: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"kernel": "6.1", "cmdline": cmdline, "cpu_flags": ["fpu"], "vulnerabilities": {"spectre_v2": spectre},
+            "mitigation_log": list(log)}
+
+
+def _run(tmp_path: Path) -> RunDir:
+    cfg = config.run_from_json({"instance": [{"name": "on", "cmdline": "pti=on"}],
+                                "study": {"switches": SWITCHES}})
+    facts = {"on": _facts("pti=on", log=("pti: enabled",)), "no-pti": _facts("pti=off"),
+             "no-spectre_v2": _facts("pti=on spectre_v2=off", "Vulnerable", ("pti: enabled",)),
+             "no-spectre_v1": _facts("pti=on nospectre_v1", log=("pti: enabled",)),  # reports the same
+             "all-off": _facts("x", "Vulnerable")}
+    run = RunDir.create(tmp_path / "run", {"config": cfg.to_json(), "instances": facts,
+                                           "machines": {"server": {"machine": "srv"}, "clients": []}})
+    run.append({"kind": "dropped", "instance": "no-mds", "iteration": 0, "reason": "the same"})
+    for it, luck in enumerate(NOISE):
+        for name, rps in RPS.items():
+            for conns in (8, 16) if name == "on" else (16,):
+                value = rps * luck * (0.5 if conns == 8 else 1.0)
+                p50 = 1e6 / value
+                run.append({"kind": "measurement", "key": f"{name}/{conns}/{it}", "ok": True, "instance": name,
+                            "connections": conns, "iteration": it,
+                            "client": {"requests_per_s": value, "requests": 1000, "errors": {"total": 0},
+                                       "latency_us": {"percentiles": {"50": p50, "90": p50, "99": 2 * p50,
+                                                                      "99.9": 3 * p50}}}})
+    return run
+
+
+def test_each_switch_costs_what_was_put_in_and_the_rest_is_the_interaction(tmp_path: Path) -> None:
+    a = saturation.analyse(_run(tmp_path))
+    assert a.peak == 16 and a.study is not None
+    assert a.study.switches == ("pti", "spectre_v2")
+    assert a.study.left_out == {
+        "spectre_v1": "measured, but its guest reported the same mitigations as the reference's",
+        "mds": "dropped before it was measured: its guest reported the same mitigations"}
+    thr = a.study.studies[0]
+    pti, v2 = thr.marginals
+    assert math.isclose(pti.change.change, 1000 / 1250 - 1) and pti.holm_rejects
+    assert math.isclose(v2.change.change, 0.0, abs_tol=1e-12) and not v2.holm_rejects  # the negative control
+    assert thr.total is not None and math.isclose(thr.total.change, 1000 / 1300 - 1)
+    assert thr.interaction is not None and math.isclose(thr.interaction.change, 1250 / 1300 - 1)
+    assert "over 2 switches" in thr.method  # the family is the switches compared, not the four asked
+    p50 = a.study.studies[1]
+    assert math.isclose(p50.marginals[0].change.change, 1250 / 1000 - 1)  # latency rises by what rps fell
+    steps = a.study.waterfall
+    assert [s[0] for s in steps] == ["pti", "spectre_v2", "interaction"]
+    assert math.isclose(steps[0][1], 1300 * math.prod(NOISE) ** 0.2) and math.isclose(steps[-1][2], 1000 *
+                                                                                     math.prod(NOISE) ** 0.2)
+
+
+def test_the_study_is_in_every_form_of_the_report(tmp_path: Path) -> None:
+    a = saturation.analyse(_run(tmp_path))
+    text = report.text(a)
+    assert "attribution at 16 connections (Bonferroni-adjusted 95% intervals over 2 switches" in text
+    assert "  throughput: pti: costs 20.0% (" in text and "a change by Holm" in text
+    assert "  throughput: spectre_v2: " in text and "not told from none by Holm" in text
+    assert "  mds: left out: dropped before it was measured" in text
+    assert "spectre_v1: left out: measured, but its guest reported the same" in text
+    assert not any("may have done nothing" in f for f in a.flags)  # said once, in the study's answer
+    js = report.to_json(a)["attribution"]
+    assert js["switches"] == ["pti", "spectre_v2"] and set(js["left_out"]) == {"mds", "spectre_v1"}
+    assert math.isclose(js["by_metric"]["throughput"]["marginals"][0]["change"]["change"], -0.2)
+    assert [s["step"] for s in js["waterfall"]] == ["pti", "spectre_v2", "interaction"]
+    assert "- throughput: pti: costs 20.0%" in report.markdown(a)
+
+
+def test_a_run_without_a_study_or_with_another_baseline_has_none(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    assert saturation.analyse(run, baseline="all-off").study is None
+    assert report.to_json(saturation.analyse(run, baseline="all-off"))["attribution"] is None
+
+
+def test_the_waterfall_is_drawn_beside_the_other_figures_and_embedded(tmp_path: Path) -> None:
+    from vmharness.analysis import publish
+
+    a = saturation.analyse(_run(tmp_path))
+    written = publish.publish(a, tmp_path / "report", "study")
+    names = {p.name for p in written}
+    assert {"attribution.png", "attribution.svg"} <= names
+    html = (tmp_path / "report/report.html").read_text()
+    assert "From all mitigations off to all on, at 16 connections" in html

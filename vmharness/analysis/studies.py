@@ -1,0 +1,85 @@
+"""An attribution study's answer from a run ([study]: model/switches.py makes its instances): at the
+baseline's peak, each switch's marginal cost in throughput, p50 and p99, the total and the interaction
+(analysis/attribution.py), the steps from all off to all on for the waterfall figure, and the switches
+left out of the family with the reason: dropped before they were measured (their guest reported the
+same mitigations as the reference's), or measured but reported the same (the variant check)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vmharness.analysis import attribution as attr
+from vmharness.analysis.cells import Cell
+from vmharness.analysis.variants import Diff
+
+METRICS = (("throughput", True), ("p50", False), ("p99", False))  # (metric, higher is better)
+
+
+@dataclass(frozen=True)
+class View:
+    switches: tuple[str, ...]  # those compared, in the configuration's order
+    left_out: dict[str, str]  # switch -> why it is not in the family
+    studies: tuple[attr.Study, ...]  # one per metric of METRICS, where any switch is compared
+    waterfall: list[tuple[str, float, float]]  # throughput, from all off to all on
+
+
+def _switches(manifest: dict[str, Any]) -> list[str]:
+    study = manifest.get("config", {}).get("study")
+    names = study.get("switches") if isinstance(study, dict) else None
+    return [s for s in names if isinstance(s, str)] if isinstance(names, list) else []
+
+
+def _values(cell: Cell, metric: str) -> dict[Any, float]:
+    return cell.by_block(cell.rps if metric == "throughput" else cell.latency[metric.removeprefix("p")])
+
+
+def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[str, dict[int, Cell]],
+         peak: int | None, baseline: str, found: list[Diff]) -> View | None:
+    """None for a run without a study, or a report whose baseline is not the study's reference."""
+    names = _switches(manifest)
+    configured = [i.get("name") for i in manifest.get("config", {}).get("instance", []) if isinstance(i, dict)]
+    if not names or peak is None or not configured or configured[0] != baseline:
+        return None
+    left: dict[str, str] = {}
+    for r in records:
+        name = r.get("instance")
+        if r.get("kind") == "dropped" and isinstance(name, str) and name.removeprefix("no-") in names:
+            left[name.removeprefix("no-")] = "dropped before it was measured: its guest reported the same mitigations"
+    unseen = {d.instance.removeprefix("no-") for d in found if d.instance.startswith("no-") and not d.seen}
+    for s in names:
+        if s not in left and s in unseen:
+            left[s] = "measured, but its guest reported the same mitigations as the reference's"
+        elif s not in left and peak not in table.get(f"no-{s}", {}):
+            left[s] = f"not measured at {peak} connections"
+    compared = tuple(s for s in names if s not in left)
+    variants = {attr.ALL_ON: baseline, **{attr.leave_one_out(s): f"no-{s}" for s in compared},
+                **{attr.one_on(s): f"only-{s}" for s in compared}}
+    variants[attr.ALL_OFF] = "all-off" if len(names) > 1 else f"no-{names[0]}"
+    cells = {k: table[v][peak] for k, v in variants.items() if peak in table.get(v, {})}
+    if not compared:
+        return View((), left, (), [])
+    studies = tuple(attr.study(metric, {k: _values(c, metric) for k, c in cells.items()}, compared,
+                               higher_is_better=up) for metric, up in METRICS)
+    steps = attr.waterfall({k: _values(c, "throughput") for k, c in cells.items()}, compared)
+    return View(compared, left, studies, steps)
+
+
+def lines(v: View | None, peak: int | None) -> list[str]:
+    """The study in the text report: a line a switch and metric, then the switches left out."""
+    if v is None:
+        return []
+    out = [f"attribution at {peak} connections ({v.studies[0].method})" if v.studies else
+           "attribution: no switch to compare"]
+    for s in v.studies:
+        out += [f"  {s.metric}: {line}" for line in s.lines()]
+    out += [f"  {name}: left out: {why}" for name, why in v.left_out.items()]
+    return out
+
+
+def to_json(v: View | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {"switches": list(v.switches), "left_out": v.left_out,
+            "by_metric": {s.metric: s.to_json() for s in v.studies},
+            "waterfall": [{"step": label, "from": a, "to": b} for label, a, b in v.waterfall]}

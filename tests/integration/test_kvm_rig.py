@@ -99,8 +99,8 @@ _KNOBS = """
 import json, os, sys
 from vmharness.host.prepare import knobs
 from vmharness.system.root import HostRoot
-a = knobs.apply(HostRoot("/"), "b", {"kvm.nx_huge_pages": "force", "kvm.nx_huge_pages_recovery_ratio": 30},
-                "run:rig-knobs", lambda line: None)
+a = knobs.apply(HostRoot("/"), "b", {"kvm.nx_huge_pages": "force", "kvm.nx_huge_pages_recovery_ratio": 30,
+                                     "kvm_amd.npt": "N"}, "run:rig-knobs", lambda line: None)
 print(json.dumps(a.report), flush=True)
 if sys.argv[1] == "kill":
     os.kill(os.getpid(), 9)
@@ -110,17 +110,21 @@ print(knobs.give_back(HostRoot("/"), a, lambda line: None))
 
 @pytest.mark.parametrize("ending", ["give-back", "kill"])
 def test_host_knobs_are_set_read_back_and_given_back_in_l1(kvm_in_l1: Rig, ending: str) -> None:
-    """The harness's own code on a real KVM: the knobs set and read back (force reads Y), then given back
-    by the run, or, after a SIGKILL, by host-restore; the parameters read as before either way."""
-    paths = " ".join(PARAMS.format(module="kvm", name=n) for n in ("nx_huge_pages", "nx_huge_pages_recovery_ratio"))
+    """The harness's own code on a real KVM: the knobs set and read back (force reads Y; npt, read only at
+    load, by reloading kvm_amd), then given back by the run, or, after a SIGKILL, by host-restore; the
+    parameters read as before either way."""
+    paths = " ".join([*(PARAMS.format(module="kvm", name=n) for n in ("nx_huge_pages", "nx_huge_pages_recovery_ratio")),
+                      PARAMS.format(module="kvm_amd", name="npt")])
     before = sh(kvm_in_l1, f"cat {paths}").split()
+    assert before[2] == "Y"
     env = {"PYTHONPATH": str(kvm_in_l1.repo)}
     res = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/python"), "-c", _KNOBS, ending], timeout=300, env=env)
     report = json.loads(res.stdout.splitlines()[0])
     assert report["kvm.nx_huge_pages"] == {"before": before[0], "set": "force", "reads": "Y"}, res.stderr
     assert report["kvm.nx_huge_pages_recovery_ratio"]["reads"] == "30"
+    assert report["kvm_amd.npt"] == {"before": "Y", "set": "N", "reads": "N", "reloaded": True}
     if ending == "kill":
-        assert sh(kvm_in_l1, f"cat {paths}").split() == ["Y", "30"]  # left set, and journaled
+        assert sh(kvm_in_l1, f"cat {paths}").split() == ["Y", "30", "N"]  # left set, and journaled
         restore = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/vmharness"), "host-restore"], timeout=300, env=env)
         assert restore.ok and "nx_huge_pages back to" in restore.stdout + restore.stderr, restore.stderr
     else:

@@ -110,7 +110,9 @@ def test_dotted_and_quoted_keys_read_the_same_and_a_manifest_reads_back_the_same
     ('kvm.nx_huge_pages_recovery_period_ms = "10"', "whole number from 0"),
     ("kvm.nx_huge_pages_recovery_ratio = true", "whole number from 0"),
     ('kvm_intel.vmentry_l1d_flush = "sometimes"', "must be always, cond or never"),
-    ("kvm.mitigate_smt_rsb = true", "read only when kvm is loaded"),
+    ("kvm.mitigate_smt_rsb = true", "must be Y or N"),
+    ('kvm_amd.npt = "off"', "must be Y or N"),
+    ("kvm_amd.nested = 0", "must be 0 or 1"),
     ("kvm.a.b = 1", "is a table"),
     ('kvm.nx_huge_pages = "off"\n"kvm.nx_huge_pages" = "force"', "given twice"),
 ])

@@ -38,6 +38,17 @@ def _kvm(mode: int = 0o644, **files: str) -> hostile_kit.Build:
     return build
 
 
+def _amd(refcnt: str) -> hostile_kit.Build:
+    """kvm_amd loaded in the snapshot: npt read only at load, and its reference count."""
+    def build(cwd: Path) -> None:
+        base = cwd / "snap/sys/module/kvm_amd"
+        (base / "parameters").mkdir(parents=True, exist_ok=True)
+        (base / "parameters/npt").write_text("Y\n")
+        (base / "parameters/npt").chmod(0o444)
+        (base / "refcnt").write_text(refcnt)
+    return build
+
+
 def cases() -> list[Case]:
     def c(id: str, body: str, needles: tuple[str, ...], host: hostile_kit.Build | None = None) -> Case:
         return Case(id, XML, needles, both(host or _kvm(), _knob(body)))
@@ -56,7 +67,14 @@ def cases() -> list[Case]:
         c("ratio-huge", "kvm.nx_huge_pages_recovery_ratio = 99999999999999", ("recovery_ratio", "whole number")),
         c("ratio-float", "kvm.nx_huge_pages_recovery_ratio = 1.5", ("recovery_ratio", "whole number")),
         c("ratio-text", 'kvm.nx_huge_pages_recovery_ratio = "1; reboot"', ("recovery_ratio", "whole number")),
-        c("reload-only", "kvm.mitigate_smt_rsb = true", ("host.kvm.mitigate_smt_rsb", "when kvm is loaded")),
+        c("reload-bool", "kvm.mitigate_smt_rsb = true", ("host.kvm.mitigate_smt_rsb", "must be Y or N")),
+        c("reload-in-use", 'kvm_amd.npt = "N"', ("instance b: host.kvm_amd.npt", "kvm_amd is in use (refcnt 2)"),
+          both(_kvm(), _amd("2\n"))),
+        c("reload-kvm-in-use", 'kvm.mitigate_smt_rsb = "Y"', ("host.kvm.mitigate_smt_rsb", "kvm_amd is in use"),
+          both(_kvm(mitigate_smt_rsb="N\n"), _amd("1\n"))),
+        c("reload-refcnt-escape", 'kvm_amd.npt = "N"', ("kvm_amd is in use", "\\x1b"),
+          both(_kvm(), _amd("\x1b[2J\n"))),
+        c("reload-absent", 'kvm_amd.npt = "N"', ("instance b: host.kvm_amd.npt", "not present")),
         Case("not-a-table", XML, ("instance[1].host", "must be a table"),
              both(_kvm(), run_toml('[[instance]]\nname = "a"\n[[instance]]\nname = "b"\nhost = "off"\n'))),
         c("absent", 'kvm_intel.vmentry_l1d_flush = "always"',
@@ -74,6 +92,12 @@ def cases() -> list[Case]:
         Case("journal-value", ("host-restore", *S, "--dry-run"), ("journal.jsonl is damaged", "whose before"),
              both(snapshot_host, hostile_kit.with_file("snap/run/vmharness/journal.jsonl",
                                                        _record(value="Y\n$(touch /tmp/vmh-hostile-pwned)")))),
+        Case("journal-reload-module", ("host-restore", *S, "--dry-run"), ("journal.jsonl is damaged", "modules"),
+             both(snapshot_host, hostile_kit.with_file("snap/run/vmharness/journal.jsonl",
+                                                       _reload({"name": "evil", "load": {}, "runtime": {}})))),
+        Case("journal-reload-param", ("host-restore", *S, "--dry-run"), ("journal.jsonl is damaged", "modules"),
+             both(snapshot_host, hostile_kit.with_file("snap/run/vmharness/journal.jsonl", _reload(
+                 {"name": "kvm_amd", "load": {"npt": "Y install=/tmp/vmh-hostile-pwned"}, "runtime": {}})))),
         c("smt-fifo", 'smt = "off"', ("smt/control",), both(snapshot_host, hostile_kit.fifo_at(SMT))),
         # host-prepare --dry-run --config: the same checks on the same files, and nothing but a dry run
         Case("prepare-unknown", (*PREP, "r.toml"), ("instance[1].host.kvm.halt_poll_ns", "unknown host knob"),
@@ -90,6 +114,10 @@ def cases() -> list[Case]:
 
 def _record(path: str = "/sys/module/kvm/parameters/nx_huge_pages", value: str = "N") -> str:
     return json.dumps({"seq": 1, "op": "hostknob", "path": path, "before": value, "owner": "run:x"}) + "\n"
+
+
+def _reload(module: dict[str, object]) -> str:
+    return json.dumps({"seq": 1, "op": "reload", "modules": [module], "owner": "run:x"}) + "\n"
 
 
 def _outside(cwd: Path) -> None:

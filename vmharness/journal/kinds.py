@@ -5,7 +5,7 @@ name (a newer harness wrote it) still reads: `journal.unknown` reports it.
 
 Each kind is registered by the module that makes its change and undoes it (journal/journal.py for the
 markers, journal/files.py, host/prepare/bind.py, pages.py, kmod.py, irqs.py and knobs.py, tune/apply.py,
-guest/vm.py, bench/server.py); a new op is a name here and a `journal.register` there."""
+guest/vm.py, bench/server.py, reload.py); a new op is a name here and a `journal.register` there."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class OpKind(StrEnum):
     MODULES = "modules"  # kernel modules loaded
     IRQ = "irq"  # a host interrupt's affinity set
     HOSTKNOB = "hostknob"  # a KVM module parameter or SMT control set for an instance (host/prepare/knobs.py)
+    RELOAD = "reload"  # KVM's modules reloaded with load-time parameters for an instance (host/prepare/reload.py)
     # files, tuning, guests and servers
     FILE = "file"  # a file the harness made, here or over ssh
     TUNE = "tune"  # a tuning knob set

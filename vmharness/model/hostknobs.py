@@ -3,8 +3,8 @@ host before that instance's guest boots and given back when it stops (host/prepa
 
 Only an allow-list is known: each knob says what it mitigates and which values the kernel takes, so
 a typing mistake or a value the kernel would refuse is said when the configuration is read, naming
-the key. A parameter that KVM reads only when its module is loaded is refused with that reason: a
-reload (rmmod/modprobe while no guest runs) is not something vmharness does.
+the key. A parameter that KVM reads only when its module is loaded is set by reloading the module
+while no guest runs (host/prepare/reload.py); one that is in use then is refused with that reason.
 
 The configuration's shape: `[instance.host]` then `smt = "off"`, `kvm.nx_huge_pages = "force"` (a
 dotted TOML key) or `"kvm.nx_huge_pages" = "force"` (a quoted one); both read the same. The value
@@ -30,6 +30,7 @@ class Knob:
     key: str
     mitigates: str
     choices: tuple[str, ...] = ()  # the words it takes; empty: a whole number in [0, MAX_UINT]
+    reload: bool = False  # read only at the module's load: set by reloading it while no guest runs
 
     @property
     def module(self) -> str:
@@ -50,17 +51,17 @@ KNOBS = {k.key: k for k in (
     Knob("kvm.nx_huge_pages_recovery_period_ms", "iTLB multihit: how often split pages are recovered (0: "
          "derived from the ratio)"),
     Knob("kvm_intel.vmentry_l1d_flush", "L1TF: flush the L1 data cache on VM entry", ("always", "cond", "never")),
+    # read only when the module loads: set by reloading it while no guest runs (host/prepare/reload.py)
+    Knob("kvm.mitigate_smt_rsb", "cross-thread return address predictions (AMD SMT RSB, CVE-2022-27672): KVM "
+         "keeps a guest from idling its thread without a VM exit", ("Y", "N"), reload=True),
+    Knob("kvm_amd.npt", "nested paging: N makes KVM shadow the guest's page tables (every guest page-table "
+         "change exits), the cost a CPU without it pays", ("Y", "N"), reload=True),
+    Knob("kvm_intel.ept", "extended page tables: N makes KVM shadow the guest's page tables", ("Y", "N"),
+         reload=True),
+    Knob("kvm_amd.nested", "nested virtualization offered to guests (SVM in the guest's CPUID)", ("0", "1"),
+         reload=True),
 )}
 
-# Known, and refused with the reason: KVM reads these only when its module loads, or never gives them back.
-REFUSED = {
-    "kvm.mitigate_smt_rsb": "it is read only when kvm is loaded (the sysfs file is read only): changing it "
-                            "means reloading kvm and its vendor module while no guest runs, which vmharness "
-                            "does not do",
-    "kvm_amd.npt": "it is read only when kvm_amd is loaded: a module reload, which vmharness does not do",
-    "kvm_intel.ept": "it is read only when kvm_intel is loaded: a module reload, which vmharness does not do",
-    "kvm_amd.nested": "it is read only when kvm_amd is loaded: a module reload, which vmharness does not do",
-}
 NEVER = "'never' turns the mitigation off until the next boot (KVM refuses any later write), so it could not " \
         "be given back"
 
@@ -104,9 +105,6 @@ def _show(key: str) -> str:
 
 def check(where: str, key: str, value: Any) -> str | int:
     """One knob's value as the allow-list takes it, or an error naming `where`."""
-    if key in REFUSED:
-        raise HarnessError(f"{where} cannot be set by vmharness: {REFUSED[key]}",
-                           "set it on the kernel's or modprobe's command line (modprobe.d) before the run")
     knob = KNOBS.get(key)
     if knob is None:
         raise HarnessError(f"{where}: unknown host knob {_show(key)}", f"known: {', '.join(KNOBS)}; {HINT}")

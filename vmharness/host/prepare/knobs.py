@@ -4,8 +4,9 @@ boots, read back, given back once it has stopped.
 Each knob is a file: /sys/module/MODULE/parameters/NAME, or /sys/devices/system/cpu/smt/control.
 `plan` reads them through HostRoot (so a `--host-root` snapshot answers as the host would): the file
 must exist and be writable now (its mode; a load-only parameter is 0444), and hold a value the knob
-can be given back to. `apply` journals each file's value (op `hostknob`) before it writes it, then
-reads it back: a value the kernel did not take is an error, and what was set is given back at once.
+can be given back to; a parameter read only at load needs its module free to reload (reload.py, which
+`apply` calls first: op `reload`). `apply` journals each file's value (op `hostknob`) before it writes
+it, then reads it back: a value the kernel did not take is an error, and what was set is given back at once.
 `give_back` undoes them through the journal's one undo loop, as host-restore would; so does a later
 run or host-restore after a SIGKILL. A knob no instance named is never touched.
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from vmharness.cpus import format_cpulist, parse_cpulist
 from vmharness.errors import HarnessError
+from vmharness.host.prepare import reload
 from vmharness.journal import journal, restore
 from vmharness.journal.journal import Op, Record
 from vmharness.journal.kinds import OpKind
@@ -71,20 +73,28 @@ def _step(root: HostRoot, inst: str, key: str, value: str | int) -> Step:
     if key == "kvm_intel.vmentry_l1d_flush" and now not in ("always", "cond", "never"):
         raise _refuse(inst, key, f"KVM ignores it here: {path} reads {now!r}",
                       "'not required': this CPU has no L1TF; 'EPT disabled': nothing to flush for; drop it")
+    if KNOBS[key].reload:  # set by a reload (reload.py): what may stop it is checked by plan
+        return Step(key, path, str(value), now)
     try:
         mode = os.stat(root.path(root.realpath(path))).st_mode
     except OSError as exc:
         raise root.fault(path, exc) from exc
     if not mode & 0o200:
-        raise _refuse(inst, key, f"{path} is read only (mode {mode & 0o777:o}): {module} takes it only when it "
-                      "is loaded", "a module reload, which vmharness does not do: set it in modprobe.d before the run")
+        raise _refuse(inst, key, f"{path} is read only (mode {mode & 0o777:o}): this kernel's {module} takes "
+                      "it only when it is loaded", "set it in modprobe.d before the run")
     return Step(key, path, str(value), now)
 
 
-def plan(root: HostRoot, inst: str, knobs: dict[str, str | int]) -> list[Step]:
-    """The knobs `inst` names, each checked on this host (present, writable now): an error names the
-    instance and the knob, with a hint."""
-    return [_step(root, inst, key, value) for key, value in knobs.items()]
+def plan(root: HostRoot, inst: str, knobs: dict[str, str | int], strict: bool = False) -> list[Step]:
+    """The knobs `inst` names, each checked on this host (present, writable now or its module free to
+    reload): an error names the instance and the knob, with a hint. `strict`: right before they are set
+    (a reference count a snapshot did not keep is then a refusal)."""
+    steps = [_step(root, inst, key, value) for key, value in knobs.items()]
+    loading = [s.key for s in steps if KNOBS[s.key].reload]
+    if loading and (why := reload.busy(root, reload.modules_for(root, loading), strict)):
+        raise _refuse(inst, loading[0], f"its module must be reloaded, and {why}",
+                      "stop the guests using KVM on this host first (virsh list), then run again")
+    return steps
 
 
 def _took(key: str, value: str, got: str, itlb: str | None) -> bool:
@@ -115,9 +125,18 @@ def apply(root: HostRoot, inst: str, knobs: dict[str, str | int], owner: str, sa
     out = Applied()
     if not knobs:
         return out
-    steps = plan(root, inst, knobs)
+    steps = plan(root, inst, knobs, strict=True)
     try:
-        for s in steps:
+        if loading := {s.key: s.value for s in steps if KNOBS[s.key].reload}:
+            out.made.append(reload.reload(root, reload.modules_for(root, list(loading)), loading, owner))
+            for s in (s for s in steps if s.key in loading):
+                got = (root.read_optional(s.path) or "").strip()
+                if got != s.value:
+                    raise _refuse(inst, s.key, f"the kernel did not take {s.value!r}: {s.path} reads {got[:40]!r} "
+                                  "after the reload", "dmesg may say why; the module was given back")
+                out.report[s.key] = {"before": s.now, "set": s.value, "reads": got, "reloaded": True}
+                say(f"host {s.key}: {s.now} -> {got} for {inst} (its module reloaded)")
+        for s in (s for s in steps if s.key not in loading):
             before = _online(root) if s.key == SMT else ()
             out.made.append(journal.record(root, {"op": OpKind.HOSTKNOB, "path": s.path, "before": s.now}, owner))
             root.write_text(s.path, s.value)

@@ -40,7 +40,7 @@ PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 RIG = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.py"]]
 # The unit tier, then the host's integration tests, the longest first; the timed ones (test_load)
 # last, where they wait for the rig least.
-HOST_FIRST = ("test_experiment.py", "test_kill.py", "test_guest.py")
+HOST_FIRST = ("test_experiment.py", "test_study.py", "test_kill.py", "test_guest.py")
 HOST_LAST = ("test_load.py",)
 ENV = {"VMHARNESS_TEST_STREAMS": "1"}  # tests/integration/conftest.py: the set-up below is done
 

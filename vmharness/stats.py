@@ -35,18 +35,37 @@ MOST_BLOCKS = 10_000
 K = TypeVar("K", bound=Hashable)
 
 
-def _sps() -> Any:
-    """scipy.stats, imported on its first use (about 500 ms of CPU): every command that reads a
-    configuration reaches this module through the preflight, and most of them, error paths included,
-    never compute an interval."""
-    from scipy import stats
+def _special() -> Any:
+    """scipy.special, imported on its first use (about 200 ms of CPU, where scipy.stats takes 500):
+    every command that reads a configuration reaches this module through the preflight, and most of
+    them, error paths included, never compute an interval. Its Student-t and F quantiles are the very
+    functions scipy.stats' t.ppf and f.ppf call."""
+    from scipy import special
 
-    return stats
+    return special
+
+
+def _sem(values: Sequence[float] | np.ndarray) -> float:
+    """The standard error of the mean (n - 1 in the variance), as scipy.stats.sem computes it."""
+    a = np.asarray(values, dtype=float)
+    return float(a.std(ddof=1) / math.sqrt(len(a)))
+
+
+def p_value(d: Sequence[float] | np.ndarray) -> float:
+    """Two-sided p of a one-sample Student t-test of mean(d) = 0, as scipy.stats.ttest_1samp gives it
+    (NaN with fewer than two values; 0 or 1 when every value is the same, to rounding)."""
+    a = np.asarray(d, dtype=float)
+    if len(a) < 2:
+        return math.nan
+    mean, se = float(a.mean()), _sem(a)
+    if se <= 1e-12:
+        return 0.0 if abs(mean) > 1e-12 else 1.0
+    return float(2 * _special().stdtr(len(a) - 1, -abs(mean) / se))
 
 
 def _t(level: float, df: float) -> float:
     """The two-sided Student-t quantile for `level`."""
-    return float(_sps().t.ppf(0.5 + level / 2.0, df))
+    return float(_special().stdtrit(df, 0.5 + level / 2.0))
 
 
 @dataclass(frozen=True)
@@ -73,7 +92,7 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
     mean = statistics.fmean(values)
     if n < 2:
         return Interval(mean, -math.inf, math.inf, n, level)
-    half = _t(level, n - 1) * float(_sps().sem(values))
+    half = _t(level, n - 1) * _sem(values)
     return Interval(mean, mean - half, mean + half, n, level)
 
 
@@ -104,7 +123,7 @@ def _positive(values: Mapping[K, float]) -> dict[K, float]:
 
 
 def _mde(se: float, df: float, level: float) -> float:
-    return math.expm1((_t(level, df) + float(_sps().t.ppf(POWER, df))) * se)
+    return math.expm1((_t(level, df) + float(_special().stdtrit(df, POWER))) * se)
 
 
 def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str = "iteration",
@@ -119,13 +138,13 @@ def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str =
     if len(common) >= 2:
         d = np.log([o[k] / b[k] for k in common])
         n, mean, df = len(d), float(d.mean()), float(len(d) - 1)
-        se = float(_sps().sem(d))
+        se = _sem(d)
         left = len(b) + len(o) - 2 * n
         method = f"paired by {block}, t on log ratio, n={n}" + (f" ({left} unpaired left out)" if left else "")
     elif len(b) >= 2 and len(o) >= 2:
         lb, lo = np.log(list(b.values())), np.log(list(o.values()))
         mean = float(lo.mean() - lb.mean())
-        vb, vo = float(_sps().sem(lb)) ** 2, float(_sps().sem(lo)) ** 2
+        vb, vo = _sem(lb) ** 2, _sem(lo) ** 2
         se = math.sqrt(vb + vo)
         # Welch-Satterthwaite degrees of freedom
         df = (vb + vo) ** 2 / (vb**2 / (len(lb) - 1) + vo**2 / (len(lo) - 1)) if se > 0 else 1.0
@@ -181,9 +200,9 @@ def peak(cells: Mapping[int, Sequence[float]], level: float = LEVEL, resamples: 
     tails = ((1 - level) / 2, (1 + level) / 2)
     where = np.column_stack([x[rng.integers(0, len(x), (resamples, len(x)))].mean(axis=1) for x in samples])
     first, last = np.quantile(where.argmax(axis=1), tails, method="inverted_cdf")
-    sems = np.array([_sps().sem(x) if len(x) > 1 else 0.0 for x in samples])
+    sems = np.array([_sem(x) if len(x) > 1 else 0.0 for x in samples])
     df = np.array([max(1, len(x) - 1) for x in samples])
-    tops = (means + sems * _sps().t.rvs(df, size=(resamples, len(counts)), random_state=rng)).max(axis=1)
+    tops = (means + sems * rng.standard_t(df, size=(resamples, len(counts)))).max(axis=1)  # as t.rvs draws
     q_low, q_high = np.quantile(tops, tails)
     return Peak(counts[top], counts[min(int(first), top)], counts[max(int(last), top)], value,
                 max(0.0, 2 * value - float(q_high)), 2 * value - float(q_low), resamples, seed, level)
@@ -220,7 +239,7 @@ def split(table: np.ndarray, level: float = LEVEL) -> Split | None:
         return None
     between2 = max(0.0, (ms_rows - ms_res) / counts)
     f = ms_rows / ms_res
-    high_q, low_q = np.asarray(_sps().f.ppf([(1 + level) / 2, (1 - level) / 2], df_rows, df_res), dtype=float)
+    high_q, low_q = np.asarray(_special().fdtri(df_rows, df_res, [(1 + level) / 2, (1 - level) / 2]), dtype=float)
     theta = [max(0.0, (f / float(q) - 1) / counts) for q in (high_q, low_q)]
     return Split(blocks, counts, math.sqrt(between2), math.sqrt(ms_res), between2 / (between2 + ms_res),
                  theta[0] / (1 + theta[0]), theta[1] / (1 + theta[1]), level)
@@ -240,7 +259,7 @@ def plan(s: Split, target: float, block_seconds: float, measure_seconds: float, 
     not within MOST_BLOCKS x MOST_REPEATS."""
     width = math.log1p(target)
     b = np.arange(2, MOST_BLOCKS + 1)
-    t = _sps().t.ppf(0.5 + level / 2, b - 1)
+    t = _special().stdtrit(b - 1, 0.5 + level / 2)
     best: Plan | None = None
     for r in range(1, MOST_REPEATS + 1):
         ok = t * np.sqrt((s.between ** 2 + s.within ** 2 / r) / b) <= width

@@ -112,3 +112,17 @@ def test_a_plan_repeats_within_a_boot_only_when_boots_are_dear_and_alike() -> No
     assert boots is not None and boots.repeats == 1 and boots.blocks > 20
     wild = stats.Split(4, 6, between=2.0, within=2.0, share=0.5, share_low=0.1, share_high=0.9, level=0.95)
     assert stats.plan(wild, 0.001, 20.0, 30.0) is None
+
+
+def test_the_t_tests_p_and_the_quantiles_are_scipy_stats_own() -> None:
+    """stats.py computes from scipy.special (a third of scipy.stats' import): the same numbers."""
+    from scipy import stats as sps
+
+    vs = stats
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 5, 12):
+        d = rng.normal(0.01, 0.02, n)
+        assert vs.p_value(d) == pytest.approx(float(sps.ttest_1samp(d, 0.0).pvalue), rel=1e-12)
+        assert vs._sem(d) == pytest.approx(float(sps.sem(d)), rel=1e-12)
+        assert vs._t(0.95, n - 1) == pytest.approx(float(sps.t.ppf(0.975, n - 1)), rel=1e-12)
+    assert math.isnan(vs.p_value([0.1])) and vs.p_value([0.1, 0.1]) == 0.0 and vs.p_value([0.0, 0.0]) == 1.0

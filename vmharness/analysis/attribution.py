@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from vmharness.stats import LEVEL, Change, ratio_change
+from vmharness.stats import LEVEL, Change, p_value, ratio_change
 
 ALL_ON = "all_on"
 ALL_OFF = "all_off"
@@ -119,19 +119,7 @@ def _compare(base: Mapping[K, float] | None, other: Mapping[K, float] | None,
         change = Change(math.nan, -1.0, math.inf, math.inf, 0, level, "no block holds both: no ratio")
     note = f"; {left} block{'s' * (left != 1)} left out (missing, or not finite and positive)" if left else ""
     change = replace(change, method=change.method + note)
-    return change, _p(np.log([o[k] / b[k] for k in common]))
-
-
-def _p(d: np.ndarray) -> float:
-    """Two-sided p of a one-sample t-test of mean(d) = 0 (NaN with fewer than two values)."""
-    if len(d) < 2:
-        return math.nan
-    if float(d.std()) <= 1e-12:  # the same log ratio in every block (to rounding): no spread to test
-        return 0.0 if abs(float(d.mean())) > 1e-12 else 1.0
-    # imported on first use: every command imports this package's modules, few compute a test
-    from scipy import stats
-
-    return float(stats.ttest_1samp(d, 0.0).pvalue)
+    return change, p_value(np.log([o[k] / b[k] for k in common]))
 
 
 def holm(ps: Sequence[float], alpha: float) -> list[bool]:

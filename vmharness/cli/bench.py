@@ -16,8 +16,8 @@ from vmharness.progress import say
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    # Imported when the command runs: the analysis and the bench bring scipy (their import costs about
-    # 800 ms of CPU), the run folder numpy (about 75 ms), the journal ops libvirt's bindings (about 60 ms).
+    # Imported when the command runs: the analysis and the bench bring scipy.special (their import costs
+    # about 200 ms of CPU), the run folder numpy (about 75 ms), the journal ops libvirt's bindings (about 60 ms).
     from vmharness.analysis import report, saturation
     from vmharness.bench import bench
     from vmharness.experiment import ops

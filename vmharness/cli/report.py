@@ -14,8 +14,8 @@ from vmharness.errors import HarnessError
 if TYPE_CHECKING:
     from vmharness.rundir.store import RunDir
 
-# The analysis is imported when a command runs: it brings scipy (about 800 ms of CPU to import) and
-# publish.py matplotlib (about 400 ms more), the run folder numpy (about 75 ms), none of which the other
+# The analysis is imported when a command runs: it brings scipy.special (about 200 ms of CPU to import)
+# and publish.py matplotlib (about 300 ms more), the run folder numpy (about 75 ms), none of which the other
 # commands or `--help` need.
 
 

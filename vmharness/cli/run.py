@@ -20,8 +20,8 @@ from vmharness.system.root import HostRoot
 if TYPE_CHECKING:
     from vmharness.experiment import preflight
 
-# The run's own modules are imported when it runs: through bench/ and analysis/ they bring scipy (about
-# 800 ms of CPU to import), matplotlib (about 400 ms more), numpy and libvirt's bindings, which the
+# The run's own modules are imported when it runs: through bench/ and analysis/ they bring scipy.special
+# (about 200 ms of CPU to import), matplotlib (about 300 ms more), numpy and libvirt's bindings, which the
 # other commands and `--help` do not need (the preflight, run --print-xml, imports scipy only to compute).
 
 

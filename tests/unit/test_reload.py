@@ -151,3 +151,10 @@ def test_a_guest_started_since_keeps_the_module_and_the_problem_is_said(host: An
     [problem] = knobs.give_back(root, applied, print)
     assert "kvm_amd not reloaded as they were: kvm_amd is in use (refcnt 1)" in problem
     assert _read(h, "kvm_amd", "npt") == "N" and journal.read(root)  # kept on record for host-restore
+
+
+def test_the_preview_says_which_modules_a_knob_reloads(host: Any) -> None:
+    _h, mods, root = host
+    line = knobs.preview(root, "b", {"kvm.mitigate_smt_rsb": "Y"})
+    assert "kvm.mitigate_smt_rsb = Y (reads N now, set by reloading kvm, kvm_amd while no guest runs)" in line
+    assert mods.calls == []  # a preview reloads nothing

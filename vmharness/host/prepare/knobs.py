@@ -195,6 +195,8 @@ def preview(root: HostRoot, inst: str, knobs: dict[str, str | int]) -> str:
         more = ""
         if s.key == SMT and s.value == "off" and s.now == "on":
             more = f", taking CPUs {format_cpulist(taken_by_smt_off(root)) or 'none'} offline"
+        elif KNOBS[s.key].reload:
+            more = f", set by reloading {', '.join(reload.modules_for(root, [s.key]))} while no guest runs"
         parts.append(f"{s.key} = {s.value} (reads {s.now} now{more})")
     return f"host knobs of {inst}, set before its guest boots and given back after it: " + "; ".join(parts) \
         if parts else ""

@@ -143,3 +143,13 @@ def test_a_study_goes_on_past_an_instance_dropped_after_its_first_boot() -> None
     got = {(r["instance"], r["iteration"]) for r in records if r["kind"] == "measurement"}
     assert got == {(n, k) for n in ("on", "no-pti", "all-off") for k in range(3)}
     assert [r["iteration"] for r in records if r["kind"] == "dropped"] == [0]
+
+
+def test_all_is_every_switch_stored_as_the_list() -> None:
+    cfg = _run({"switches": ["all"]})
+    assert cfg.study.switches == tuple(switches.SWITCHES)
+    names = [i.name for i in cfg.instance]
+    assert names[:3] == ["on", "no-pti", "no-spectre_v1"] and names[-1] == "all-off"
+    assert config.run_from_json(cfg.to_json()) == cfg  # the manifest holds the list, not "all"
+    with pytest.raises(HarnessError, match="not alone"):
+        _run({"switches": ["all", "pti"]})

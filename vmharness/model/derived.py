@@ -56,6 +56,12 @@ def with_study(cfg: RunConfig) -> RunConfig:
         return cfg
     if len(set(names)) != len(names):
         raise HarnessError(f"study.switches names a switch twice: {list(names)}", "list each switch once")
+    if sw.EVERY in names:
+        if len(names) > 1:
+            raise HarnessError(f"study.switches: {sw.EVERY!r} is every switch, and it is not alone: {list(names)}",
+                               f"write [{sw.EVERY!r}] alone, or list the switches")
+        every = dataclasses.replace(cfg.study, switches=tuple(sw.SWITCHES))
+        return with_study(dataclasses.replace(cfg, study=every))
     ref = cfg.instance[0]
     if "mitigations=off" in ref.cmdline.split():
         raise HarnessError(f"study.switches: the reference {ref.name} turns every mitigation off "

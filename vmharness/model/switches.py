@@ -53,10 +53,13 @@ SWITCHES: dict[str, Switch] = {
 ALL_OFF = "all-off"
 
 
+EVERY = "all"  # in study.switches: every switch above; those that change nothing are dropped at one boot
+
+
 def check_switch(value: str, where: str) -> str:
-    if value not in SWITCHES:
+    if value not in SWITCHES and value != EVERY:
         raise HarnessError(f"{where} {value[:80]!r} is not a mitigation switch vmharness knows",
-                           f"one of: {', '.join(SWITCHES)}; or write the instance by hand ([[instance]])")
+                           f"one of: {', '.join(SWITCHES)}, or all; or write the instance by hand ([[instance]])")
     return value
 
 

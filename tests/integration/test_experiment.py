@@ -114,6 +114,7 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
                e["per_request"]["page faults"] >= 0 for e in events.values())
     assert "context switches" in events["pti"]["changes"] and not events["baseline"]["changes"]
     assert "kernel events per request on the server at the peak" in res.stdout
+    assert "\nANSWER at baseline's saturation point" in res.stdout and "\n  pti: throughput -" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
     # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests,
     # from this run's own readings (the baseline's vCPU share at the peak, its share without load): a

@@ -1,6 +1,6 @@
-"""One self-contained HTML page: the warnings, the answer with the method of every interval, the
-figures inline (SVG), and the table, where a latency percentile too far in the tail for its sample is
-marked as the text table marks it."""
+"""One self-contained HTML page: the warnings, the headline (headline.py), the answer with the method of
+every interval, the figures inline (SVG), and the table, where a latency percentile too far in the tail
+for its sample is marked as the text table marks it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import userfile
-from vmharness.analysis import loadcurve, report
+from vmharness.analysis import headline, loadcurve, report
 from vmharness.analysis.cells import PERCENTILES
 from vmharness.analysis.saturation import Analysis
 from vmharness.textsafe import line as one_line
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 p{white-space:pre-wrap}.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.4em .8em;margin:.3em 0}
+.answer{background:#e7f1ff;border-left:4px solid #0b5ed7;padding:.2em .8em;margin:.6em 0}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f2f2f2}figure{margin:1.5em 0}svg{max-width:100%;height:auto}"""
 
@@ -29,6 +30,9 @@ LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histo
 def render(a: Analysis, title: str, figures: list[Path]) -> str:
     data = report.to_json(a)
     warnings = "".join(f'<div class="warn">{_text(w)}</div>' for w in a.flags)
+    top, *each = headline.lines(a)
+    lead = (f'<div class="answer"><p><b>{_text(top)}</b></p><ul>'
+            + "".join(f"<li>{_text(v.strip())}</li>" for v in each) + "</ul></div>")
     answer = "".join(f"<p>{_text(line)}</p>" for line in report.answer(a))
     methods = sorted({c.method for ch in a.changes.values() for c in ch.values()})
     method = ("<h2>Method</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in
@@ -51,7 +55,7 @@ def render(a: Analysis, title: str, figures: list[Path]) -> str:
     svgs = "".join(f"<figure>{userfile.text(f, MAX_FIGURE).split('?>', 1)[-1]}</figure>"
                    for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{answer}{svgs}{method}"
+            f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{answer}{svgs}{method}"
             f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>{foot}"
             f"{load_table}"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")

@@ -10,8 +10,9 @@ import statistics
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import events, exits, loadcurve, sides, studies, variants
+from vmharness.analysis import events, exits, headline, loadcurve, sides, studies, variants
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
+from vmharness.analysis.headline import pct
 from vmharness.analysis.saturation import LEVEL, Analysis, Noise
 from vmharness.rundir import histogram
 from vmharness.stats import Change, Interval, Peak
@@ -26,19 +27,6 @@ PEAK_METHOD = ("bootstrap: where, resampling each point's iterations (percentile
 
 def _none(x: float) -> float | None:
     return x if math.isfinite(x) else None
-
-
-def _pct(c: Change, short: bool = False) -> str:
-    if math.isnan(c.change):
-        return f"n/a ({c.method})"
-    if not c.bounded:
-        return f"{c.change:+.1%} (one iteration: no interval)"
-    out = f"{c.change:+.1%} [{c.low:+.1%}, {c.high:+.1%}]"
-    if c.significant:
-        return out
-    if short:
-        return f"{out} (none detected; ±{c.detectable:.1%} detectable)"
-    return f"{out}: no change detected; this run could have seen ±{c.detectable:.1%}"
 
 
 def _method(a: Analysis, name: str) -> str:
@@ -185,9 +173,9 @@ def answer(a: Analysis) -> list[str]:
         out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak)
         for name, ch in sorted(a.changes.items()):
             out.append(f"{name} vs {a.baseline} at {a.peak} connections ({_method(a, name)}):")
-            out.append(f"  throughput {_pct(ch['throughput'])}")
+            out.append(f"  throughput {pct(ch['throughput'])}")
             thin = {q for cell in (a.cells[a.baseline][a.peak], a.cells[name][a.peak]) for q in _thin(cell)}
-            out += [f"  p{q} {_pct(ch['p' + q])}" + (THIN_NOTE if q in thin else "") for q in PERCENTILES]
+            out += [f"  p{q} {pct(ch['p' + q])}" + (THIN_NOTE if q in thin else "") for q in PERCENTILES]
         out += studies.lines(a.study, a.peak)
     out += [_noise(name, n, a.design.block) for name, n in sorted(a.noise.items())]
     return out + _variant_lines(a)
@@ -205,7 +193,8 @@ def text(a: Analysis) -> str:
             for r in rows]
     foot = [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
     return "\n".join([*(w for f in a.flags for w in _warning("WARNING: ", f, "")),
-                      *map(one_line, [*answer(a), "", *table.render(header, body), *foot, *_load_text(a)])])
+                      *map(one_line, [*headline.lines(a), "", *answer(a), "", *table.render(header, body), *foot,
+                                      *_load_text(a)])])
 
 
 def _warning(first: str, flag: str, indent: str) -> list[str]:
@@ -234,7 +223,8 @@ def _load_text(a: Analysis) -> list[str]:
 
 def markdown(a: Analysis) -> str:
     warned = [w for f in a.flags for w in _warning("> **Warning:** ", f, "> ")]
-    lines: list[str] = []
+    top, *each = headline.lines(a)
+    lines: list[str] = ["", f"**{top}**", "", *(f"- {v.strip()}" for v in each)]
     if a.peak is not None:
         lines += ["", f"Baseline `{a.baseline}`: **{_peak(a)}**.", ""]
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
@@ -246,8 +236,8 @@ def markdown(a: Analysis) -> str:
             lines += ["| instance | method | throughput | " + " | ".join(f"p{q}" for q in PERCENTILES) + " |",
                       "|---|---|---|" + "---|" * len(PERCENTILES)]
             for name, ch in sorted(a.changes.items()):
-                lines.append(f"| {name} | {_method(a, name)} | {_pct(ch['throughput'], True)} | "
-                             + " | ".join(_pct(ch["p" + q], True) for q in PERCENTILES) + " |")
+                lines.append(f"| {name} | {_method(a, name)} | {pct(ch['throughput'], True)} | "
+                             + " | ".join(pct(ch["p" + q], True) for q in PERCENTILES) + " |")
             lines.append("")
     if study := studies.lines(a.study, a.peak):
         lines += [study[0], "", *(f"- {v.strip()}" for v in study[1:]), ""]

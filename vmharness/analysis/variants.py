@@ -182,10 +182,16 @@ def control_flag(c: Control) -> str | None:
             "vCPU time was not what limited it, or this run's intervals are not to be trusted")
 
 
+def verdict(c: Control) -> str:
+    """The control's check in a few words: recovered, not detected, not recovered, or nothing to check."""
+    if not c.change.bounded:
+        return "one iteration, nothing to check"
+    return ("recovered" if c.recovered else
+            "NOT detected (the interval holds no change too)" if _holds_expected(c) else "NOT recovered")
+
+
 def control_line(c: Control) -> str:
     if not c.change.bounded:
-        return f"positive control {c.instance} (vCPUs capped to {c.cap}%): one iteration, nothing to check"
-    verdict = ("recovered" if c.recovered else
-               "NOT detected (the interval holds no change too)" if _holds_expected(c) else "NOT recovered")
+        return f"positive control {c.instance} (vCPUs capped to {c.cap}%): {verdict(c)}"
     return (f"positive control {c.instance} (vCPUs capped to {c.cap}%): expected {c.expected:+.1%} ({c.basis}), "
-            f"measured {_measured(c)}: {verdict}")
+            f"measured {_measured(c)}: {verdict(c)}")

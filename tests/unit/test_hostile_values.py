@@ -171,6 +171,8 @@ def cases() -> list[Case]:
              run_toml('[[instance]]\nname = "a"\n[[instance]]\nname = "no-pti"\n[study]\nswitches = ["pti"]\n')),
         Case("study-all-and-more", ("run", "r.toml", "--print-xml"), ("study.switches", "not alone"),
              run_toml('[study]\nswitches = ["all", "pti"]\n')),
+        Case("study-neighbours-text", ("run", "r.toml", "--print-xml"), ("study.neighbours",),
+             run_toml('[study]\nswitches = ["pti"]\nneighbours = "$(touch ' + PWNED + ')"\n')),
         Case("study-unknown-key", ("run", "r.toml", "--print-xml"), ("study.all_on",),
              run_toml('[study]\nswitches = ["pti"]\nall_on = "x"\n')),
     ]

@@ -153,3 +153,25 @@ def test_all_is_every_switch_stored_as_the_list() -> None:
     assert config.run_from_json(cfg.to_json()) == cfg  # the manifest holds the list, not "all"
     with pytest.raises(HarnessError, match="not alone"):
         _run({"switches": ["all", "pti"]})
+
+
+def test_with_neighbours_the_variants_are_measured_beside_the_peak_too() -> None:
+    cfg = _run({"switches": ["pti"], "neighbours": True}, sweep={"connections": "100:1500:100", "search": "adaptive",
+                                                                "iterations": 2, "max_iterations": 3})
+    records: list[dict[str, Any]] = []
+    todo = plan.todo(cfg, records, set())
+    while todo:
+        assert len(records) < 300, "the plan does not end"
+        records += [{"kind": "measurement", "key": p.key, "instance": p.instance, "ok": True,
+                     "connections": p.connections, "iteration": p.iteration,
+                     "client": {"requests_per_s": _curve(p.connections)}} for p in todo]
+        todo, _ = plan.after_round(cfg, records)
+    ladder = sorted({r["connections"] for r in records if r["instance"] == "on"})
+    focus = max(ladder, key=_curve)
+    i = ladder.index(focus)
+    near = set(ladder[i - 1:i + 2])
+    assert len(near) == 3
+    assert {r["connections"] for r in records if r["instance"] == "no-pti"} == near
+    for c in near:  # every round at each of them, for both
+        assert {r["iteration"] for r in records if r["connections"] == c and r["instance"] == "no-pti"} == \
+            {r["iteration"] for r in records if r["connections"] == c and r["instance"] == "on"} == {0, 1, 2}

@@ -155,11 +155,12 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     # The count with the highest mean gets the iterations. A ladder point measured once may be there by
     # luck; its iterations then bring its mean down and the focus back, where it already stopped.
     focus = min(means, key=lambda c: (-means[c], c))
-    # a round begun at a count is finished first: every instance (a study's: at the focus) has the same
-    # iterations there
+    near = _near(cfg, sorted(seen), focus)
+    # a round begun at a count is finished first: every instance (a study's: at the focus, and its
+    # neighbours if asked) has the same iterations there
     for c, its in sorted(rounds.items()):
         for k in sorted(its):
-            if left := [p for n in order(k) if (n in walk or c == focus)
+            if left := [p for n in order(k) if (n in walk or c in near)
                         and (p := Point(k, c, n)).key not in tried]:
                 return left
     if len(rounds[focus]) >= s.max_iterations or not any(
@@ -167,7 +168,15 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
             for n in order(0)):
         return []
     k = max(rounds[focus]) + 1
-    return [Point(k, focus, n) for n in order(k)]
+    return [Point(k, c, n) for c in near for n in order(k)]
+
+
+def _near(cfg: BenchConfig, seen: list[int], focus: int) -> list[int]:
+    """Where further rounds go: the focus, and with a study's `neighbours` the measured counts beside it."""
+    if not (isinstance(cfg, sections.RunConfig) and cfg.study.switches and cfg.study.neighbours):
+        return [focus]
+    i = seen.index(focus)
+    return seen[max(0, i - 1):i + 2]
 
 
 def dropped(records: Iterable[dict[str, Any]]) -> set[str]:

@@ -162,6 +162,8 @@ class StudySection:
 
     switches: tuple[str, ...] = checked(check_switch, default=())  # model/switches.py's names; none: no study
     one_on: bool = False
+    # with the adaptive search: the variants also at the reference's measured counts beside its peak
+    neighbours: bool = False
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,9 @@ def test_peak_overhead_and_a_clean_bill(tmp_path: Path) -> None:
     assert tp.method == "paired by iteration, t on log ratio, n=3"
     assert a.changes["mitig"]["p99"].change == pytest.approx(0.30, abs=2e-3)
     text = report.text(a)
-    assert text.startswith("baseline base: saturation point 128 connections (95%: 128–128), 1,000 requests/s ± ")
+    assert text.startswith("ANSWER at base's saturation point, 128 connections (1,000 requests/s; no warnings):\n"
+                           "  mitig: throughput -18.0% [")  # no warning: the headline comes first
+    assert "\nbaseline base: saturation point 128 connections (95%: 128–128), 1,000 requests/s ± " in text
     assert "mitig vs base at 128 connections (paired by iteration, t on log ratio, n=3):\n  throughput -18.0% [" \
         in text
     assert report.to_csv(a).splitlines()[0].startswith("instance,connections,iterations,requests_per_s")

@@ -1,7 +1,7 @@
 """Each estimator on synthetic runs of known answer: of 200 simulated runs, a 95% interval must hold
-the truth in 90-99% of them. The data are drawn with numpy from one fixed seed (the issue's number,
-chosen before any of these ran), so the tests are deterministic; the estimators are the ones the
-report uses, called once per simulated run."""
+the truth in 90-99% of them (the peak's height: of 2,000, in 93-97%). The data are drawn with numpy
+from fixed seeds (chosen before any of these ran), so the tests are deterministic; the estimators are
+the ones the report uses, called once per simulated run (the peak's height also all runs at once)."""
 
 from __future__ import annotations
 
@@ -70,27 +70,74 @@ def test_a_wild_tail_gives_p99_ratios_that_hold_the_truth_and_never_fall_below_m
     assert min(c.low for c in changes) > -1.0
 
 
-def test_the_peak_interval_holds_the_true_peak_throughput_and_the_true_count() -> None:
-    # 8 counts, a rounded top (the neighbours 2% and 4% under the peak), 3 iterations at ±3% each
-    r = rng()
-    counts = [16, 32, 64, 128, 192, 256, 384, 512]
-    curve = np.array([400.0, 700, 900, 960, 980, 1000, 980, 900])
-    noise = r.normal(0, 0.03, (RUNS, len(counts), 3))
-    peaks = [stats.peak({c: curve[i] * (1 + run[i]) for i, c in enumerate(counts)}) for run in noise]
-    assert_covers(np.array([p.low <= 1000 <= p.high for p in peaks]))
-    # where: a range of whole counts, so it may hold the truth more often than 95% (a distinct peak's
-    # range is that count alone and always right); it must not hold it less often than 90%
-    assert np.mean([p.at_low <= 256 <= p.at_high for p in peaks]) >= 0.90
-    assert np.mean([p.at_low == p.at_high for p in peaks]) < 0.5  # and the top is seen to be rounded
+# The peak's height gets a stricter check: 2,000 runs and 93-97%, which a 90% interval fails. Its
+# method was chosen on data seeds 1000-1009 (and 5000-5009 gave the figures in docs/statistics.md);
+# PEAK_SEED was fixed before these tests first ran and used for nothing else.
+PEAK_RUNS = 2000
+PEAK_SEED = 27061
+# a rounded top (the neighbours 2% and 4% under the peak) at ±3%, and a sharp one at ±4%
+ROUNDED = ([16, 32, 64, 128, 192, 256, 384, 512], [400.0, 700, 900, 960, 980, 1000, 980, 900], 0.03)
+SHARP = ([8, 16, 32, 64, 128], [300.0, 600, 1000, 800, 700], 0.04)
 
 
-def test_the_peak_of_a_distinct_curve_is_held_in_95_percent_of_runs() -> None:
-    r = rng()
-    curve = np.array([300.0, 600, 1000, 800, 700])
-    noise = r.normal(0, 0.04, (RUNS, len(curve), 4))
-    peaks = [stats.peak({c: curve[i] * (1 + run[i]) for i, c in enumerate((8, 16, 32, 64, 128))}) for run in noise]
-    assert_covers(np.array([p.low <= 1000 <= p.high for p in peaks]))
-    assert all(p.at == 32 for p in peaks)
+def peak_runs(shape: tuple[list[int], list[float], float], n: int) -> np.ndarray:
+    """PEAK_RUNS runs x counts x n iterations, each the curve times (1 + normal noise)."""
+    _, curve, sd = shape
+    return np.array(curve)[:, None] * (1 + np.random.default_rng(PEAK_SEED).normal(0, sd, (PEAK_RUNS, len(curve), n)))
+
+
+def heights(runs: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The height's interval of every run at once, by the helper stats.peak calls with one run."""
+    means, sems = runs.mean(2), runs.std(2, ddof=1) / np.sqrt(runs.shape[2])
+    df = np.full(runs.shape[1], runs.shape[2] - 1)
+    parts = [stats._heights(means[i:i + 200], sems[i:i + 200], df, level, stats.RESAMPLES, stats.SEED)
+             for i in range(0, len(runs), 200)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def holds(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    return (low <= 1000) & (high >= 1000)  # every curve's true peak is 1000
+
+
+@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("shape", [ROUNDED, SHARP], ids=["rounded", "sharp"])
+def test_the_peak_height_holds_the_true_height_in_93_to_97_percent_of_2000_runs(
+        shape: tuple[list[int], list[float], float], n: int) -> None:
+    low, high = heights(peak_runs(shape, n))
+    assert_covers(holds(low, high), 0.93, 0.97)
+
+
+@pytest.mark.parametrize("shape", [ROUNDED, SHARP], ids=["rounded", "sharp"])
+def test_the_peak_holds_the_true_count_and_its_height_is_the_vectorised_one(
+        shape: tuple[list[int], list[float], float]) -> None:
+    counts, curve, _ = shape
+    runs = peak_runs(shape, 3)
+    peaks = [stats.peak({c: list(run[i]) for i, c in enumerate(counts)}) for run in runs]
+    low, high = heights(runs)
+    assert np.allclose([p.low for p in peaks], low) and np.allclose([p.high for p in peaks], high)
+    truth = counts[int(np.argmax(curve))]
+    # where: a range of whole counts, so it holds the truth more often than 95% (a distinct peak's
+    # range is that count alone and always right: the sharp top's); it must not hold it less often
+    assert np.mean([p.at_low <= truth <= p.at_high for p in peaks]) >= 0.93
+    if shape is SHARP:
+        assert all(p.at == truth for p in peaks)
+    else:
+        assert np.mean([p.at_low == p.at_high for p in peaks]) < 0.5  # the top is seen to be rounded
+
+
+def test_the_height_check_fails_a_90_percent_interval_and_the_basic_interval_used_before() -> None:
+    low, high = heights(peak_runs(SHARP, 3), level=0.90)
+    assert np.mean(holds(low, high)) < 0.93
+    # before issue 27: the basic interval (2 x peak minus the quantiles) of the maximum over Student-t
+    # draws of every point's mean; on the rounded top it lies wholly under the truth about 10% of the time
+    runs = peak_runs(ROUNDED, 3)
+    means, sems = runs.mean(2), runs.std(2, ddof=1) / np.sqrt(3)
+    draws = np.random.default_rng(stats.SEED).standard_t(2, (stats.RESAMPLES, len(ROUNDED[0])))
+    tops = np.concatenate([(means[i:i + 200, None] + sems[i:i + 200, None] * draws).max(-1)
+                           for i in range(0, PEAK_RUNS, 200)])
+    q_low, q_high = np.quantile(tops, (0.025, 0.975), axis=1)
+    peak = means.max(1)
+    assert np.mean(holds(2 * peak - q_high, 2 * peak - q_low)) < 0.93
 
 
 def test_the_variance_split_holds_the_true_share_between_boots() -> None:
@@ -116,3 +163,12 @@ def test_a_plan_reaches_its_target_width_on_fresh_runs() -> None:
     widths = np.array([stats.mean_interval(list(np.exp(m))).relative_half for m in means])
     assert np.mean(widths <= 0.02) >= 0.4
     assert np.median(widths) <= 0.022
+
+
+def test_a_flat_top_is_held_less_often_which_docs_statistics_md_states() -> None:
+    """Five points of exactly the same height: the maximum of five noisy means, and the highest of their
+    lower limits, both lean upwards; measured 87-88% here (docs/statistics.md). A guard that it gets no
+    worse, not a claim of 95%."""
+    flat = ([8, 16, 32, 64, 128, 256, 512], [400.0, 1000, 1000, 1000, 1000, 1000, 900], 0.03)
+    low, high = heights(peak_runs(flat, 5))
+    assert 0.85 <= np.mean(holds(low, high)) < 0.93

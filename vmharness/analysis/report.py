@@ -21,8 +21,8 @@ from vmharness.textsafe import line as one_line
 THIN_NOTE = f" (thin: under {histogram.MIN_BEYOND} requests beyond it in an iteration)"
 THIN_FOOT = (f"* fewer than {histogram.MIN_BEYOND} requests lay beyond this percentile in an iteration: "
              "the sample cannot support it; measure longer")
-PEAK_METHOD = ("bootstrap: where, resampling each point's iterations (percentile); how high, Student-t draws of "
-               "each point's mean (basic interval)")
+PEAK_METHOD = ("bootstrap: where, resampling each point's iterations (percentile); how high, from the highest "
+               "point's lower limit to the top's upper one, their factor from redrawing the whole curve")
 
 
 def _none(x: float) -> float | None:

@@ -120,11 +120,13 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # from this run's own readings (the baseline's vCPU share at the peak, its share without load): a
     # machine busy beside the run lowers that share and so the cost, which a fixed range would not follow
     peak = report["peak_connections"]
-    u = statistics.fmean(p["host"]["vcpu_busy_percent"][0] for p in points
-                         if p["instance"] == "baseline" and p["connections"] == peak)
+    u, c = (statistics.fmean(p["host"]["vcpu_busy_percent"][0] for p in points
+                             if p["instance"] == name and p["connections"] == peak) for name in ("baseline", "control"))
     f = statistics.fmean(r["vcpu_busy_percent"][0] for r in idle)
+    limit = c if c < 50 - 2 else 50  # a control held more than 2 points under its cap ran what contention left it
     assert report["control"]["cap_percent"] == 50
-    assert report["control"]["expected"] == pytest.approx((min(u, 50) - f) / (u - f) - 1, abs=1e-9), (u, f)
+    assert report["control"]["expected"] == pytest.approx((min(u, limit) - f) / (u - f) - 1, abs=1e-9), (u, c, f)
+    assert ("held below their cap" in report["control"]["basis"]) == (c < 48), report["control"]
     assert "it ran without load" in report["control"]["basis"], report["control"]
     print("control:", report["control"], "pti:", report["changes_at_peak"]["pti"]["throughput"])
     # the demo finds something: forcing page-table isolation costs throughput (about -35% here), paired by boot

@@ -36,12 +36,15 @@ iterations = 2
 max_iterations = 2
 search = "adaptive"
 duration = 2
-warmup = 1
+warmup = 0
 wait = 0
 
 [load]
 percents = []
 capacity = 0
+
+[tuning]
+profile = "none"
 """
 
 

@@ -158,3 +158,11 @@ def test_the_preview_says_which_modules_a_knob_reloads(host: Any) -> None:
     line = knobs.preview(root, "b", {"kvm.mitigate_smt_rsb": "Y"})
     assert "kvm.mitigate_smt_rsb = Y (reads N now, set by reloading kvm, kvm_amd while no guest runs)" in line
     assert mods.calls == []  # a preview reloads nothing
+
+
+def test_kvm_used_by_a_module_other_than_its_vendor_one_is_not_reloaded(host: Any) -> None:
+    h, mods, root = host
+    h.write("proc/modules", "kvm_amd 1 0 - Live 0x0\nkvm 2 1 kvm_amd,kvmgt, Live 0x0\n")
+    with pytest.raises(HarnessError, match="kvm is used by kvmgt, which a reload would unload too"):
+        knobs.apply(root, "b", {"kvm.mitigate_smt_rsb": "Y"}, OWNER, print)
+    assert mods.calls == []

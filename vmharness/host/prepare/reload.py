@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from vmharness.errors import HarnessError
+from vmharness.host.prepare import kmod
 from vmharness.journal import journal
 from vmharness.journal.journal import Op, Record
 from vmharness.journal.kinds import OpKind
@@ -82,9 +83,7 @@ def busy(root: HostRoot, modules: list[str], strict: bool = True) -> str | None:
             if refs != "0" and (strict or refs):
                 return f"{m} is in use (refcnt {refs or '?'}): a guest is running under KVM"
         elif m == "kvm":
-            line = next((ln.split() for ln in (root.read_optional("/proc/modules") or "").splitlines()
-                         if ln.startswith("kvm ")), [])
-            users = {u for u in (line[3] if len(line) > 3 else "-").split(",") if u and u != "-"}
+            users = kmod.users(root).get("kvm", set())
             if users - set(VENDORS):
                 return f"kvm is used by {', '.join(sorted(users - set(VENDORS)))}, which a reload would unload too"
     return None

@@ -21,8 +21,12 @@ within 2%, percentiles against an injected delay) take the rig's lock exclusivel
 
     python -m tests.streams [PYTEST ARGS...]     # the extra arguments go to every pytest
 
-Each stream writes its log to .cache/test-streams/; each log is printed whole when its stream ends,
-and the exit code is the first failing stream's (0 when all passed)."""
+Each stream's output is printed as it comes, each line headed by the stream's name (a CI that stops
+the run shows where each stream was), and kept in .cache/test-streams/. A deadline
+(VMHARNESS_TEST_DEADLINE minutes, 75 by default: CI allows 90 for everything) interrupts what still
+runs as Ctrl-C would, so pytest tears its fixtures down and prints its summary; pytest itself dumps
+every thread's stack when one test runs longer than `faulthandler_timeout` (pyproject.toml). The exit
+code is the first failing stream's (0 when all passed)."""
 
 from __future__ import annotations
 
@@ -63,25 +67,46 @@ def set_up() -> None:
 
 
 def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[str, int]) -> None:
-    """The stream's commands one after the other, its output in its log; the first non-zero exit code
-    (or 0) into `codes`."""
+    """The stream's commands one after the other, each line of their output printed as it comes and
+    kept in its log; the first non-zero exit code (or 0) into `codes`."""
     LOGS.mkdir(parents=True, exist_ok=True)
     code = 0
     with (LOGS / f"{name}.log").open("wb") as log:
         for cmd in commands:
-            p = subprocess.Popen([*cmd, *extra], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            p = subprocess.Popen([*cmd, *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  env={**os.environ, **ENV})
             CHILDREN.append(p)
-            returned = p.wait()
-            code = code or returned
+            assert p.stdout is not None
+            for line in p.stdout:
+                log.write(line)
+                log.flush()
+                with PRINTING:
+                    sys.stdout.write(f"[{name}] {line.decode(errors='replace')}")
+                    sys.stdout.flush()
+            code = code or p.wait()
     codes[name] = code
 
 
 CHILDREN: list[subprocess.Popen[bytes]] = []  # the pytests started, stopped with the launcher
+PRINTING = threading.Lock()  # one stream's line at a time
+
+
+def deadline_minutes() -> float:
+    raw = os.environ.get("VMHARNESS_TEST_DEADLINE", "75")
+    try:
+        minutes = float(raw)
+    except ValueError:
+        minutes = -1.0
+    if not 0 < minutes < 24 * 60:
+        print(f"error: VMHARNESS_TEST_DEADLINE {raw!r} is not a number of minutes from 1 to 1439 (hint: 75)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return minutes
 
 
 def main(extra: list[str]) -> int:
     began = time.monotonic()
+    deadline = began + 60 * deadline_minutes()
     set_up()
     codes: dict[str, int] = {}
     threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes), daemon=True)
@@ -89,30 +114,41 @@ def main(extra: list[str]) -> int:
     for t in threads.values():
         t.start()
     try:
-        wait(threads, codes, began)
+        wait(threads, codes, began, deadline)
     finally:
-        for p in CHILDREN:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)  # as Ctrl-C: pytest tears its fixtures down (the rig's QEMU)
-        for p in CHILDREN:
-            try:
-                p.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_children()
+    for t in threads.values():
+        t.join(timeout=30)  # the last lines of an interrupted pytest: what it was doing, its summary
     print(f"\n===== all streams: {codes} in {(time.monotonic() - began) / 60:.1f} min =====")
-    return next((c for c in codes.values() if c != 0), 0)
+    return next((c for c in codes.values() if c != 0), 0) if len(codes) == len(threads) else 1
 
 
-def wait(threads: dict[str, threading.Thread], codes: dict[str, int], began: float) -> None:
-    """Each stream's log, printed whole as soon as it ends."""
-    while threads:
-        for name, t in list(threads.items()):
+def stop_children() -> None:
+    for p in CHILDREN:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)  # as Ctrl-C: pytest tears its fixtures down (the rig's QEMU)
+    for p in CHILDREN:
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def wait(threads: dict[str, threading.Thread], codes: dict[str, int], began: float, deadline: float) -> None:
+    """Until every stream has ended, or the deadline."""
+    running = dict(threads)
+    while running:
+        for name, t in list(running.items()):
             if not t.is_alive():
-                del threads[name]
-                minutes = (time.monotonic() - began) / 60
-                print(f"\n===== stream {name}: exit {codes[name]} after {minutes:.1f} min =====", flush=True)
-                sys.stdout.write((LOGS / f"{name}.log").read_text(errors="replace"))
-                sys.stdout.flush()
+                del running[name]
+                with PRINTING:
+                    print(f"\n===== stream {name}: exit {codes.get(name)} after "
+                          f"{(time.monotonic() - began) / 60:.1f} min =====", flush=True)
+        if running and time.monotonic() > deadline:
+            with PRINTING:
+                print(f"\n===== deadline: {', '.join(running)} still running after "
+                      f"{(time.monotonic() - began) / 60:.1f} min; interrupting =====", flush=True)
+            return
         time.sleep(1)
 
 

@@ -1,0 +1,56 @@
+"""`make test`'s launcher (tests/streams.py): each stream's lines printed as they come, headed by its
+name and kept in its log; a deadline that interrupts what still runs; a bad deadline refused."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import streams
+
+
+def test_lines_are_printed_as_they_come_headed_by_the_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(streams, "LOGS", tmp_path)
+    monkeypatch.setattr(streams, "CHILDREN", [])
+    codes: dict[str, int] = {}
+    say = [sys.executable, "-c", "import sys; print('one'); print('two'); sys.exit(int(sys.argv[1]))"]
+    streams.stream("rig", [[*say, "0"], [*say, "3"], [*say, "0"]], [], codes)
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["[rig] one", "[rig] two"] * 3
+    assert (tmp_path / "rig.log").read_text() == "one\ntwo\n" * 3
+    assert codes == {"rig": 3}  # the first failing command's code, though the last passed
+
+
+def test_the_deadline_interrupts_what_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(streams, "LOGS", tmp_path)
+    monkeypatch.setattr(streams, "CHILDREN", [])
+    codes: dict[str, int] = {}
+    sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    t = threading.Thread(target=streams.stream, args=("host", [sleeper], [], codes), daemon=True)
+    t.start()
+    began = time.monotonic()
+    while not streams.CHILDREN:
+        time.sleep(0.05)
+    streams.wait({"host": t}, codes, began, deadline=began + 1)
+    streams.stop_children()
+    t.join(timeout=30)
+    out = capsys.readouterr().out
+    assert "===== deadline: host still running after" in out and "[host] started" in out
+    assert time.monotonic() - began < 30 and codes["host"] != 0  # interrupted (SIGINT), not waited out
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-5", "1e9", "nan"])
+def test_a_bad_deadline_is_one_line(raw: str, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VMHARNESS_TEST_DEADLINE", raw)
+    with pytest.raises(SystemExit) as stop:
+        streams.deadline_minutes()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: VMHARNESS_TEST_DEADLINE") and err.count("\n") == 1

@@ -117,8 +117,9 @@ class Change:
         return self.bounded and (self.low > 0 or self.high < 0)
 
 
-def _positive(values: Mapping[K, float]) -> dict[K, float]:
-    return {k: v for k, v in values.items() if math.isfinite(v) and v > 0}
+def positive(values: Mapping[K, float] | None) -> dict[K, float]:
+    """The values a ratio can use: finite and above zero (a failed point's 0 or a NaN left out)."""
+    return {k: float(v) for k, v in (values or {}).items() if math.isfinite(v) and v > 0}
 
 
 def _mde(se: float, df: float, level: float) -> float:
@@ -130,7 +131,7 @@ def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str =
     """other/base from values keyed by block. Paired where at least two blocks hold both (a t-interval
     on the mean of log(other_i/base_i)), else Welch's t on the two samples' logs. Values that are not
     positive have no logarithm and are left out."""
-    b, o = _positive(base), _positive(other)
+    b, o = positive(base), positive(other)
     if not b or not o:
         return Change(math.nan, -1.0, math.inf, math.inf, 0, level, "no positive values: no ratio")
     common = [k for k in b if k in o]

@@ -114,6 +114,19 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
                e["per_request"]["page faults"] >= 0 for e in events.values())
     assert "context switches" in events["pti"]["changes"] and not events["baseline"]["changes"]
     assert "kernel events per request on the server at the peak" in res.stdout
+    # why, from one more point per instance and boot with the server's system calls counted: pti makes
+    # the same calls, each dearer, and its work per request predicts its cost; the control makes the
+    # same calls with no more work per request: its cost lies outside the guest (the negative control)
+    counted = [r for r in got if r["kind"] == "syscalls"]
+    assert len(counted) == 15 and all(r["ok"] and r["connections"] == report["load"]["connections"] for r in counted)
+    calls = report["syscalls"]["instances"]
+    assert set(calls) == {"baseline", "pti", "control"} and all(c["boots"] == 5 for c in calls.values())
+    assert 3 < calls["baseline"]["per_request"] < 30 and "recvfrom" in calls["baseline"]["top"], calls
+    assert all(abs(calls[n]["change"]["change"]) < 0.05 for n in ("pti", "control")), calls
+    assert "\n  pti: the same system calls per request; " in res.stdout and \
+        "each call costs more, which explains the cost" in res.stdout
+    assert "\n  control: the same system calls per request; " in res.stdout and \
+        "most of the cost lies outside the guest's work" in res.stdout
     assert "\nANSWER at baseline's saturation point" in res.stdout and "\n  pti: throughput -" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
     # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests,

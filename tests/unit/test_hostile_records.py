@@ -62,6 +62,14 @@ CAPACITY = {"kind": "capacity", "machine": "this machine", "connections": 2, "se
 HERE = "rd/records.jsonl:9"  # the first line after GOOD_RECORDS' eight
 
 
+def counted(it: int = 0, **calls: Any) -> dict[str, Any]:
+    """A counted point's record ([explain] syscalls) of instance a at 2 connections; `calls` replace its counts."""
+    return {"kind": "syscalls", "key": f"a/syscalls/{it}", "instance": "a", "connections": 2, "iteration": it,
+            "ok": True, "client": {"requests_per_s": 990.0, "requests": 1980},
+            "syscalls": {"server": 9900, "by_call": {"recvfrom": 1980, "writev": 1980}, "all": 12000, "dropped": 0,
+                         **calls}}
+
+
 # (id, the damaged lines, the lines beside them that stay, needles of the first warning)
 DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("nan-throughput", lines(point(rps=math.nan)), "", ("requests_per_s nan is not a finite number",)),
@@ -97,6 +105,10 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
      ("rd/records.jsonl:10", "a second capacity record of 'this machine'")),
     ("a-second-load-target", lines({**LOAD_TARGET, "requests_per_s": 9e5, "rates": {"50": 4.5e5}}), lines(LOAD_TARGET),
      ("rd/records.jsonl:10", "a second load_target")),
+    ("syscalls-negative-count", lines(counted(by_call={"read": -3})), "", ("syscalls.by_call.read -3 is below 0",)),
+    ("syscalls-not-whole", lines(counted(server=99.5)), "", ("syscalls.server 99.5 is not a whole number",)),
+    ("syscalls-counted-twice", lines(counted(server=1)), lines(counted()),
+     ("rd/records.jsonl:10", "'a/syscalls/0'", "measured successfully on an earlier line")),
     ("four-at-once", lines(point(rps=math.nan), {"kind": "x"}, point("a", 1, 1, 9.0), point(rps=-1.0)), "",
      ("4 damaged records", "2 with a number out of range", "1 of an unknown kind", "1 repeating", "and 1 more")),
 ]
@@ -128,6 +140,9 @@ def _cases() -> list[Case]:
     c += [
         Case("json-nan-throughput", ("report", "rd", "--json"), ('"1 damaged record', HERE), _folder("", nan), code=0),
         Case("json-clean", ("report", "rd", "--json"), ('"peak_connections": 2',), _folder(""), code=0),
+        Case("syscalls-without-its-calls", ("report", "rd"), ("rd/records.jsonl: the syscalls record 'a/syscalls/0' is "
+                                                              "damaged (KeyError: 'by_call')",),
+             _folder("", lines({**counted(), "syscalls": {"server": 10, "all": 12, "dropped": 0}}))),
         Case("strict-nan", ("report", "rd", "--strict"), ("rd/records.jsonl line 9", "nan is not a finite number"),
              _folder("", nan)),
         Case("strict-a-repeated-key", ("report", "rd", "--strict"), ("rd/records.jsonl line 9", "'a/1/1'",

@@ -175,6 +175,15 @@ def cases() -> list[Case]:
              run_toml('[study]\nswitches = ["pti"]\nneighbours = "$(touch ' + PWNED + ')"\n')),
         Case("study-unknown-key", ("run", "r.toml", "--print-xml"), ("study.all_on",),
              run_toml('[study]\nswitches = ["pti"]\nall_on = "x"\n')),
+        # what a run counts to explain a cost ([explain]): a switch and a duration, nothing that runs
+        Case("explain-syscalls-text", ("run", "r.toml", "--print-xml"), ("explain.syscalls",),
+             run_toml('[explain]\nsyscalls = "$(touch ' + PWNED + ')"\n')),
+        Case("explain-duration-zero", ("run", "r.toml", "--print-xml"), ("explain.duration",),
+             run_toml('[explain]\nsyscalls = true\nduration = 0\n')),
+        Case("explain-duration-nan", ("run", "r.toml", "--print-xml"), ("explain.duration",),
+             run_toml('[explain]\nsyscalls = true\nduration = nan\n')),
+        Case("explain-unknown-key", ("run", "r.toml", "--print-xml"), ("explain.trigger",),
+             run_toml('[explain]\ntrigger = "hist:keys=common_pid"\n')),
     ]
 
 

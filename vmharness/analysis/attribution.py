@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from vmharness.stats import LEVEL, Change, p_value, ratio_change
+from vmharness.stats import LEVEL, Change, p_value, positive, ratio_change
 
 ALL_ON = "all_on"
 ALL_OFF = "all_off"
@@ -102,15 +102,11 @@ def _plain(x: Any) -> Any:
     return x
 
 
-def _good(values: Mapping[K, float] | None) -> dict[K, float]:
-    return {k: float(v) for k, v in (values or {}).items() if math.isfinite(v) and v > 0}
-
-
 def _compare(base: Mapping[K, float] | None, other: Mapping[K, float] | None,
              level: float) -> tuple[Change, float]:
     """other/base paired by boot on the blocks where both are finite and positive, and the p of a paired
     t-test on the log ratios (NaN with fewer than two blocks)."""
-    b, o = _good(base), _good(other)
+    b, o = positive(base), positive(other)
     common = [k for k in b if k in o]
     left = len(set(base or {}) | set(other or {})) - len(common)
     if common:
@@ -145,7 +141,7 @@ def _family(base: Mapping[str, Mapping[K, float] | None], other: Mapping[str, Ma
 
 def _complete(table: Mapping[str, Mapping[K, float]], names: Sequence[str]) -> tuple[list[K], int]:
     """The blocks where every variant in `names` is finite and positive, and how many blocks are not."""
-    good = [_good(table.get(v)) for v in names]
+    good = [positive(table.get(v)) for v in names]
     every = {k for v in names for k in table.get(v, {})}
     blocks = [k for k in good[0] if all(k in g for g in good[1:])]
     return blocks, len(every) - len(blocks)

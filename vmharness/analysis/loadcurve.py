@@ -68,7 +68,7 @@ class LoadAnalysis:
     flags: list[str]
 
 
-def _damaged(where: Path, kind: str, key: object, exc: Exception) -> HarnessError:
+def damaged(where: Path, kind: str, key: object, exc: Exception) -> HarnessError:
     return HarnessError(f"{where}: the {kind} record {key!r} is damaged ({type(exc).__name__}: {exc})",
                         "a run writes these records itself: was the file edited? remove the damaged line and "
                         "re-measure with --resume")
@@ -84,14 +84,14 @@ def analyse(records: Iterable[dict[str, Any]], baseline: str, where: Path) -> Lo
     try:
         peak, conns = float(target["requests_per_s"]), int(target["connections"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise _damaged(where, "load_target", target.get("instance"), exc) from exc
+        raise damaged(where, "load_target", target.get("instance"), exc) from exc
     points: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("kind") == "load":
             try:
                 points.setdefault((str(r["instance"]), int(r["percent"])), []).append(r)
             except (KeyError, TypeError, ValueError) as exc:
-                raise _damaged(where, "load", r.get("key"), exc) from exc
+                raise damaged(where, "load", r.get("key"), exc) from exc
     rows = [_row(name, pct, recs, where) for (name, pct), recs in sorted(points.items())]
     base = {r.percent: r for r in rows if r.instance == baseline}
     rows = [_with_changes(r, base.get(r.percent)) if r.instance != baseline else r for r in rows]
@@ -111,7 +111,7 @@ def _row(name: str, pct: int, recs: list[dict[str, Any]], where: Path) -> Row:
             achieved[it] = float(c["requests_per_s"])
             lat = histogram.from_record(c["latency_us"], int(c["requests"]))
         except (KeyError, TypeError, ValueError) as exc:
-            raise _damaged(where, "load", r.get("key"), exc) from exc
+            raise damaged(where, "load", r.get("key"), exc) from exc
         for q in QS:
             if math.isfinite(lat.percentiles[q]) and lat.percentiles[q] > 0:
                 per[q][it] = lat.percentiles[q]

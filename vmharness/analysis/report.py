@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import events, exits, headline, loadcurve, sides, studies, variants
+from vmharness.analysis import events, exits, headline, loadcurve, sides, studies, syscalls, variants
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
 from vmharness.analysis.headline import pct
 from vmharness.analysis.saturation import LEVEL, Analysis, Noise
@@ -147,7 +147,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
                 "recovered": a.control.recovered, "change": _change(a.control.change)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
             "at_peak": a.at_peak, "vm_exits": exits.to_json(a.exits, a.exits_note),
-            "kernel_events": events.to_json(a.events), "attribution": studies.to_json(a.study),
+            "kernel_events": events.to_json(a.events), "syscalls": syscalls.to_json(a.calls),
+            "attribution": studies.to_json(a.study),
             "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
             "capacity": a.capacity}
 
@@ -160,6 +161,14 @@ def _variant_lines(a: Analysis) -> list[str]:
     return out
 
 
+def _costs(a: Analysis) -> dict[str, float]:
+    return {n: ch["throughput"].change for n, ch in a.changes.items() if math.isfinite(ch["throughput"].change)}
+
+
+def _calls(a: Analysis) -> list[str]:
+    return syscalls.lines(a.calls) + syscalls.why(a.calls, a.work_us, _costs(a))
+
+
 def answer(a: Analysis) -> list[str]:
     """The answer in lines: the peak, each instance's changes there, the control, the noise, and what
     each variant's guest reported differently from the baseline's."""
@@ -170,7 +179,7 @@ def answer(a: Analysis) -> list[str]:
         out.append(f"baseline {a.baseline}: {_peak(a)}")
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             out.append(said)
-        out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak)
+        out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak) + _calls(a)
         for name, ch in sorted(a.changes.items()):
             out.append(f"{name} vs {a.baseline} at {a.peak} connections ({_method(a, name)}):")
             out.append(f"  throughput {pct(ch['throughput'])}")
@@ -229,7 +238,8 @@ def markdown(a: Analysis) -> str:
         lines += ["", f"Baseline `{a.baseline}`: **{_peak(a)}**.", ""]
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             lines += [f"{said[0].upper()}{said[1:]}.", ""]
-        for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak)):
+        for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak),
+                       syscalls.lines(a.calls), syscalls.why(a.calls, a.work_us, _costs(a))):
             if viewed:
                 lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
         if a.changes:

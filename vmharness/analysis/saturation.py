@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import events, exits, hostdiff, loadcurve, sides, studies, variants
+from vmharness.analysis import events, exits, hostdiff, loadcurve, sides, studies, syscalls, variants
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
@@ -66,6 +66,8 @@ class Analysis:
     exits_note: str | None = None  # why none were counted (TCG), or None
     events: list[events.View] = field(default_factory=list)  # the server's kernel events per request there
     study: studies.View | None = None  # an attribution study's answer there ([study])
+    calls: syscalls.View | None = None  # the server's system calls per request there ([explain] syscalls)
+    work_us: dict[str, float | None] = field(default_factory=dict)  # vCPU host time per request less idle's
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -104,6 +106,8 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
         extra.append(flag)
     a.flags[:0] = extra
     a.load = loadcurve.analyse(records, a.baseline, run.path / RECORDS)
+    a.calls = syscalls.view(records, a.baseline, run.path / RECORDS)
+    a.work_us = work_per_request(a, idle_vcpus(run, a.baseline))
     a.capacity = [r for r in records if r.get("kind") == "capacity"]
     peak = a.peak_interval.mean if a.peak_interval is not None else 0.0
     highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0
@@ -196,6 +200,21 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
                     at_peak=sides.at_peak(cell.sides, server_busy(cell), vcpu_means(cell), curve[peak].mean),
                     exits=views, exits_note=exits.note(manifests, views),
                     events=events.views(table, peak, base, d.block))
+
+
+def work_per_request(a: Analysis, idle: list[float] | None) -> dict[str, float | None]:
+    """Each instance's vCPU host time per request at the peak (exits.View's), less the share its guest
+    spends without load (timers, samplers: per second, so per request it grows as throughput falls);
+    without an idle reading (a run without a control), the whole time."""
+    out: dict[str, float | None] = {}
+    for e in a.exits:
+        busy = vcpu_means(a.cells[e.instance][a.peak]) if a.peak is not None and e.instance in a.cells \
+            and a.peak in a.cells[e.instance] else None
+        if e.vcpu_us is None or not busy or not idle or len(idle) != len(busy) or sum(busy) <= sum(idle):
+            out[e.instance] = e.vcpu_us
+        else:
+            out[e.instance] = e.vcpu_us * (sum(busy) - sum(idle)) / sum(busy)
+    return out
 
 
 def _reaches(point: Interval, top: Peak) -> bool:

@@ -24,11 +24,14 @@ class Point:
     connections: int
     instance: str
     percent: int = 0  # > 0: an open-loop point at this percentage of the baseline's peak (load_points)
+    counted: bool = False  # a point at the baseline's peak whose server's system calls are counted
 
     @property
     def key(self) -> str:
         if self.percent:
             return f"{self.instance}/@{self.percent}%/{self.iteration}"
+        if self.counted:
+            return f"{self.instance}/syscalls/{self.iteration}"
         return f"{self.instance}/{self.connections}/{self.iteration}"
 
 
@@ -55,7 +58,8 @@ def planned(cfg: BenchConfig) -> int | None:
     """How many points the sweep plans at its start: the grid's and the open-loop load's; None for the
     adaptive search, which decides as it goes."""
     load = len(loaded(cfg)) * len(cfg.load.percents) * cfg.sweep.iterations
-    return len(points(cfg)) + load if cfg.sweep.search == "grid" else None
+    counted = len(cfg.instance) * cfg.sweep.iterations if counts_syscalls(cfg) else 0
+    return len(points(cfg)) + load + counted if cfg.sweep.search == "grid" else None
 
 
 def _measurements(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -131,7 +135,7 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
 
     seen = curve(cfg, measured)
     base = cfg.instance[0].name
-    walk = [base] if isinstance(cfg, sections.RunConfig) and cfg.study.switches else [i.name for i in cfg.instance]
+    walk = [base] if _study(cfg) else [i.name for i in cfg.instance]
     if derived.interleave(cfg) == "point":  # every instance at a count before the search goes on
         behind = [p for c in sorted(seen) for n in order(0) if n in walk
                   and (p := Point(0, c, n)).key not in tried]
@@ -171,9 +175,15 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     return [Point(k, c, n) for c in near for n in order(k)]
 
 
+def _study(cfg: BenchConfig) -> sections.StudySection | None:
+    """A run's attribution study, if it has one (a bench configuration never has)."""
+    return cfg.study if isinstance(cfg, sections.RunConfig) and cfg.study.switches else None
+
+
 def _near(cfg: BenchConfig, seen: list[int], focus: int) -> list[int]:
     """Where further rounds go: the focus, and with a study's `neighbours` the measured counts beside it."""
-    if not (isinstance(cfg, sections.RunConfig) and cfg.study.switches and cfg.study.neighbours):
+    study = _study(cfg)
+    if study is None or not study.neighbours:
         return [focus]
     i = seen.index(focus)
     return seen[max(0, i - 1):i + 2]
@@ -214,8 +224,9 @@ def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str,
     """The load's target from the sweep so far: the baseline's count with the highest mean requests/s,
     and load.percents of that mean. Fixed once written, so that every instance and iteration (and a
     resumed run) is loaded at the same rates; in a run that is after the baseline's first boot. None
-    without a load to measure, or before the baseline has a successful point."""
-    if not cfg.load.percents:
+    without a load to measure (or system calls to count there), or before the baseline has a successful
+    point."""
+    if not (cfg.load.percents or counts_syscalls(cfg)):
         return None
     records = list(records)
     base = cfg.instance[0].name
@@ -252,3 +263,28 @@ def load_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: 
     its = range(cfg.sweep.iterations) if iteration is None else [iteration]
     return [p for it in its for n in _order(cfg, it) if n in names for pct in cfg.load.percents
             if (p := Point(it, int(target["connections"]), n, pct)).key not in done]
+
+
+def counts_syscalls(cfg: BenchConfig) -> bool:
+    """A run whose [explain] asks for the server's system calls (bench/syscalls.py)."""
+    return isinstance(cfg, sections.RunConfig) and cfg.explain.syscalls
+
+
+def counted_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
+    """With [explain] syscalls: one point per instance and iteration at the load target's count (the
+    baseline's peak, fixed once written), whose system calls are counted; none before the target."""
+    records = list(records)
+    target = load_target(records)
+    if not counts_syscalls(cfg) or target is None:
+        return []
+    done = {r["key"] for r in records if r.get("kind") == "syscalls" and r.get("ok")}
+    gone = dropped(records)
+    its = range(cfg.sweep.iterations) if iteration is None else [iteration]
+    return [p for it in its for n in _order(cfg, it) if n not in gone
+            if (p := Point(it, int(target["connections"]), n, counted=True)).key not in done]
+
+
+def after_sweep(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
+    """What follows the sweep at the baseline's peak: the open-loop load's points, then the counted ones."""
+    records = list(records)
+    return load_points(cfg, records, iteration) + counted_points(cfg, records, iteration)

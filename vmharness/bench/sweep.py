@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness import progress
-from vmharness.bench import capacity, hostview, plan, server
+from vmharness.bench import capacity, hostview, plan, server, syscalls
 from vmharness.bench import clients as clients_mod
 from vmharness.bench.machines import machine
 from vmharness.bench.plan import Point
 from vmharness.bench.sampler import Samplers
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
-from vmharness.model.sections import BenchConfig, InstanceSection
+from vmharness.model.sections import BenchConfig, InstanceSection, RunConfig
 from vmharness.rundir.store import RunDir
 from vmharness.signals import shielded
 from vmharness.system.machine import Machine
@@ -86,7 +86,8 @@ class Sweep:
         s, url = self.cfg.sweep, self.cfg.server.url
         if not point.percent:
             depth = next(i.pipeline for i in self.cfg.instance if i.name == point.instance)
-            return clients_mod.wrk_runs(self.clients, url, point.connections, s.duration, s.timeout, depth)
+            seconds = self.cfg.explain.duration if point.counted and isinstance(self.cfg, RunConfig) else s.duration
+            return clients_mod.wrk_runs(self.clients, url, point.connections, seconds, s.timeout, depth)
         return clients_mod.open_runs(self.clients, url, point.connections, self._rate(point.percent),
                                      self.cfg.load.duration or s.duration, s.timeout)
 
@@ -164,9 +165,11 @@ class Sweep:
             self.before_point(point)
         srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
         self._warm_up(samplers)
-        result = self._measure(samplers, point, srv)
         where = {"key": point.key, "instance": point.instance, "connections": point.connections,
                  "iteration": point.iteration}
+        if point.counted:
+            return self._counted(samplers, point, srv, where, label)
+        result = self._measure(samplers, point, srv)
         if point.percent:
             rate = self._rate(point.percent)
             self.run.append({"kind": "load", **where, "percent": point.percent, "rate": rate, **result})
@@ -182,6 +185,27 @@ class Sweep:
         time.sleep(self.cfg.sweep.wait)
         return bool(result["ok"])
 
+    def _counted(self, samplers: Samplers, point: Point, srv: server.Server, where: dict[str, Any],
+                 label: str) -> bool:
+        """A point whose server's system calls are counted (bench/syscalls.py): the trigger on around
+        it, the calls of nginx's processes (its master and their descendants) kept by system call."""
+        syscalls.start(self.server_machine)
+        try:
+            result = self._measure(samplers, point, srv)
+        finally:
+            counts, stats = syscalls.stop(self.server_machine)
+        if result["ok"] and result["attempts"] > 1:  # a failed attempt's calls are in the count
+            result = {**result, "ok": False, "error": "counted over more than one attempt: not a count per request"}
+        by_call = syscalls.of(counts, syscalls.tree(stats, srv.pid))
+        self.run.append({"kind": "syscalls", **where, **result, "syscalls": {
+            "server": sum(by_call.values()), "by_call": by_call, "all": counts.hits, "dropped": counts.dropped}})
+        got = result["client"] if result["ok"] else None
+        said = (f"{got['requests_per_s']:,.0f} req/s, {sum(by_call.values()) / max(got['requests'], 1):.2f} "
+                f"system calls per request in the server" if got else "FAILED")
+        self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
+        time.sleep(self.cfg.sweep.wait)
+        return bool(result["ok"])
+
     def _next(self, only: list[Point] | None, more: Callable[[], list[Point]] | None) -> list[Point]:
         if only is not None:
             return more() if more is not None else []
@@ -191,9 +215,10 @@ class Sweep:
         return todo
 
     def _loads(self, only: list[Point] | None, loads: Callable[[], list[Point]] | None) -> list[Point]:
-        """The open-loop points, once the sweep is done (or, given `only`, what `loads` offers: a run's
-        session asks for its iteration's); the target is written first if it is not yet."""
-        if not self.cfg.load.percents:
+        """The open-loop points and the counted ones (plan.after_sweep), once the sweep is done (or,
+        given `only`, what `loads` offers: a run's session asks for its iteration's); the target is
+        written first if it is not yet."""
+        if not (self.cfg.load.percents or plan.counts_syscalls(self.cfg)):
             return []
         records = list(self.run.records())
         if plan.load_target(records) is None:
@@ -202,10 +227,11 @@ class Sweep:
                 self.say("no open-loop load yet: the baseline has no successful point to take its peak from")
                 return []
             self.run.append(target)
-            self.say(f"open-loop load at {', '.join(map(str, self.cfg.load.percents))}% of the baseline's peak, "
-                     f"{target['requests_per_s']:,.0f} req/s ({target['from']})")
+            what = (f"open-loop load at {', '.join(map(str, self.cfg.load.percents))}% of the baseline's peak"
+                    if self.cfg.load.percents else "system calls counted at the baseline's peak")
+            self.say(f"{what}, {target['requests_per_s']:,.0f} req/s ({target['from']})")
         if only is None:
-            return plan.load_points(self.cfg, self.run.records())
+            return plan.after_sweep(self.cfg, self.run.records())
         return loads() if loads is not None else []
 
     def execute(self, only: list[Point] | None = None, more: Callable[[], list[Point]] | None = None,

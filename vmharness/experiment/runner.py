@@ -92,7 +92,8 @@ class Runner:
         done = self.run.completed()
         for p in s.points:
             if p.key not in done:
-                load = {"kind": "load", "percent": p.percent} if p.percent else {"kind": "measurement"}
+                load = ({"kind": "load", "percent": p.percent} if p.percent else
+                        {"kind": "syscalls"} if p.counted else {"kind": "measurement"})
                 self.run.append({**load, "key": p.key, "instance": p.instance, "connections": p.connections,
                                  "iteration": p.iteration, "ok": False, "attempts": 0, "error": error,
                                  "failed_attempts": []})
@@ -108,9 +109,9 @@ class Runner:
                         if p.iteration == s.iteration and riding.get(p.instance, p.instance) == s.instance]
 
     def _loads(self, s: Session) -> Callable[[], list[plan.Point]]:
-        """After a session's sweep: the open-loop points of its iteration and instances."""
+        """After a session's sweep: the open-loop and counted points of its iteration and instances."""
         riding = rides(self.cfg)
-        return lambda: [p for p in plan.load_points(self.cfg, self.run.records(), s.iteration)
+        return lambda: [p for p in plan.after_sweep(self.cfg, self.run.records(), s.iteration)
                         if riding.get(p.instance, p.instance) == s.instance]
 
     def _idle_of(self, s: Session) -> dict[str, Any] | None:
@@ -185,7 +186,7 @@ class Runner:
 
     def _measure(self) -> None:
         done = self.run.completed()
-        todo = plan.todo(self.cfg, self.run.records(), done) + plan.load_points(self.cfg, self.run.records())
+        todo = plan.todo(self.cfg, self.run.records(), done) + plan.after_sweep(self.cfg, self.run.records())
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         offered = False  # the open-loop points left after the sweep (a failed boot's), offered once more
         with progress.Progress("guest sessions", None) as bar:
@@ -203,7 +204,7 @@ class Runner:
                 if why:
                     self.say(why)
                 if not todo and not offered:
-                    todo, offered = plan.load_points(self.cfg, self.run.records()), True
+                    todo, offered = plan.after_sweep(self.cfg, self.run.records()), True
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""

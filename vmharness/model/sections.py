@@ -1,9 +1,9 @@
 """The experiment model: every table of a bench or run configuration file is a frozen dataclass whose
 fields (name, type, default, bounds or checker) are the whole schema, read by `schema.table`; an unknown
 key, a wrong type or a bad value is an error naming `table.key`. BenchConfig holds bench's tables and
-RunConfig adds run's ([guest], [control], [study]). The checks on one value are model/checks.py's, what a
-configuration implies (the control, pipeline twins) model/derived.py's, the rules that span settings
-model/rules.py's, and reading a file or a manifest model/config.py's."""
+RunConfig adds run's ([guest], [control], [study], [explain]). The checks on one value are
+model/checks.py's, what a configuration implies (the control, pipeline twins) model/derived.py's, the
+rules that span settings model/rules.py's, and reading a file or a manifest model/config.py's."""
 
 from __future__ import annotations
 
@@ -167,6 +167,16 @@ class StudySection:
 
 
 @dataclass(frozen=True)
+class ExplainSection:
+    """What a run measures to explain a cost, in extra points at the baseline's peak kept out of the
+    statistics (bench/syscalls.py): `syscalls`, the server's system calls per request, one such point
+    per instance and boot, `duration` seconds long."""
+
+    syscalls: bool = False
+    duration: float = bounded(2.0, 0.5, 600.0)
+
+
+@dataclass(frozen=True)
 class GuestSection:
     """The guest that `vmharness run` boots for each instance and iteration."""
 
@@ -225,4 +235,5 @@ class RunConfig(BenchConfig):
     guest: GuestSection = field(default_factory=GuestSection)
     control: ControlSection = field(default_factory=ControlSection)
     study: StudySection = field(default_factory=StudySection)
+    explain: ExplainSection = field(default_factory=ExplainSection)
 

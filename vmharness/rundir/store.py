@@ -37,7 +37,7 @@ from vmharness.system import owned
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 REPORT = "report"  # the folder `run` writes its report into
-POINTS = ("measurement", "load")  # the kinds of record that are a measured point, with a key
+POINTS = ("measurement", "load", "syscalls")  # the kinds of record that are a measured point, with a key
 MAX_MANIFEST = 64 << 20  # bytes: the configuration and the provenance of each boot
 MAX_RECORDS = 1 << 30  # bytes: 10,000 points of 100 KiB (a histogram per microsecond); a larger file is
 # refused before it is read

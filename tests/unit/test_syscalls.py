@@ -1,0 +1,189 @@
+"""[explain] syscalls on known data: the kernel histogram's text read, nginx's process tree found, the
+counted points planned once per instance and boot at the baseline's peak, their records checked, and the
+report's calls per request, changes and counting cost on records of known answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmharness.analysis import syscalls as view_of
+from vmharness.bench import plan
+from vmharness.bench import syscalls as counter
+from vmharness.errors import HarnessError
+from vmharness.model import config
+from vmharness.rundir import record_check
+
+HIST = """# event histogram
+#
+# trigger info: hist:keys=common_pid,id.syscall:vals=hitcount:sort=hitcount:size=8192 [active]
+#
+
+{ common_pid:        412, id: sys_epoll_wait                [232] } hitcount:          3
+{ common_pid:        977, id: sys_read                      [  0] } hitcount:         11
+{ common_pid:        981, id: sys_recvfrom                  [ 45] } hitcount:       4000
+{ common_pid:        981, id: sys_writev                    [ 20] } hitcount:       4000
+{ common_pid:        981, id: sys_epoll_wait                [232] } hitcount:       2000
+{ common_pid:        982, id: unknown_syscall               [335] } hitcount:          2
+
+Totals:
+    Hits: 10016
+    Entries: 6
+    Dropped: 0
+"""
+STAT = """1 (init) S 0 1 1 0 -1
+412 (sshd) S 1 412 412 0 -1
+980 (nginx) S 1 980 980 0 -1
+981 (nginx: worker) S 980 980 980 0 -1
+982 (nginx (odd) name) S 981 980 980 0 -1
+977 (cat) R 412 977 412 0 -1
+"""
+
+
+def test_the_histogram_is_read_by_process_and_call() -> None:
+    got = counter.parse(HIST)
+    assert got.hits == 10016 and got.dropped == 0
+    assert got.calls[(981, "recvfrom")] == 4000 and got.calls[(982, "#335")] == 2
+    nginx = counter.tree(STAT, 980)
+    assert nginx == {980, 981, 982}  # a ")" inside a name does not shift the fields
+    assert counter.of(got, nginx) == {"recvfrom": 4000, "writev": 4000, "epoll_wait": 2000, "#335": 2}
+
+
+@pytest.mark.parametrize("text", ["", "Totals:\n    Entries: 3\n", "{ common_pid: 1, id: sys_read [ 0] } hitcount: 5"])
+def test_text_without_totals_is_not_a_histogram(text: str) -> None:
+    with pytest.raises(ValueError, match="Hits"):
+        counter.parse(text)
+
+
+def _cfg(tmp_path: Path, extra: str = "") -> Any:
+    f = tmp_path / "r.toml"
+    f.write_text('[[instance]]\nname = "base"\n[[instance]]\nname = "pti"\ncmdline = "pti=on"\n'
+                 '[sweep]\nconnections = "2,8"\niterations = 2\n[load]\npercents = []\n'
+                 f'[explain]\nsyscalls = true\n{extra}')
+    return config.load_run(f)
+
+
+def _measurement(inst: str, conns: int, it: int, rps: float) -> dict[str, Any]:
+    return {"kind": "measurement", "key": f"{inst}/{conns}/{it}", "instance": inst, "connections": conns,
+            "iteration": it, "ok": True, "client": {"requests_per_s": rps, "requests": int(rps * 2)}}
+
+
+def _counted(inst: str, it: int, rps: float, per_request: float, dropped: int = 0) -> dict[str, Any]:
+    requests = int(rps * 2)
+    server = round(per_request * requests)
+    return {"kind": "syscalls", "key": f"{inst}/syscalls/{it}", "instance": inst, "connections": 8,
+            "iteration": it, "ok": True, "client": {"requests_per_s": rps, "requests": requests},
+            "syscalls": {"server": server, "by_call": {"recvfrom": server // 2, "writev": server - server // 2},
+                         "all": server + 100, "dropped": dropped}}
+
+
+def test_counted_points_follow_the_target_once_per_instance_and_boot(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    records = [_measurement("base", c, 0, r) for c, r in ((2, 500.0), (8, 900.0))]
+    assert plan.counted_points(cfg, records) == []  # no target yet
+    target = plan.new_target(cfg, records)
+    assert target is not None and target["connections"] == 8 and target["rates"] == {}  # no load, a peak
+    records.append(target)
+    points = plan.counted_points(cfg, records)
+    assert [p.key for p in points] == ["base/syscalls/0", "pti/syscalls/0", "pti/syscalls/1", "base/syscalls/1"]
+    assert {p.connections for p in points} == {8} and all(p.counted for p in points)
+    assert plan.planned(cfg) == 2 * 2 * 2 + 4  # the grid's points and the counted ones
+    records.append(_counted("base", 0, 880.0, 5.0))  # measured: not offered again, also after a resume
+    assert [p.key for p in plan.after_sweep(cfg, records, 1)] == ["pti/syscalls/1", "base/syscalls/1"]
+    records.append({"kind": "dropped", "instance": "pti", "iteration": 0, "reason": "x"})
+    assert [p.key for p in plan.counted_points(cfg, records)] == ["base/syscalls/1"]
+
+
+def test_without_explain_nothing_is_counted_and_no_target_is_written(tmp_path: Path) -> None:
+    f = tmp_path / "r.toml"
+    f.write_text('[[instance]]\nname = "base"\n[load]\npercents = []\n')
+    cfg = config.load_run(f)
+    assert plan.new_target(cfg, [_measurement("base", 8, 0, 900.0)]) is None
+    assert plan.counted_points(cfg, [{"kind": "load_target", "connections": 8}]) == []
+
+
+def test_a_counted_record_is_checked_as_a_point() -> None:
+    good = _counted("base", 0, 880.0, 5.0)
+    assert record_check.numbers_fault(good) is None and record_check.point_key(good) == "base/syscalls/0"
+    bad = json.loads(json.dumps(good))
+    bad["syscalls"]["by_call"]["writev"] = -3
+    assert "syscalls.by_call.writev" in str(record_check.numbers_fault(bad))
+    bad = json.loads(json.dumps(good))
+    bad["syscalls"]["server"] = 2.5
+    assert "syscalls.server" in str(record_check.numbers_fault(bad))
+
+
+def _run_records() -> list[dict[str, Any]]:
+    out = []
+    for it, (b, p) in enumerate(((1000.0, 700.0), (1100.0, 760.0), (950.0, 650.0))):
+        out += [_measurement("base", 8, it, b), _measurement("pti", 8, it, p)]
+        # counted: 2% slower than the same boot's uncounted point; pti makes the same calls, slower
+        out += [_counted("base", it, b * 0.98, 5.0 + 0.01 * it), _counted("pti", it, p * 0.98, 5.0 + 0.01 * it)]
+    return out
+
+
+def test_calls_per_request_their_change_and_the_counting_cost(tmp_path: Path) -> None:
+    v = view_of.view(_run_records(), "base", tmp_path / "records.jsonl")
+    assert v is not None and v.connections == 8 and v.left_out == 0
+    base, pti = v.rows
+    assert base.instance == "base" and base.change is None and base.boots == 3
+    assert base.per_request == pytest.approx(5.01, abs=0.001)
+    assert pti.change is not None and abs(pti.change.change) < 0.002 and pti.change.low < 0 < pti.change.high
+    assert base.cost is not None and base.cost.change == pytest.approx(-0.02, abs=1e-3)
+    assert [k for k, _ in base.top] == ["writev", "recvfrom"]  # the most frequent first
+    text = view_of.lines(v)
+    assert text[0].startswith("system calls per request in the server at 8 connections (counted in one extra "
+                              "point per boot; counting changed base's throughput -2.0% [")
+    assert text[1].startswith("  base: 5.01 over 3 boot(s): writev 2.5")
+    assert json.loads(json.dumps(view_of.to_json(v)))["instances"]["pti"]["change"]["n"] == 3
+
+
+def test_a_variant_that_makes_more_calls_shows_the_change(tmp_path: Path) -> None:
+    records = [r for r in _run_records() if not (r["kind"] == "syscalls" and r["instance"] == "pti")]
+    records += [_counted("pti", it, 700.0, 6.0 + 0.01 * it) for it in range(3)]
+    v = view_of.view(records, "base", tmp_path / "records.jsonl")
+    assert v is not None and v.rows[1].change is not None
+    assert v.rows[1].change.change == pytest.approx(0.2, abs=0.01) and v.rows[1].change.low > 0.15
+
+
+def test_an_overflowed_histogram_is_left_out_and_said(tmp_path: Path) -> None:
+    records = [*_run_records(), {**_counted("base", 3, 900.0, 9.0, dropped=12)}]
+    v = view_of.view(records, "base", tmp_path / "records.jsonl")
+    assert v is not None and v.left_out == 1 and v.rows[0].boots == 3
+    assert "1 counted point(s) left out: the kernel's histogram overflowed" in view_of.lines(v)[-1]
+
+
+def test_a_damaged_counted_record_names_the_file_and_the_record(tmp_path: Path) -> None:
+    bad = _counted("base", 0, 900.0, 5.0)
+    del bad["syscalls"]["by_call"]
+    with pytest.raises(HarnessError, match=r"records.jsonl: the syscalls record 'base/syscalls/0' is damaged"):
+        view_of.view([bad], "base", tmp_path / "records.jsonl")
+    assert view_of.view([_measurement("base", 8, 0, 900.0)], "base", tmp_path / "records.jsonl") is None
+
+
+def test_why_sets_the_work_per_request_beside_the_measured_cost(tmp_path: Path) -> None:
+    """Known answer: pti's calls are the same and its work per request predicts its cost; a variant that
+    makes 20% more calls is explained by that work; negative control: a capped guest does no more work
+    per request, so its cost lies outside the guest."""
+    records = _run_records()
+    for it in range(3):
+        records += [_counted("chatty", it, 790.0, 6.0 + 0.01 * it), _counted("capped", it, 490.0, 5.0 + 0.01 * it)]
+    v = view_of.view(records, "base", tmp_path / "records.jsonl")
+    work = {"base": 280.0, "pti": 475.0, "chatty": 340.0, "capped": 270.0}
+    said = view_of.why(v, work, {"pti": -0.30, "chatty": -0.20, "capped": -0.50})
+    less = "its vCPUs' time per request, less their time without load,"
+    assert said == [
+        "why, from the counted points:",
+        f"  capped: the same system calls per request; {less} -4% (270 against 280 µs) predicts +4% of the "
+        "measured -50%: most of the cost lies outside the guest's work (a cap, a wait, contention)",
+        f"  chatty: +20.0% system calls per request; {less} +21% (340 against 280 µs) predicts -18% of the "
+        "measured -20%: the guest's added work explains it",
+        f"  pti: the same system calls per request; {less} +70% (475 against 280 µs) predicts -41% of the "
+        "measured -30%: each call costs more, which explains the cost"]
+    # nothing is explained rather than guessed: without the vCPU times (a bench), or without a cost
+    assert view_of.why(v, {**work, "base": None}, {"pti": -0.30}) == []
+    assert view_of.why(v, work, {"pti": 0.01}) == []
+    assert view_of.why(None, work, {}) == []

@@ -1,0 +1,107 @@
+"""The server's system calls over one extra point (`[explain] syscalls`): counted by the kernel of the
+machine that serves, in a histogram trigger on the raw_syscalls:sys_enter tracepoint keyed by process
+and system call (the kernel's tracing, Documentation/trace/histogram.rst), so that nothing is copied to
+user space per call and the count needs no tool in the guest. The trigger costs each call of every
+process a little while it is on, so it is on only for that extra point, whose throughput the report
+shows beside the uncounted one and never mixes into its statistics.
+
+Written here rather than with perf (`perf stat -e raw_syscalls:sys_enter`): perf is not in the guest
+image, and it would count every process alike where the question is the server's calls per request,
+which the histogram's process key answers; bpftrace would need a compiler in the guest.
+
+The histogram starts empty with the trigger, which is removed after the read; a guest is discarded
+after its boot, so one the harness lost still leaves nothing on any machine it keeps."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vmharness.errors import HarnessError
+from vmharness.system.machine import Machine
+
+TRACING = "/sys/kernel/tracing"
+EVENT = f"{TRACING}/events/raw_syscalls/sys_enter"
+SPEC = "hist:keys=common_pid,id.syscall:vals=hitcount:size=8192"
+# One argv, the trigger's text and its file as arguments: no value of a run's reaches the shell's text.
+_WRITE = 'echo "$1" > "$2"'
+_MOUNT = f'grep -q " {TRACING} tracefs " /proc/mounts || mount -t tracefs nodev {TRACING}'
+_LINE = re.compile(r"\{\s*common_pid:\s*(\d+),\s*id:\s*(\S+)\s*\[\s*(\d+)\]\s*\}\s*hitcount:\s*(\d+)")
+_TOTAL = re.compile(r"^\s*(Hits|Entries|Dropped):\s*(\d+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What the histogram held: calls by (process, system call), and its totals."""
+
+    calls: dict[tuple[int, str], int]
+    hits: int
+    dropped: int  # calls the histogram had no room for: the counts are then a lower bound
+
+
+def parse(text: str) -> Counts:
+    """The histogram file's lines `{ common_pid: P, id: sys_NAME [ N] } hitcount: C` and its totals.
+    A system call the kernel has no name for shows as its number."""
+    calls: dict[tuple[int, str], int] = {}
+    for pid, name, number, count in _LINE.findall(text):
+        key = (int(pid), name.removeprefix("sys_") if name != "unknown_syscall" else f"#{int(number)}")
+        calls[key] = calls.get(key, 0) + int(count)
+    totals = {k: int(v) for k, v in _TOTAL.findall(text)}
+    if "Hits" not in totals:
+        raise ValueError("no 'Totals: Hits:' line: not a histogram's output")
+    return Counts(calls, totals["Hits"], totals.get("Dropped", 0))
+
+
+def tree(stat_lines: str, root: int) -> set[int]:
+    """The process `root` and its descendants, from /proc/PID/stat lines (`PID (comm) S PPID ...`)."""
+    parents: dict[int, int] = {}
+    for line in stat_lines.splitlines():
+        head, _, tail = line.rpartition(")")
+        fields = tail.split()
+        pid = head.split(" (", 1)[0].strip()
+        if len(fields) >= 2 and pid.isdigit() and fields[1].isdigit():
+            parents[int(pid)] = int(fields[1])
+    found = {root}
+    grew = True
+    while grew:
+        more = {p for p, pp in parents.items() if pp in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def of(counts: Counts, pids: set[int]) -> dict[str, int]:
+    """The calls of the processes in `pids`, by system call, the most frequent first."""
+    out: dict[str, int] = {}
+    for (pid, name), n in counts.calls.items():
+        if pid in pids:
+            out[name] = out.get(name, 0) + n
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def start(m: Machine) -> None:
+    """The trigger on, its histogram empty (one left by an interrupted point is removed first)."""
+    m.run(["sh", "-c", _MOUNT], timeout=30)
+    _set(m, f"!{SPEC}", check=False)
+    _set(m, SPEC)
+
+
+def stop(m: Machine) -> tuple[Counts, str]:
+    """The histogram and every process's stat line, read together; then the trigger removed."""
+    try:
+        hist = m.run(["cat", f"{EVENT}/hist"], timeout=30).stdout
+        stats = m.run(["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"], timeout=30, check=False).stdout
+    finally:
+        _set(m, f"!{SPEC}", check=False)
+    try:
+        return parse(hist), stats
+    except ValueError as exc:
+        raise HarnessError(f"the system call histogram on {m.label} could not be read: {exc}",
+                           "is the kernel built with CONFIG_HIST_TRIGGERS? turn [explain] syscalls off") from exc
+
+
+def _set(m: Machine, spec: str, check: bool = True) -> None:
+    res = m.run(["sh", "-c", _WRITE, "sh", spec, f"{EVENT}/trigger"], timeout=30, check=False)
+    if check and not res.ok:
+        raise HarnessError(f"cannot count system calls on {m.label}: {res.stderr.strip() or 'the trigger was refused'}",
+                           "the kernel needs tracefs and CONFIG_HIST_TRIGGERS; turn [explain] syscalls off")

@@ -1,7 +1,8 @@
 """The attribution study on simulated studies of known truth: exact answers without noise, the coverage
-of the Bonferroni intervals and of the interaction's, the family-wise error of Holm's step-down against
-unadjusted tests, its power, and damaged data. The seed was chosen before any of these ran and was
-not used to choose the method; every test draws from it, so the tests are deterministic.
+of every interval an attribution prints (test_coverage.py's rule: 2,000 studies from tests/coverage_kit.py's
+seed, 93-97% at 95%, and the check fails at 90%), the family-wise error of Holm's step-down against
+unadjusted tests, its power, and damaged data. SEED was chosen before any of these ran and was not
+used to choose the method; every other test draws from it, so the tests are deterministic.
 
 The simulation: per block a boot effect (log-normal, sd 0.05) shared by every variant, per variant and
 block a noise (sd 0.02); each switch s has a log-additive effect e_s from all_off, and all_on alone gets
@@ -10,6 +11,7 @@ total = exp(sum e + K) - 1, interaction = exp(-(m - 1) K) - 1, cost alone = exp(
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from tests import coverage_kit as kit
 from vmharness.analysis import attribution as at
 from vmharness.stats import Change
 
@@ -87,32 +90,40 @@ def test_the_waterfall_climbs_from_all_off_to_all_on_largest_switch_first() -> N
     assert at.waterfall(table, switches()) == []
 
 
-def coverage(level: float) -> tuple[float, list[float], float, list[at.Study]]:
-    """Over 200 simulated studies: the simultaneous coverage of the marginal intervals, each one's, and
-    the interaction's."""
-    studies = [at.study("throughput", t, switches(), level=level) for t in simulate(rng(3), 200)]
-    hits = np.array([[covers(mg.change, c) for mg, c in zip(s.marginals, COSTS, strict=True)] for s in studies])
-    truth = math.expm1(-(len(COSTS) - 1) * K)
-    inter = np.array([s.interaction is not None and covers(s.interaction, truth) for s in studies])
-    return float(hits.all(axis=1).mean()), hits.mean(axis=0).tolist(), float(inter.mean()), studies
+@functools.cache
+def coverage(level: float) -> tuple[dict[str, np.ndarray], np.ndarray, list[at.Study]]:
+    """Over 2,000 simulated studies (tests/coverage_kit.py's seed): whether each printed interval, or
+    family of intervals (all of them at once), holds its truth; and each marginal's own hits."""
+    studies = [at.study("throughput", t, switches(), level=level) for t in simulate(kit.rng(20), kit.RUNS)]
+    e = np.log1p(COSTS) - K
+    marginal = np.array([[covers(mg.change, c) for mg, c in zip(s.marginals, COSTS, strict=True)] for s in studies])
+    alone = np.array([[covers(a.change, math.expm1(x)) for a, x in zip(s.alone, e, strict=True)] for s in studies])
+    total, inter = math.expm1(e.sum() + K), math.expm1(-(len(COSTS) - 1) * K)
+    hits: dict[str, np.ndarray] = {
+        "marginals": np.asarray(marginal.all(axis=1)), "alone": np.asarray(alone.all(axis=1)),
+        "total": np.array([s.total is not None and covers(s.total, total) for s in studies]),
+        "interaction": np.array([s.interaction is not None and covers(s.interaction, inter) for s in studies])}
+    return hits, marginal, studies
 
 
-def test_the_bonferroni_intervals_hold_every_true_cost_at_once_95_percent_of_the_time() -> None:
-    together, each, interaction, studies = coverage(0.95)
-    print(f"simultaneous {together:.3f}, each {each}, interaction {interaction:.3f}")
-    assert 0.90 <= together <= 0.99
-    assert min(each) >= 0.93
-    assert 0.90 <= interaction <= 0.99
+@kit.LEVELS
+@pytest.mark.parametrize("interval", ["marginals", "alone", "total", "interaction"])
+def test_each_printed_interval_holds_its_truth_95_percent_of_the_time(interval: str, level: float) -> None:
+    # a Bonferroni family holds every true cost at once at least `level` of the time: here about as
+    # often (the marginals share all_on's noise), so it is held to the rule as one interval
+    hits, _, _ = coverage(level)
+    kit.judge(hits[interval], level)
+
+
+def test_each_bonferroni_interval_holds_its_cost_at_the_adjusted_level_and_holm_finds_a_10_percent_cost() -> None:
+    _, marginal, studies = coverage(0.95)
+    each = marginal.mean(axis=0)
+    print(f"each marginal {each}")
+    assert min(each) >= 0.97  # 1 - 0.05/3 = 98.3%
     # power: a switch costing 10% under this noise is found by Holm in nearly every study
     power = np.mean([s.marginals[0].holm_rejects for s in studies])
     print(f"power at -10%: {power:.3f}")
     assert power > 0.90
-
-
-def test_the_coverage_check_fails_intervals_that_are_too_narrow() -> None:
-    together, _, interaction, _ = coverage(0.80)
-    print(f"at 0.80: simultaneous {together:.3f}, interaction {interaction:.3f}")
-    assert together < 0.90 and interaction < 0.90
 
 
 def test_holm_holds_the_family_wise_error_where_unadjusted_tests_do_not() -> None:

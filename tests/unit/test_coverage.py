@@ -1,78 +1,59 @@
-"""Each estimator on synthetic runs of known answer: of 200 simulated runs, a 95% interval must hold
-the truth in 90-99% of them (the peak's height: of 2,000, in 93-97%). The data are drawn with numpy
-from fixed seeds (chosen before any of these ran), so the tests are deterministic; the estimators are
-the ones the report uses, called once per simulated run (the peak's height also all runs at once)."""
+"""Each interval the report prints, on synthetic runs of known answer: of at least 2,000 simulated
+runs, a 95% interval must hold the truth in 93-97% of them, and the same check must fail the same
+estimator at 90% (it holds the truth in about 90% of runs then), so a test can tell a 95% interval
+from a narrower one. The data are drawn with numpy from seeds fixed before the tests first ran and not
+used to choose the methods (tests/coverage_kit.py: 50873 for every interval but the peak's height,
+which has 27061 of its own), so the tests are deterministic. The estimators are the ones the report
+uses, called once per simulated run (the peak's height all runs at once, through the helper peak()
+calls). Where an interval falls short in some case, a guard test says by how much, and
+docs/statistics.md says it too.
+
+Here: a point's mean (stats.mean_interval), the variance split's share between boots (stats.split)
+and the peak's height (stats.peak); test_coverage_ratios.py: the change intervals (paired, Welch,
+p99 ratios); test_attribution.py: an attribution study's Bonferroni families, total and interaction."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from tests import coverage_kit as kit
+from tests.coverage_kit import LEVELS
 from vmharness import stats
 
-RUNS = 200
-SEED = 14
+
+@LEVELS
+@pytest.mark.parametrize("n", [3, 5])
+def test_a_points_mean_holds_the_true_mean(n: int, level: float) -> None:
+    # a point's throughput over n iterations, each 1000 times (1 ± 3%): the table's 95% CI column
+    values = 1000 * (1 + kit.rng(4 + n).normal(0, 0.03, (kit.RUNS, n)))
+    intervals = [stats.mean_interval(list(v), level) for v in values]
+    kit.judge(np.array([i.low <= 1000 <= i.high for i in intervals]), level)
 
 
-def rng() -> np.random.Generator:
-    return np.random.default_rng(SEED)
+@LEVELS
+@pytest.mark.parametrize(("boots", "counts", "between", "within"), [(4, 6, 0.05, 0.03), (3, 3, 0.20, 0.02)],
+                         ids=["4x6", "3x3"])
+def test_the_variance_split_holds_the_true_share_between_boots(boots: int, counts: int, between: float,
+                                                               within: float, level: float) -> None:
+    # boots x counts: each boot shifts all its counts by ±between, each measurement varies by ±within.
+    # 20,000 runs: the first 2,000 of the 3x3 design held the truth 92.8% of the time, 4.4 standard
+    # errors under 95% (the worst of this seed's first 100 streams; the ratio of mean squares matched
+    # its F distribution, and 200,000 runs of the same stream gave 94.97%): a rare draw, not the method,
+    # so the stream was kept and more of it drawn
+    runs = 10 * kit.RUNS
+    r = kit.rng(10 + boots)
+    curve = np.log([200.0, 400, 600, 700, 650, 600][:counts])
+    truth = between**2 / (between**2 + within**2)
+    tables = np.exp(curve + r.normal(0, between, (runs, boots, 1)) + r.normal(0, within, (runs, boots, counts)))
+    splits = [stats.split(t, level) for t in tables]
+    assert all(s is not None for s in splits)
+    kit.judge(np.array([s.share_low <= truth <= s.share_high for s in splits if s is not None]), level)
 
 
-def assert_covers(hits: np.ndarray, low: float = 0.90, high: float = 0.99) -> None:
-    share = float(np.mean(hits))
-    assert low <= share <= high, f"coverage {share:.1%} of {len(hits)} runs, expected {low:.0%}-{high:.0%}"
-
-
-def test_a_paired_ratio_holds_the_true_ratio_when_boots_differ_more_than_kernels() -> None:
-    # 3 blocks; each block shifts both instances alike (drift, host state) by ±20%, each boot by ±5% of
-    # its own, and each measurement by ±2%; the variant costs 20%.
-    r = rng()
-    shared = r.normal(0, 0.20, (RUNS, 3))
-    base = np.exp(np.log(1000) + shared + r.normal(0, 0.05, (RUNS, 3)) + r.normal(0, 0.02, (RUNS, 3)))
-    other = np.exp(np.log(800) + shared + r.normal(0, 0.05, (RUNS, 3)) + r.normal(0, 0.02, (RUNS, 3)))
-    changes = [stats.ratio_change(dict(enumerate(b)), dict(enumerate(o)), "boot") for b, o in zip(base, other,
-                                                                                                   strict=True)]
-    assert {c.method for c in changes} == {"paired by boot, t on log ratio, n=3"}
-    assert_covers(np.array([c.low <= -0.2 <= c.high for c in changes]))
-    unpaired = [stats.ratio_change(dict(enumerate(b)), {3 + i: v for i, v in enumerate(o)})
-                for b, o in zip(base, other, strict=True)]
-    # pairing finds the cost despite the boots; ignoring the blocks rarely does
-    assert np.mean([c.significant for c in changes]) > 2 * np.mean([c.significant for c in unpaired])
-
-
-def test_an_unpaired_ratio_holds_the_true_ratio_with_unequal_spreads() -> None:
-    # no blocks in common: Welch's t on logs, 4 baseline iterations at ±3% and 3 variant ones at ±10%
-    r = rng()
-    base = np.exp(np.log(500) + r.normal(0, 0.03, (RUNS, 4)))
-    other = np.exp(np.log(550) + r.normal(0, 0.10, (RUNS, 3)))
-    changes = [stats.ratio_change(dict(enumerate(b)), {10 + i: v for i, v in enumerate(o)})
-               for b, o in zip(base, other, strict=True)]
-    assert {c.method for c in changes} == {"unpaired, Welch t on log ratio, n=4 and 3"}
-    assert_covers(np.array([c.low <= 0.1 <= c.high for c in changes]))
-
-
-@pytest.mark.parametrize("tail", ["lognormal", "pareto"])
-def test_a_wild_tail_gives_p99_ratios_that_hold_the_truth_and_never_fall_below_minus_100(tail: str) -> None:
-    # each iteration's p99 is taken from 5,000 latencies of a heavy-tailed distribution; the variant
-    # scales every latency by 1.3 (so its true p99 is 1.3 times the baseline's); each block shifts
-    # both by a shared ±30%.
-    r = rng()
-    shape = (RUNS, 3, 5000)
-
-    def latencies() -> np.ndarray:
-        return r.lognormal(0.0, 1.0, shape) if tail == "lognormal" else r.pareto(2.0, shape) + 1.0
-
-    block = np.exp(r.normal(0, 0.30, (RUNS, 3)))
-    base = np.quantile(latencies(), 0.99, axis=2) * block * 100
-    other = np.quantile(latencies(), 0.99, axis=2) * block * 130
-    changes = [stats.ratio_change(dict(enumerate(b)), dict(enumerate(o))) for b, o in zip(base, other, strict=True)]
-    assert_covers(np.array([c.low <= 0.3 <= c.high for c in changes]))
-    assert min(c.low for c in changes) > -1.0
-
-
-# The peak's height gets a stricter check: 2,000 runs and 93-97%, which a 90% interval fails. Its
-# method was chosen on data seeds 1000-1009 (and 5000-5009 gave the figures in docs/statistics.md);
-# PEAK_SEED was fixed before these tests first ran and used for nothing else.
+# The peak's height was the first held to the rule, on a seed of its own: its method was chosen on data
+# seeds 1000-1009 (and 5000-5009 gave the figures in docs/statistics.md); PEAK_SEED was fixed before
+# these tests first ran and used for nothing else.
 PEAK_RUNS = 2000
 PEAK_SEED = 27061
 # a rounded top (the neighbours 2% and 4% under the peak) at ±3%, and a sharp one at ±4%
@@ -104,7 +85,8 @@ def holds(low: np.ndarray, high: np.ndarray) -> np.ndarray:
 def test_the_peak_height_holds_the_true_height_in_93_to_97_percent_of_2000_runs(
         shape: tuple[list[int], list[float], float], n: int) -> None:
     low, high = heights(peak_runs(shape, n))
-    assert_covers(holds(low, high), 0.93, 0.97)
+    ok, said = kit.covers(holds(low, high))
+    assert ok, said
 
 
 @pytest.mark.parametrize("shape", [ROUNDED, SHARP], ids=["rounded", "sharp"])
@@ -140,26 +122,14 @@ def test_the_height_check_fails_a_90_percent_interval_and_the_basic_interval_use
     assert np.mean(holds(2 * peak - q_high, 2 * peak - q_low)) < 0.93
 
 
-def test_the_variance_split_holds_the_true_share_between_boots() -> None:
-    # 4 boots x 6 counts: each boot shifts all its counts by ±5%, each measurement varies by ±3%
-    r = rng()
-    curve = np.log([200.0, 400, 600, 700, 650, 600])
-    between, within = 0.05, 0.03
-    truth = between**2 / (between**2 + within**2)
-    tables = np.exp(curve + r.normal(0, between, (RUNS, 4, 1)) + r.normal(0, within, (RUNS, 4, 6)))
-    splits = [stats.split(t) for t in tables]
-    assert all(s is not None for s in splits)
-    assert_covers(np.array([s.share_low <= truth <= s.share_high for s in splits if s is not None]))
-
-
 def test_a_plan_reaches_its_target_width_on_fresh_runs() -> None:
     # what the plan asks for, measured again with the true noise: the mean's interval is within the
     # target in most runs (the plan sizes the expected width, so about half reach it at worst)
     split = stats.Split(5, 8, between=0.04, within=0.03, share=0.64, share_low=0.3, share_high=0.9, level=0.95)
     plan = stats.plan(split, 0.02, block_seconds=20.0, measure_seconds=30.0)
     assert plan is not None
-    r = rng()
-    means = (r.normal(0, 0.04, (RUNS, plan.blocks, 1)) + r.normal(0, 0.03, (RUNS, plan.blocks, plan.repeats))).mean(2)
+    r = np.random.default_rng(14)  # fixed before it first ran
+    means = (r.normal(0, 0.04, (200, plan.blocks, 1)) + r.normal(0, 0.03, (200, plan.blocks, plan.repeats))).mean(2)
     widths = np.array([stats.mean_interval(list(np.exp(m))).relative_half for m in means])
     assert np.mean(widths <= 0.02) >= 0.4
     assert np.median(widths) <= 0.022

@@ -1,6 +1,7 @@
 """The answer in a few lines, where a report begins once its warnings are said: each instance's change in
 throughput and p99 at the baseline's saturation point with its interval, whether the positive control
-was recovered, an attribution study's switches that cost, and how many warnings stand above. Every
+was recovered, what explains each cost (syscalls.reasons), an attribution study's switches that cost, and
+how many warnings stand above. Every
 figure in it is one the detail below gives again with its method; a change is written as everywhere in
 the report (`pct`)."""
 
@@ -41,6 +42,7 @@ def lines(a: Analysis) -> list[str]:
         line = f"  {name}: throughput {pct(ch['throughput'], True)}; p99 {pct(ch['p99'], True)}"
         if a.control is not None and name == a.control.instance:
             line += f"; the positive control, expected {a.control.expected:+.1%}: {variants.verdict(a.control)}"
+        line += "".join(f"; why: {r.verdict}" for r in a.why if r.instance == name)
         out.append(line)
     if a.study is not None and a.study.studies:
         thr = a.study.studies[0]

@@ -161,12 +161,8 @@ def _variant_lines(a: Analysis) -> list[str]:
     return out
 
 
-def _costs(a: Analysis) -> dict[str, float]:
-    return {n: ch["throughput"].change for n, ch in a.changes.items() if math.isfinite(ch["throughput"].change)}
-
-
 def _calls(a: Analysis) -> list[str]:
-    return syscalls.lines(a.calls) + syscalls.why(a.calls, a.work_us, _costs(a))
+    return syscalls.lines(a.calls) + syscalls.why(a.why)
 
 
 def answer(a: Analysis) -> list[str]:
@@ -239,7 +235,7 @@ def markdown(a: Analysis) -> str:
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             lines += [f"{said[0].upper()}{said[1:]}.", ""]
         for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak),
-                       syscalls.lines(a.calls), syscalls.why(a.calls, a.work_us, _costs(a))):
+                       syscalls.lines(a.calls), syscalls.why(a.why)):
             if viewed:
                 lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
         if a.changes:

@@ -68,6 +68,7 @@ class Analysis:
     study: studies.View | None = None  # an attribution study's answer there ([study])
     calls: syscalls.View | None = None  # the server's system calls per request there ([explain] syscalls)
     work_us: dict[str, float | None] = field(default_factory=dict)  # vCPU host time per request less idle's
+    why: list[syscalls.Reason] = field(default_factory=list)  # what explains each variant's cost
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -108,6 +109,9 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     a.load = loadcurve.analyse(records, a.baseline, run.path / RECORDS)
     a.calls = syscalls.view(records, a.baseline, run.path / RECORDS)
     a.work_us = work_per_request(a, idle_vcpus(run, a.baseline))
+    # only a cost the run detected is explained
+    a.why = syscalls.reasons(a.calls, a.work_us, {n: ch["throughput"].change for n, ch in a.changes.items()
+                                                  if ch["throughput"].significant})
     a.capacity = [r for r in records if r.get("kind") == "capacity"]
     peak = a.peak_interval.mean if a.peak_interval is not None else 0.0
     highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0

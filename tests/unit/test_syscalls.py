@@ -227,3 +227,37 @@ def test_only_a_detected_cost_is_explained(tmp_path: Path) -> None:
     assert headline.lines(a)[1].endswith("; why: each call costs more, which explains the cost")
     small = _analysed(tmp_path / "small", -0.005)  # half a percent within pti's own ±3%: not detected
     assert not small.changes["pti"]["throughput"].significant and small.why == []
+
+
+class _Run:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def append(self, rec: dict[str, Any]) -> None:
+        self.records.append(rec)
+
+
+class _Guest:
+    """A machine whose kernel refuses the histogram trigger (a kernel built without CONFIG_HIST_TRIGGERS)."""
+    label = "guest"
+
+    def run(self, argv: list[str], *, timeout: float, check: bool = True) -> Any:
+        from vmharness.system import proc
+        refused = argv[:2] == ["sh", "-c"] and "trigger" in argv[-1]
+        return proc.Result(tuple(argv), 1 if refused else 0, "", "sh: write error: Invalid argument" if refused else "")
+
+
+def test_a_kernel_that_cannot_count_fails_the_counted_point_alone() -> None:
+    from vmharness.bench.sweep import Sweep
+
+    s: Any = object.__new__(Sweep)  # only what _counted reaches before the load
+    run, said = _Run(), list[str]()
+    s.server_machine, s.run, s.say = _Guest(), run, said.append
+    ok = s._counted(None, plan.Point(0, 8, "base", counted=True), None,
+                    {"key": "base/syscalls/0", "instance": "base", "connections": 8, "iteration": 0}, "[1/1]")
+    assert ok is False and run.records == [
+        {"kind": "syscalls", "key": "base/syscalls/0", "instance": "base", "connections": 8, "iteration": 0,
+         "ok": False, "attempts": 0, "failed_attempts": [],
+         "error": "cannot count system calls on guest: sh: write error: Invalid argument"}]
+    assert said == ["[1/1] base c=8 it=0, counted: FAILED: cannot count system calls on guest: sh: write error: "
+                    "Invalid argument"]

@@ -7,6 +7,7 @@ before all, what each client can generate against a trivial nginx on itself (`ca
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -189,11 +190,20 @@ class Sweep:
                  label: str) -> bool:
         """A point whose server's system calls are counted (bench/syscalls.py): the trigger on around
         it, the calls of nginx's processes (its master and their descendants) kept by system call."""
-        syscalls.start(self.server_machine)
+        try:
+            syscalls.start(self.server_machine)
+        except HarnessError as exc:  # a kernel that cannot count: this point fails, the session goes on
+            return self._uncounted(point, where, label, exc.message)
         try:
             result = self._measure(samplers, point, srv)
-        finally:
+        except BaseException:
+            with contextlib.suppress(HarnessError):  # the point's own error is the one to say
+                syscalls.stop(self.server_machine)
+            raise
+        try:
             counts, stats = syscalls.stop(self.server_machine)
+        except HarnessError as exc:
+            return self._uncounted(point, where, label, exc.message)
         if result["ok"] and result["attempts"] > 1:  # a failed attempt's calls are in the count
             result = {**result, "ok": False, "error": "counted over more than one attempt: not a count per request"}
         by_call = syscalls.of(counts, syscalls.tree(stats, srv.pid))
@@ -205,6 +215,12 @@ class Sweep:
         self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
         time.sleep(self.cfg.sweep.wait)
         return bool(result["ok"])
+
+    def _uncounted(self, point: Point, where: dict[str, Any], label: str, error: str) -> bool:
+        self.run.append({"kind": "syscalls", **where, "ok": False, "attempts": 0, "error": error,
+                         "failed_attempts": []})
+        self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: FAILED: {error}")
+        return False
 
     def _next(self, only: list[Point] | None, more: Callable[[], list[Point]] | None) -> list[Point]:
         if only is not None:

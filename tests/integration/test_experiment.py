@@ -123,9 +123,9 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert set(calls) == {"baseline", "pti", "control"} and all(c["boots"] == 5 for c in calls.values())
     assert 3 < calls["baseline"]["per_request"] < 30 and "recvfrom" in calls["baseline"]["top"], calls
     assert all(abs(calls[n]["change"]["change"]) < 0.05 for n in ("pti", "control")), calls
-    assert "\n  pti: the same system calls per request; " in res.stdout and \
+    assert "\n  pti: the same system calls per request (" in res.stdout and \
         "each call costs more, which explains the cost" in res.stdout
-    assert "\n  control: the same system calls per request; " in res.stdout and \
+    assert "\n  control: the same system calls per request (" in res.stdout and \
         "most of the cost lies outside the guest's work" in res.stdout
     assert "\nANSWER at baseline's saturation point" in res.stdout and "\n  pti: throughput -" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]

@@ -13,10 +13,15 @@ import pytest
 from tests import streams
 
 
-def test_lines_are_printed_as_they_come_headed_by_the_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(autouse=True)
+def own_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's logs in its own folder, and its own list of children to stop."""
     monkeypatch.setattr(streams, "LOGS", tmp_path)
     monkeypatch.setattr(streams, "CHILDREN", [])
+
+
+def test_lines_are_printed_as_they_come_headed_by_the_stream(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     codes: dict[str, int] = {}
     say = [sys.executable, "-c", "import sys; print('one'); print('two'); sys.exit(int(sys.argv[1]))"]
     streams.stream("rig", [[*say, "0"], [*say, "3"], [*say, "0"]], [], codes)
@@ -26,10 +31,7 @@ def test_lines_are_printed_as_they_come_headed_by_the_stream(tmp_path: Path, mon
     assert codes == {"rig": 3}  # the first failing command's code, though the last passed
 
 
-def test_the_deadline_interrupts_what_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(streams, "LOGS", tmp_path)
-    monkeypatch.setattr(streams, "CHILDREN", [])
+def test_the_deadline_interrupts_what_still_runs(capsys: pytest.CaptureFixture[str]) -> None:
     codes: dict[str, int] = {}
     sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
     t = threading.Thread(target=streams.stream, args=("host", [sleeper], [], codes), daemon=True)

@@ -6,6 +6,11 @@ more: raised, it would cut the giving back short and change the exit status. Whi
 journal record and the state that goes with it, a clean-up), a signal is held until the shield ends,
 then raised (if it is the first).
 
+Python swallows an exception raised where nothing can take it: a weakref callback or a `__del__` run by
+the garbage collector (logging's `_removeHandlerRef` is one), which prints "Exception ignored" and goes
+on as if no signal had come. The command's `sys.unraisablehook` takes such an Interrupted, forgets it was
+raised and sends the signal to the main thread again, so that it is raised where the code can unwind.
+
 SIGPIPE is two things. A write to a pipe whose reader went away (`vmharness report ... | head`, or a
 child that exited before reading its input) sends it to the writing thread; Python ignores it there, so
 that the write fails with EPIPE instead (BrokenPipeError: a quiet exit 141 for stdout, a failed child
@@ -22,7 +27,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -110,17 +115,22 @@ def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
         yield
         return
     _first, _state = None, "armed"
+    _again.clear()
     old = {s: signal.signal(s, _handler) for s in SIGNALS}
     old_wake = signal.signal(WAKE, _woken)
+    _hooks[:] = [sys.unraisablehook]
+    sys.unraisablehook = _unraisable
     before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)  # the watch inherits it: it waits for one
     stop: list[bool] = []
     watch = threading.Thread(target=_watch_pipe, args=(threading.main_thread().ident, stop), name="vmh-sigpipe",
                              daemon=True)
     watch.start()
+    _watch[:] = [watch.ident] if watch.ident is not None else []
     try:
         yield
     finally:
         disarm()
+        _watch.clear()
         if not keep:
             stop.append(True)
             if watch.ident is not None:
@@ -131,10 +141,32 @@ def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
             for s, h in old.items():
                 signal.signal(s, h)
             signal.signal(WAKE, old_wake)
+            sys.unraisablehook = _hooks.pop()
             _state = "off"
 
 
-WAKE = signal.SIGRTMIN  # the watch's call to the main thread: a SIGPIPE was sent to the process
+_hooks: list[Callable[[sys.UnraisableHookArgs], object]] = []  # the unraisable hook in place before the command's
+
+
+def _unraisable(u: sys.UnraisableHookArgs) -> None:
+    """An Interrupted that Python could not raise (a garbage collector's callback took it): as if its
+    signal had not come yet, sent again to the main thread; anything else as Python reports it."""
+    global _first
+    got = u.exc_value
+    if not isinstance(got, Interrupted) or _state != "armed":
+        (_hooks[0] if _hooks else sys.__unraisablehook__)(u)
+        return
+    if _first == got.signum:
+        _first = None
+    _again.append(got.signum)
+    if _watch:  # raised from here, its handler would raise here, swallowed again: the watch sends it
+        signal.pthread_kill(_watch[0], signal.SIGPIPE)
+
+
+WAKE = signal.SIGRTMIN  # the watch's call to the main thread: a SIGPIPE was sent to the process, or a
+# signal swallowed by a garbage collector's callback is to be raised again (_again)
+_watch: list[int] = []  # the watch's thread, while a command runs
+_again: list[int] = []
 
 
 def _watch_pipe(main: int | None, stop: list[bool]) -> None:
@@ -149,7 +181,7 @@ def _watch_pipe(main: int | None, stop: list[bool]) -> None:
 
 
 def _woken(signum: int, frame: FrameType | None) -> None:
-    _handler(signal.SIGPIPE, frame)
+    _handler(_again.pop() if _again else signal.SIGPIPE, frame)
 
 
 @contextmanager

@@ -125,8 +125,16 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert all(abs(calls[n]["change"]["change"]) < 0.05 for n in ("pti", "control")), calls
     assert "\n  pti: the same system calls per request (" in res.stdout and \
         "each call costs more, which explains the cost" in res.stdout
-    assert "\n  control: the same system calls per request (" in res.stdout and \
-        "most of the cost lies outside the guest's work" in res.stdout
+    # only a detected cost is explained: on a loaded machine (CI's rig beside it) the control's interval
+    # has held no change too; the run then says so first, and the control gets no why
+    print("control:", report["control"])
+    why = res.stdout.split("\nwhy, from the counted points:\n")[1].split("\ncontrol vs baseline")[0]
+    if report["control"]["change"]["significant"]:
+        assert "\n  control: the same system calls per request (" in "\n" + why and \
+            "most of the cost lies outside the guest's work" in why, why
+    else:
+        assert res.stdout.startswith("WARNING: ") and "\nWARNING: the positive control was not " in \
+            "\n" + res.stdout and "  pti: " in why and "  control: " not in why, res.stdout
     assert "\nANSWER at baseline's saturation point" in res.stdout and "\n  pti: throughput -" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
     # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests,

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,27 @@ def test_a_closed_pipe_is_a_quiet_141_and_a_childs_closed_pipe_nothing(tmp_path:
     p.wait(timeout=60)
     assert head == ["child does not block SIGPIPE", "y quietly", "line 0"], (head, err)
     assert (p.returncode, err) == (141, ""), err
+
+
+def test_a_signal_inside_a_garbage_collectors_callback_is_raised_after_it(capfd: pytest.CaptureFixture[str]) -> None:
+    """Python swallows an exception raised in a weakref callback (logging's handler references are
+    such): a SIGTERM that came there once was lost, and `run` measured on to its end."""
+    class Handler:
+        pass
+
+    ran = []
+    with pytest.raises(Interrupted) as got, terminate_as_interrupt():
+        h = Handler()
+
+        def collected(r: object) -> None:
+            ran.append("the callback")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        ref = weakref.ref(h, collected)
+        del h  # the callback runs now, and the handler raises inside it
+        ran.append("after it")
+        for _ in range(1000):
+            time.sleep(0.001)
+        ran.append("never")
+    assert ref() is None and ran == ["the callback", "after it"] and got.value.signum == signal.SIGTERM
+    assert signals.first() == signal.SIGTERM and "Exception ignored" not in capfd.readouterr().err

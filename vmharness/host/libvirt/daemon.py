@@ -17,6 +17,7 @@ import grp
 import os
 import re
 import select
+import shutil
 import subprocess
 import sys
 import threading
@@ -173,8 +174,10 @@ def restart_owned(timeout: float = RESTART_TIMEOUT) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print("usage: python -m vmharness.host.libvirt.daemon CMD [ARG...]", file=sys.stderr)
+    if not argv or argv[0].startswith("-") or shutil.which(argv[0]) is None:
+        what = f"no program {argv[0]!r} to run: " if argv and not argv[0].startswith("-") else ""
+        print(f"error: {what}usage: python -m vmharness.host.libvirt.daemon CMD [ARG...] (CMD runs with libvirtd "
+              "up)", file=sys.stderr)
         return 2
     with running() as started:
         if not started:

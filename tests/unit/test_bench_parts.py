@@ -81,11 +81,18 @@ def test_wrk_argv() -> None:
 
 def test_sampler_stream() -> None:
     pid, snaps = samples.parse((GOLDEN / "sampler-2.txt").read_text())
-    assert pid is not None and len(snaps) == 2
+    assert pid == 2899 and len(snaps) == 2  # the golden's "@pid 2899"
     a, b = snaps
-    assert b.t > a.t and {"cpu", "cpu0", "cpu1"} <= set(a.cpus)
-    assert len(a.irq_per_cpu) == 2 and "NET_RX" in a.softirq and "lo" in a.net
-    assert 1 in a.procs and a.procs[1].ppid == 0
+    # The golden's known values: its two "@t" lines, its first snapshot's /proc/stat cpu lines (guest and
+    # guest_nice left out), each CPU's column of /proc/interrupts summed, a softirq's and an interface's line.
+    assert (a.t, b.t) == (1795265486.460135585, 1795265487.469428736)
+    assert a.cpus == {"cpu": (795883, 0, 162521, 1070949, 6361, 0, 2344, 451),
+                      "cpu0": (391691, 0, 78801, 546841, 552, 0, 681, 214),
+                      "cpu1": (404191, 0, 83720, 524108, 5809, 0, 1662, 237)}
+    assert a.irq_per_cpu == (9136421, 9936440) and a.softirq["NET_RX"] == (715218, 825290)
+    assert a.net == {"lo": (243139707, 1456471, 243139707, 1456471), "ifb0": (0, 0, 0, 0), "ifb1": (0, 0, 0, 0),
+                     "eth0": (3190701710, 75679, 3342570, 42168)}  # bytes and packets, received then sent
+    assert a.procs[1] == samples.Proc("process_api", 0, 2743, 889045, 38424576, 2349)  # utime+stime 401+2342
     s = sample_summary.summarize(snaps, roots={1}, sampler_pid=pid)
     # The golden's two `cpu` lines differ by user 72, system 32, idle 86 ticks (190 in all), 1.009 s apart.
     assert s["samples"] == 2 and s["seconds"] == 1.009 and s["ncpu"] == 2

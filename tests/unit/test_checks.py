@@ -192,7 +192,8 @@ def test_without_hugeadm_the_row_is_skipped_with_the_install_hint(tmp_path: Path
 def test_a_failing_hanging_or_garbled_hugeadm_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            body: str, said: str) -> None:
     fake_hugeadm(tmp_path, monkeypatch, body)
-    monkeypatch.setattr(probes, "HUGEADM_TIMEOUT", 0.5)
+    if body.startswith("exec sleep"):  # only the hanging one is cut short; the others keep the 10 s a
+        monkeypatch.setattr(probes, "HUGEADM_TIMEOUT", 0.5)  # loaded machine may need to start a shell
     c = hugeadm_pools(live_facts())
     assert c.status == "WARN" and said in c.detail, c.detail
 

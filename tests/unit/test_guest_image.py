@@ -243,12 +243,18 @@ def test_a_second_build_waits_for_the_first_and_finds_its_image(tmp_path: Path) 
     images = tmp_path / "images"
     images.mkdir()
     said: list[str] = []
+    heard = threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        heard.set()
+
     got: list[tuple[image.Image, bool]] = []
     holder = os.open(images / ".lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)  # the first build, still running
-    waiter = threading.Thread(target=lambda: got.append(imagebuild.build(recipe, images, said.append)))
+    waiter = threading.Thread(target=lambda: got.append(imagebuild.build(recipe, images, say)))
     waiter.start()
-    waiter.join(timeout=2)
+    assert heard.wait(timeout=60)  # its first word, however late a loaded machine lets it say it
     assert waiter.is_alive() and said == [f"waiting for another image build in {images}"]
     done = images / recipe.key()  # what the first build leaves, then lets go
     done.mkdir()
@@ -256,5 +262,5 @@ def test_a_second_build_waits_for_the_first_and_finds_its_image(tmp_path: Path) 
         (done / name).write_bytes(b"x")
     (done / "image.json").write_text('{"cmdline": "root=/dev/vda", "kernel_release": "6.1.0"}')
     os.close(holder)
-    waiter.join(timeout=10)
+    waiter.join(timeout=60)
     assert got and got[0][1] is False and got[0][0].folder == done  # found, not built again

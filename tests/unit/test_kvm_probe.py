@@ -224,11 +224,13 @@ def _child(script: str) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize(("script", "timeout", "startup", "state"), [
     # Asleep longer than its timeout before it runs, then done at once: the timeout leaves a loaded
-    # machine 0.8 s between the two lines, and still counts only from 'running'.
-    ("import time; time.sleep(1.0); print('running', flush=True); print('{}')", 0.8, 5.0, "ended"),
-    ("print('running', flush=True); import time; time.sleep(30)", 0.3, 5.0, "hung"),
+    # machine 0.8 s between the two lines, and still counts only from 'running'. A child that is to
+    # say 'running' has 30 s to start (it needs only a Python's start, however slow): only the one
+    # that never says it is given a short startup.
+    ("import time; time.sleep(1.0); print('running', flush=True); print('{}')", 0.8, 30.0, "ended"),
+    ("print('running', flush=True); import time; time.sleep(30)", 0.3, 30.0, "hung"),
     ("import time; time.sleep(30)", 5.0, 0.3, "slow"),
-    ("import sys; print('{}'); sys.exit(1)", 5.0, 5.0, "ended"),
+    ("import sys; print('{}'); sys.exit(1)", 5.0, 30.0, "ended"),
 ])
 def test_the_tiny_guests_clock_starts_when_its_vcpu_runs(script: str, timeout: float, startup: float,
                                                          state: str) -> None:

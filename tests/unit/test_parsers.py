@@ -21,14 +21,22 @@ def test_bdf_accepted(text: str, bdf: str) -> None:
     assert parse_bdf(text) == bdf
 
 
-@pytest.mark.parametrize("text", ["b3:00", "0000:b3:00.8", "00:20.0", "zz:00.0", "0000:b3:00.0.1", ""])
+@pytest.mark.parametrize("text", ["b3:00", "0000:b3:00.8", "zz:00.0", "0000:b3:00.0.1", ""])
 def test_bdf_rejected(text: str) -> None:
-    # Each of these fails the address's shape (a device above 1f too: its digit pair is 00-1f), so each
-    # gets the same error and the same hint, word for word.
+    # Each of these fails the address's shape, so each gets the same error and hint, word for word.
     with pytest.raises(HarnessError) as e:
         parse_bdf(text)
     assert (e.value.message, e.value.hint) == (
         f"{text!r} is not a PCI address", "write it as DDDD:BB:DD.F or BB:DD.F, e.g. 0000:b3:00.0 (see `lspci -D`)")
+
+
+@pytest.mark.parametrize(("text", "dev"), [("00:20.0", "20"), ("0000:b3:FF.1", "FF")])
+def test_a_device_number_above_1f_is_named(text: str, dev: str) -> None:
+    with pytest.raises(HarnessError) as e:
+        parse_bdf(text, "--bdf")
+    assert (e.value.message, e.value.hint) == (
+        f"--bdf {text!r} is not a PCI address: device number {dev} is above 1f",
+        "the device part of DDDD:BB:DD.F runs from 00 to 1f")
 
 
 PCI_IDS = """\

@@ -7,7 +7,7 @@ import re
 
 from vmharness.errors import HarnessError
 
-_BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])")
+_BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 
 def parse_bdf(text: str, where: str = "") -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.bench import clients, plan, wrk
+from vmharness.bench import clients, plan, sweep, wrk
 from vmharness.errors import HarnessError
 from vmharness.model import config, connections, rules, sections
 from vmharness.rundir import sample_summary, samples
@@ -247,3 +247,10 @@ def test_a_point_waits_for_the_snapshot_after_its_end_and_no_longer(tmp_path: Pa
     assert not samples.has_snapshot_after(stream, 0.0)
     stream.write_text("")
     assert not samples.has_snapshot_after(stream, 0.0)
+
+
+def test_the_wait_between_points_counts_from_the_loads_end() -> None:
+    # sweep.wait is the rest between one load and the next: reading the samples after it is part of it
+    assert sweep.rest(0.5, 100.0, 100.2) == pytest.approx(0.3)
+    assert sweep.rest(0.5, 100.0, 101.3) == 0.0 and sweep.rest(0.0, 100.0, 100.0) == 0.0
+    assert sweep.rest(0.5, None, 101.3) == 0.5  # every attempt failed: no end to count from

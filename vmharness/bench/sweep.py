@@ -30,6 +30,11 @@ from vmharness.system.root import HostRoot
 IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # a run's idle reading: after the samplers' first snapshot, over 3 s
 
 
+def rest(wait: float, end: Any, now: float) -> float:
+    """What is left of sweep.wait from a load's end (wall clock; None: no attempt ended) to the next start."""
+    return max(0.0, wait - (now - end if isinstance(end, float) else 0.0))
+
+
 @dataclass
 class Sweep:
     cfg: BenchConfig
@@ -183,7 +188,7 @@ class Sweep:
             self.run.append({"kind": "measurement", **where, **result})
             rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
             self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}: {rps}")
-        time.sleep(self.cfg.sweep.wait)
+        self._rest(result)
         return bool(result["ok"])
 
     def _counted(self, samplers: Samplers, point: Point, srv: server.Server, where: dict[str, Any],
@@ -213,8 +218,11 @@ class Sweep:
         said = (f"{got['requests_per_s']:,.0f} req/s, {sum(by_call.values()) / max(got['requests'], 1):.2f} "
                 f"system calls per request in the server" if got else "FAILED")
         self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
-        time.sleep(self.cfg.sweep.wait)
+        self._rest(result)
         return bool(result["ok"])
+
+    def _rest(self, result: dict[str, Any]) -> None:
+        time.sleep(rest(self.cfg.sweep.wait, result.get("end"), time.time()))
 
     def _uncounted(self, point: Point, where: dict[str, Any], label: str, error: str) -> bool:
         self.run.append({"kind": "syscalls", **where, "ok": False, "attempts": 0, "error": error,

@@ -1,7 +1,9 @@
 """The server's kernel events per request, on inputs of known answer: a sampler stream whose /proc/stat,
 /proc/interrupts and /proc/softirqs advance by set amounts, its summary's rates, the report's figures
 per request with each variant's paired change (a variant with known extra switches, and a negative
-control with the baseline's own counts), and damaged or out-of-range figures refused by record."""
+control with the baseline's own counts), what the guest does each second without load left out (a
+slower variant with the same work per request changes nothing), and damaged or out-of-range figures
+refused by record."""
 
 from __future__ import annotations
 
@@ -87,7 +89,8 @@ def test_per_request_counts_and_a_variants_paired_change(tmp_path: Path) -> None
     assert ctxt.change == pytest.approx(0.5) and ctxt.low == pytest.approx(0.5) and ctxt.high == pytest.approx(0.5)
     assert mitig.changes["TLB shootdowns"].change == pytest.approx(3.0)
     said = [line for line in report.answer(a) if "kernel events" in line or line.startswith("  mitig: context")]
-    assert said == ["kernel events per request on the server at the peak (8 connections), each against the "
+    assert said == ["kernel events per request on the server at the peak (8 connections), with what its kernel "
+                    "does without load (no idle reading: a run with [control] takes one), each against the "
                     "baseline paired by block:",
                     "  mitig: context switches 3 (+50.0% [+50.0%, +50.0%]); page faults 0.5 (+0.0% [+0.0%, +0.0%]); "
                     "interrupts 1 (+0.0% [+0.0%, +0.0%]); "
@@ -141,3 +144,66 @@ def test_a_counter_out_of_range_leaves_its_record_out_and_says_so(tmp_path: Path
     a = saturation.analyse(RunDir.open(run.path))
     assert "left out" in a.flags[0] and "tlb_shootdowns_per_s" in a.flags[0]
     assert a.events[1].iterations == 3
+
+
+BACKGROUND = {"context_switches_per_s": 200.0, "interrupts_per_s": 100.0, "page_faults_per_s": 400.0,
+              "tlb_shootdowns_per_s": 0.0, "softirqs_per_s": {"NET_RX": 0.0, "TIMER": 50.0}}
+
+
+def _loaded(tmp_path: Path, rps: dict[str, float], work: dict[str, dict[str, float]], idle: bool) -> RunDir:
+    """Each instance's work per request at its rate, on top of what the guest does each second whatever
+    its load (BACKGROUND); with `idle`, each boot's idle record sampled that background alone."""
+    run = RunDir.create(tmp_path / "run", {"config": {"instance": [{"name": n} for n in rps], "server": {"workers": 0}},
+                                           "machines": {"server": {"machine": "guest"}, "clients": []}})
+    for it in range(4):
+        if idle:
+            run.append({"kind": "idle", "instance": "base", "iteration": it, "vcpu_busy_percent": [10.0],
+                        "window_s": 3.0, "samples": {"guest": BACKGROUND}})
+        for name, rate in rps.items():
+            sampled = _summary(work[name], rate)
+            for key in ("context_switches_per_s", "interrupts_per_s", "page_faults_per_s", "tlb_shootdowns_per_s"):
+                sampled[key] += BACKGROUND[key]
+            for conns, r in ((4, rate * 0.8), (8, rate), (16, rate * 0.9)):
+                run.append({"kind": "measurement", "key": f"{name}/{conns}/{it}", "ok": True, "instance": name,
+                            "connections": conns, "iteration": it,
+                            "client": {"requests_per_s": r, "requests": int(r * 10), "errors": {"total": 0},
+                                       "latency_us": {"percentiles": {"50": 10, "90": 20, "99": 40, "99.9": 80}}},
+                            "samples": {"guest": sampled}})
+    return run
+
+
+def test_what_the_guest_does_without_load_is_left_out_of_each_request(tmp_path: Path) -> None:
+    # "slow" does the baseline's work per request at half its rate (a cap): the background, per request,
+    # doubles for it; "dear" does half as many switches again per request at the baseline's rate
+    rps, work = {"base": 1000.0, "slow": 500.0, "dear": 1000.0}, {"base": BASE, "slow": BASE,
+                                                                   "dear": {**BASE, "ctxt": 3.0}}
+    raw = {v.instance: v for v in saturation.analyse(_loaded(tmp_path / "raw", rps, work, idle=False)).events}
+    assert raw["slow"].changes["page faults"].change > 0.3  # 0.5 per request, plus 400/s over 500 against 1000
+    assert raw["slow"].changes["context switches"].significant and not raw["base"].idle
+    a = saturation.analyse(_loaded(tmp_path / "less", rps, work, idle=True))
+    got = {v.instance: v for v in a.events}
+    for key, want in (("context switches", 2.0), ("page faults", 0.5), ("interrupts", 1.0), ("softirq NET_RX", 1.5)):
+        assert got["slow"].means[key] == pytest.approx(want, rel=0.02) == got["base"].means[key], key
+        assert abs(got["slow"].changes[key].change) < 0.02 and not got["slow"].changes[key].significant, key
+    assert got["dear"].changes["context switches"].change == pytest.approx(0.5, abs=0.02)
+    assert got["base"].means["softirq TIMER"] == 0.0  # the timer's 50/s are all background
+    said = [line for line in report.answer(a) if line.startswith("kernel events")]
+    assert said == ["kernel events per request on the server at the peak (8 connections), less what its kernel does "
+                    "each second without load, each against the baseline paired by block:"]
+    assert report.to_json(a)["kernel_events"]["slow"]["idle_per_s_left_out"]["page faults"] == 400.0
+
+
+def test_a_damaged_idle_reading_is_an_error_naming_its_record(tmp_path: Path) -> None:
+    run = _loaded(tmp_path, {"base": 1000.0, "slow": 500.0}, {"base": BASE, "slow": BASE}, idle=True)
+    path = run.path / "records.jsonl"
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    kept[0]["samples"]["guest"] = {**BACKGROUND, "page_faults_per_s": "many"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    with pytest.raises(HarnessError, match=r"records\.jsonl: the idle record of 'base' iteration 0 is damaged "
+                                           r"\(samples\.guest\.page_faults_per_s is not a number\)"):
+        saturation.analyse(RunDir.open(run.path))
+    kept[0]["samples"]["guest"]["page_faults_per_s"] = -400.0  # out of range: the record is left out, and said
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    a = saturation.analyse(RunDir.open(run.path))
+    assert "left out" in a.flags[0] and "page_faults_per_s" in a.flags[0]
+    assert a.events[1].idle["page faults"] == 400.0  # from the three idle records left

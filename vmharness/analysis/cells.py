@@ -43,6 +43,7 @@ class Cell:
     sides: Sides = field(default_factory=Sides)  # steal, each client and generator thread, the host's vfio
     exits: list[dict[str, float]] = field(default_factory=list)  # under KVM: VM exits per request by kind
     events: list[tuple[Block, dict[str, float]]] = field(default_factory=list)  # the server's, per request
+    idle_events: dict[str, float] = field(default_factory=dict)  # each second without load: left out of `events`
     errors: int = 0
     requests: int = 0
 
@@ -66,6 +67,7 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
     clients = [c["machine"] for c in manifest.get("machines", {}).get("clients", [])]
     out: dict[str, dict[int, Cell]] = {}
     failed = 0
+    idle = idle_events(run, server)
     for r in run.records():
         if r.get("kind") != "measurement":
             continue
@@ -77,7 +79,7 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
             rps, block = float(client["requests_per_s"]), (run.path.name, int(r["iteration"]))
             latency = histogram.from_record(client["latency_us"], int(client["requests"]))
             errors, requests = int(client["errors"]["total"]), int(client["requests"])
-            cell = out.setdefault(str(r["instance"]), {}).setdefault(int(r["connections"]), Cell())
+            cell = out.setdefault(str(r["instance"]), {}).setdefault(int(r["connections"]), Cell(idle_events=idle))
         except (KeyError, TypeError, ValueError) as exc:
             raise _damaged(run, r, f"{type(exc).__name__}: {exc}") from exc
         cell.rps.append(rps)
@@ -91,7 +93,7 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         given = r.get("samples")
         samples: dict[str, Any] = given if isinstance(given, dict) else {}  # optional: damaged is as absent
         here = samples.get(server)
-        if isinstance(here, dict) and (counted := _events(here, rps, f"samples.{server}", run, r)):
+        if isinstance(here, dict) and (counted := _events(here, rps, idle, f"samples.{server}", run, r)):
             cell.events.append((block, counted))
         busy, _ = sides.cpu_of(samples, server)
         if busy is not None:
@@ -127,9 +129,10 @@ def _exits_per_request(host: dict[str, Any], rps: float, run: RunDir, r: dict[st
     return {str(k): v / (rps * window) for k, v in counts.items()}
 
 
-def _events(summary: dict[str, Any], rps: float, where: str, run: RunDir, r: dict[str, Any]) -> dict[str, float]:
+def _events(summary: dict[str, Any], rps: float, idle: dict[str, float], where: str, run: RunDir,
+            r: dict[str, Any]) -> dict[str, float]:
     try:
-        return events_per_request(summary, rps)
+        return events_per_request(summary, rps, idle)
     except ValueError as exc:
         raise _damaged(run, r, f"{where}.{exc}") from exc
 
@@ -146,24 +149,48 @@ EVENTS = (("context_switches_per_s", "context switches"), ("page_faults_per_s", 
           ("interrupts_per_s", "interrupts"), ("tlb_shootdowns_per_s", "TLB shootdowns"))
 
 
-def events_per_request(summary: dict[str, Any], rps: float) -> dict[str, float]:
-    """The kernel's event counts per request from a machine's sample summary of a point ({} when it has
-    none); ValueError naming a figure that is there but not a number."""
+def event_rates(summary: dict[str, Any]) -> dict[str, float]:
+    """The kernel's events each second in a machine's sample summary ({} when it has none); ValueError
+    naming a figure that is there but not a number."""
     out: dict[str, float] = {}
-    if rps <= 0:
-        return out
     for key, name in EVENTS:
         if key in summary:
-            out[name] = _number(summary[key], key) / rps
+            out[name] = _number(summary[key], key)
     soft = summary.get("softirqs_per_s")
     if soft is not None:
         if not isinstance(soft, dict):
             raise ValueError("softirqs_per_s is not a table of rates")
-        kinds = {str(k): _number(v, f"softirqs_per_s.{k}") / rps for k, v in soft.items()}
+        kinds = {f"softirq {k}": _number(v, f"softirqs_per_s.{k}") for k, v in soft.items()}
         if kinds:
             out["softirqs"] = sum(kinds.values())
-            out.update({f"softirq {k}": v for k, v in kinds.items()})
+            out.update(kinds)
     return out
+
+
+def events_per_request(summary: dict[str, Any], rps: float, idle: dict[str, float] | None = None) -> dict[str, float]:
+    """A point's events per request, less what the machine does each second without load (`idle`): timers,
+    the samplers' forks and the agent's polls, which divided by a falling throughput would look like
+    more work per request. Never below 0 (an event the idle reading holds all of)."""
+    idle = idle or {}
+    return {k: max(0.0, v - idle.get(k, 0.0)) / rps for k, v in event_rates(summary).items()} if rps > 0 else {}
+
+
+def idle_events(run: RunDir, server: str) -> dict[str, float]:
+    """The server's kernel events each second without load, averaged over the idle records that sampled
+    it (a run with a control takes one in each baseline boot; bench/sweep.py); {} without any."""
+    rows = []
+    for r in run.records():
+        given = r.get("samples") if r.get("kind") == "idle" else None
+        here = given.get(server) if isinstance(given, dict) else None
+        if isinstance(here, dict):
+            try:
+                rows.append(event_rates(here))
+            except ValueError as exc:
+                raise HarnessError(f"{run.path / RECORDS}: the idle record of {r.get('instance')!r} iteration "
+                                   f"{r.get('iteration')!r} is damaged (samples.{server}.{exc})",
+                                   "a run writes these records itself: was the file edited? remove the damaged "
+                                   "line") from exc
+    return {k: statistics.fmean(row[k] for row in rows if k in row) for k in sorted({k for row in rows for k in row})}
 
 
 def _number(v: object, key: str) -> float:

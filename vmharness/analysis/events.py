@@ -3,7 +3,9 @@ machine's context switches, page faults, interrupts (TLB shootdowns among them) 
 each instance's against the baseline's as a paired ratio. They come from the sampler's stream
 (/proc/stat's ctxt, /proc/vmstat's pgfault, /proc/interrupts, /proc/softirqs), differenced over the
 point's window
-(vmharness/rundir/sample_summary.py), so reading them costs the measurement nothing more. A mitigation
+(vmharness/rundir/sample_summary.py), so reading them costs the measurement nothing more. What the guest's
+kernel does each second without load (an idle record's, taken in each baseline boot of a run with a
+control) is left out: per request it would grow as a variant's throughput falls. A mitigation
 that adds work per request in the kernel shows here: page-table isolation's cost follows the entries
 and exits (and the switches and interrupts among them), a TLB flush mitigation shows as shootdowns."""
 
@@ -24,6 +26,7 @@ class View:
     means: dict[str, float]  # per request, over the iterations that have it
     iterations: int
     changes: dict[str, Change]  # against the baseline, paired by block (none for the baseline itself)
+    idle: dict[str, float]  # each second without load, left out of `means` ({}: no idle reading)
 
 
 def views(table: dict[str, dict[int, Cell]], peak: int, baseline: str, block: str) -> list[View]:
@@ -39,7 +42,7 @@ def views(table: dict[str, dict[int, Cell]], peak: int, baseline: str, block: st
         changes = {} if name == baseline or base is None else {
             k: ratio_change(_by_block(base, k), _by_block(cell, k), block, LEVEL) for k in names
             if _by_block(base, k)}
-        out.append(View(name, means, len(cell.events), changes))
+        out.append(View(name, means, len(cell.events), changes, cell.idle_events))
     return out
 
 
@@ -66,7 +69,9 @@ def lines(found: list[View], peak: int) -> list[str]:
     if not found:
         return []
     paired = ", each against the baseline paired by block" if any(v.changes for v in found) else ""
-    out = [f"kernel events per request on the server at the peak ({peak} connections){paired}:"]
+    less = ("less what its kernel does each second without load" if all(v.idle for v in found) else
+            "with what its kernel does without load (no idle reading: a run with [control] takes one)")
+    out = [f"kernel events per request on the server at the peak ({peak} connections), {less}{paired}:"]
     for v in found:
         kinds = sorted((k for k in v.means if k.startswith("softirq ")), key=lambda k: -v.means[k])[:3]
         shown = [_figure(v, k) for k in SHOWN if k in v.means]
@@ -82,6 +87,7 @@ def _finite(x: float) -> float | None:
 
 def to_json(found: list[View]) -> dict[str, Any]:
     return {v.instance: {"per_request": {k: round(x, 5) for k, x in v.means.items()}, "iterations": v.iterations,
+                         "idle_per_s_left_out": {k: round(x, 3) for k, x in v.idle.items()},
                          "changes": {k: {"change": _finite(c.change), "low": c.low, "high": _finite(c.high),
                                          "significant": c.significant, "n": c.n, "method": c.method}
                                      for k, c in v.changes.items()}} for v in found}

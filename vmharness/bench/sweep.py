@@ -139,21 +139,21 @@ class Sweep:
             time.sleep(s.wait)
         return {"ok": False, "attempts": len(attempts), "failed_attempts": attempts}
 
-    def _idle(self) -> None:
-        """The guest's vCPU time with no load, its samplers running: what it spends each second on
-        timers, its samplers and its agent whatever the load, which a cap on its vCPUs does not shrink
-        (docs/statistics.md, "The positive control"). Read on the host over IDLE_S, after the samplers'
-        start-up."""
+    def _idle(self, samplers: Samplers) -> None:
+        """The guest with no load, its samplers running, over IDLE_S after their start-up: its vCPU time
+        on the host, which a cap does not shrink (docs/statistics.md, "The positive control"), and its
+        kernel's events each second (timers, samplers, agent), left out of the events per request."""
         if self.idle_of is None or self.vcpu_probe is None:
             return
         time.sleep(IDLE_SETTLE_S)
-        readings = []
+        readings, since, start = [], samplers.offsets(), time.time()
         for pause in (0.0, IDLE_S):
             time.sleep(pause)
             readings.append((time.monotonic(), self.vcpu_probe()))
-        busy = hostview.vcpu_busy(readings)
-        if busy:
-            self.run.append({"kind": "idle", **self.idle_of, **busy})
+        if busy := hostview.vcpu_busy(readings):
+            key = self.server_machine.key
+            got = samplers.summaries(since, start, time.time(), {}).get(key)
+            self.run.append({"kind": "idle", **self.idle_of, **busy, **({"samples": {key: got}} if got else {})})
             self.say(f"the guest's vCPUs without load: {', '.join(f'{b:.1f}%' for b in busy['vcpu_busy_percent'])} "
                      f"busy over {busy['window_s']:.1f} s")
 
@@ -278,7 +278,7 @@ class Sweep:
             capacity.measure(self.clients, self.cfg, self.run, self.root, self.owner, self.say)
             samplers.start([self.server_machine, *(c.machine for c in self.clients),
                             *([self.host_on] if self.host_on is not None else [])])
-            self._idle()
+            self._idle(samplers)
             loading = False
             with progress.Progress("points measured", len(todo)) as bar:
                 while todo:

@@ -58,15 +58,18 @@ _CLIENT: list[Rule] = [
     (("client", "latency_us", "count"), 0, MOST_COUNT, WHOLE),
     (("client", "latency_us", "percentiles", "*"), 0, MOST_US, NUM),
 ]
-_SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read of a point's other figures
-    (("samples", "*", "cpu", "*", "*"), -SLACK, 100 + SLACK, NUM),
-    (("samples", "*", "process", "cpu_percent_of_one"), 0, MOST, NUM),
-    (("samples", "*", "net", "*", "*"), 0, MOST, NUM),
+_EVENTS: list[Rule] = [  # a machine's kernel events each second, in a point's samples and an idle record's
     (("samples", "*", "context_switches_per_s"), 0, MOST, NUM),
     (("samples", "*", "page_faults_per_s"), 0, MOST, NUM),
     (("samples", "*", "interrupts_per_s"), 0, MOST, NUM),
     (("samples", "*", "tlb_shootdowns_per_s"), 0, MOST, NUM),
     (("samples", "*", "softirqs_per_s", "*"), 0, MOST, NUM),
+]
+_SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read of a point's other figures
+    (("samples", "*", "cpu", "*", "*"), -SLACK, 100 + SLACK, NUM),
+    (("samples", "*", "process", "cpu_percent_of_one"), 0, MOST, NUM),
+    (("samples", "*", "net", "*", "*"), 0, MOST, NUM),
+    *_EVENTS,
     (("host", "vcpu_busy_percent", "*"), 0, ONE_CORE, NUM),
     (("host", "window_s"), 0, DAY, NUM),
     (("host", "kvm_exits", "*"), 0, MOST_COUNT, WHOLE),
@@ -82,7 +85,7 @@ RULES: dict[str, list[Rule]] = {
     "capacity": [(("connections",), 1, MAX_CONNECTIONS, WHOLE), (("seconds",), 0, DAY, NUM),
                  (("closed_per_s",), 0, MAX_RATE, NUM), (("open_per_s",), 0, MAX_RATE, NUM)],
     "idle": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE), (("vcpu_busy_percent", "*"), 0, ONE_CORE, NUM),
-             (("window_s",), 0, DAY, NUM)],
+             (("window_s",), 0, DAY, NUM), *_EVENTS],
     "session": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE), (("boot_seconds",), 0, DAY, NUM)],
     "warmup": [],
     "dropped": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a study's switch that changed nothing

@@ -11,12 +11,12 @@ and exits (and the switches and interrupts among them), a TLB flush mitigation s
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from vmharness.analysis.cells import Cell
+from vmharness.analysis.change_json import change_json
 from vmharness.stats import LEVEL, Change, ratio_change
 
 
@@ -81,13 +81,7 @@ def lines(found: list[View], peak: int) -> list[str]:
     return out
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
 def to_json(found: list[View]) -> dict[str, Any]:
     return {v.instance: {"per_request": {k: round(x, 5) for k, x in v.means.items()}, "iterations": v.iterations,
                          "idle_per_s_left_out": {k: round(x, 3) for k, x in v.idle.items()},
-                         "changes": {k: {"change": _finite(c.change), "low": c.low, "high": _finite(c.high),
-                                         "significant": c.significant, "n": c.n, "method": c.method}
-                                     for k, c in v.changes.items()}} for v in found}
+                         "changes": {k: change_json(c) for k, c in v.changes.items()}} for v in found}

@@ -12,10 +12,11 @@ from typing import Any
 from vmharness import table
 from vmharness.analysis import events, exits, headline, loadcurve, sides, studies, syscalls, variants
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
+from vmharness.analysis.change_json import change_json, finite
 from vmharness.analysis.headline import pct
 from vmharness.analysis.saturation import LEVEL, Analysis, Noise
 from vmharness.rundir import histogram
-from vmharness.stats import Change, Interval, Peak
+from vmharness.stats import Interval, Peak
 from vmharness.textsafe import line as one_line
 
 THIN_NOTE = f" (thin: under {histogram.MIN_BEYOND} requests beyond it in an iteration)"
@@ -23,10 +24,6 @@ THIN_FOOT = (f"* fewer than {histogram.MIN_BEYOND} requests lay beyond this perc
              "the sample cannot support it; measure longer")
 PEAK_METHOD = ("bootstrap: where, resampling each point's iterations (percentile); how high, from the highest "
                "point's lower limit to the top's upper one, their factor from redrawing the whole curve")
-
-
-def _none(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def _method(a: Analysis, name: str) -> str:
@@ -109,20 +106,15 @@ def latency_cell(row: dict[str, Any], q: str) -> str:
 def _interval(x: Interval | None) -> dict[str, Any] | None:
     if x is None:
         return None
-    return {"mean": x.mean, "low": _none(x.low), "high": _none(x.high), "n": x.n, "level": x.level,
+    return {"mean": x.mean, "low": finite(x.low), "high": finite(x.high), "n": x.n, "level": x.level,
             "method": "Student t on the mean"}
-
-
-def _change(c: Change) -> dict[str, Any]:
-    return {"change": _none(c.change), "low": c.low, "high": _none(c.high), "significant": c.significant,
-            "detectable": _none(c.detectable), "n": c.n, "level": c.level, "method": c.method}
 
 
 def _peak_json(p: Peak | None) -> dict[str, Any] | None:
     if p is None:
         return None
     return {"connections": p.at, "connections_low": p.at_low, "connections_high": p.at_high,
-            "requests_per_s": p.value, "low": _none(p.low), "high": _none(p.high), "level": p.level,
+            "requests_per_s": p.value, "low": finite(p.low), "high": finite(p.high), "level": p.level,
             "resamples": p.resamples, "seed": p.seed, "method": PEAK_METHOD}
 
 
@@ -139,12 +131,12 @@ def to_json(a: Analysis) -> dict[str, Any]:
     return {"baseline": a.baseline, "peak_connections": a.peak, "peak_requests_per_s": _interval(a.peak_interval),
             "peak": _peak_json(a.peak_estimate), "plausible_peaks": a.plausible_peaks, "warnings": a.flags,
             "failed_points": a.failed, "block": a.design.block,
-            "changes_at_peak": {n: {k: _change(v) for k, v in ch.items()} for n, ch in a.changes.items()},
+            "changes_at_peak": {n: {k: change_json(v) for k, v in ch.items()} for n, ch in a.changes.items()},
             "noise": {n: _noise_json(v, a.design.block) for n, v in a.noise.items()},
             "control": None if a.control is None else {
                 "instance": a.control.instance, "cap_percent": a.control.cap, "expected": a.control.expected,
                 "basis": a.control.basis,
-                "recovered": a.control.recovered, "change": _change(a.control.change)},
+                "recovered": a.control.recovered, "change": change_json(a.control.change)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
             "at_peak": a.at_peak, "vm_exits": exits.to_json(a.exits, a.exits_note),
             "kernel_events": events.to_json(a.events), "syscalls": syscalls.to_json(a.calls),

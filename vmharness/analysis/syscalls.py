@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vmharness.analysis.change_json import change_json
 from vmharness.analysis.loadcurve import damaged
 from vmharness.stats import LEVEL, Change, ratio_change
 
@@ -167,17 +168,10 @@ def why(found: list[Reason]) -> list[str]:
         if found else []
 
 
-def _change(c: Change | None) -> dict[str, Any] | None:
-    if c is None:
-        return None
-    return {"change": c.change if math.isfinite(c.change) else None, "low": c.low,
-            "high": c.high if math.isfinite(c.high) else None, "n": c.n, "method": c.method}
-
-
 def to_json(v: View | None) -> dict[str, Any] | None:
     if v is None:
         return None
     return {"connections": v.connections, "left_out": v.left_out, "instances": {
         r.instance: {"per_request": round(r.per_request, 4), "boots": r.boots,
-                     "top": {k: round(x, 4) for k, x in r.top}, "change": _change(r.change),
-                     "counting_cost": _change(r.cost)} for r in v.rows}}
+                     "top": {k: round(x, 4) for k, x in r.top}, "change": change_json(r.change),
+                     "counting_cost": change_json(r.cost)} for r in v.rows}}

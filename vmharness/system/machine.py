@@ -12,6 +12,7 @@ LC_ALL=C`, as local ones do (proc), so that what is parsed reads the same everyw
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -115,6 +116,49 @@ def read_with(run: Runner, path: str, where: str, limit: int = MAX_READ) -> str 
         raise HarnessError(f"{path} on {where} is larger than {limit} bytes: refusing to read it",
                            "a kernel attribute is never this big")
     return res.stdout.strip()
+
+
+# Run on the machine: $1 a marker, $2 the most bytes to print of each file, then the paths. Each file
+# is "MARKER 3" (missing), "MARKER 4" (not a regular file) or "MARKER 0", its bytes, "MARKER end STATUS".
+_READ_MANY = ('m=$1; n=$2; shift 2; for p; do if [ ! -e "$p" ]; then echo "$m 3"; elif [ ! -f "$p" ]; '
+              'then echo "$m 4"; else echo "$m 0"; head -c "$n" -- "$p" 2>/dev/null; s=$?; echo; '
+              'echo "$m end $s"; fi; done')
+
+
+Answer = str | HarnessError | None  # a file's text, None (missing or unreadable), or the error reading it is
+
+
+def read_many(run: Runner, paths: Sequence[str], where: str, limit: int = MAX_READ) -> dict[str, Answer]:
+    """Several files in one command, each answered as read_with would answer it: its text, None, or the
+    error read_with would raise (kept, to be raised when that file is read). One round trip in place of
+    one per file: over a guest's agent each costs about 0.1 s."""
+    if not paths:
+        return {}
+    mark = f"@vmh-{secrets.token_hex(8)}"
+    res = run(["sh", "-c", _READ_MANY, "sh", mark, str(limit + 1), *paths])
+    if not res.ok:
+        raise res.failure(f"reading {len(paths)} files on {where}: ")
+    out: dict[str, Answer] = {}
+    rest = res.stdout
+    for path in paths:
+        head, _, rest = rest.partition("\n")
+        if head == f"{mark} 3":
+            out[path] = None
+        elif head == f"{mark} 4":
+            out[path] = HarnessError(f"{path} on {where} is not a regular file: refusing to read it",
+                                     "the harness reads kernel attributes and small text files only")
+        elif head == f"{mark} 0" and (end := rest.find(f"\n{mark} end ")) >= 0:
+            text, rest = rest[:end], rest[end + len(mark) + 6:]
+            status, _, rest = rest.partition("\n")
+            if len(text.encode()) > limit:
+                out[path] = HarnessError(f"{path} on {where} is larger than {limit} bytes: refusing to read it",
+                                         "a kernel attribute is never this big")
+            else:
+                out[path] = text.strip() if status == "0" else None
+        else:
+            raise HarnessError(f"reading {len(paths)} files on {where}: its answer for {path} is cut short",
+                               "the machine's shell or its connection failed mid-way: try again")
+    return out
 
 
 def read(machine: Machine, path: str, *, limit: int = MAX_READ, timeout: float = 15) -> str | None:

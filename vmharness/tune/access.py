@@ -4,20 +4,23 @@ journal keeps, so `host-restore` can put values back after a crash."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vmharness.errors import HarnessError
 from vmharness.system import machine, proc
 from vmharness.system.machine import Machine
 from vmharness.system.root import HostRoot
+from vmharness.userfile import MAX_READ
 
 
 class Target(Protocol):
     label: str
 
     def read(self, path: str) -> str | None: ...
+    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]: ...
     def write(self, path: str, value: str) -> None: ...
+    def set(self, path: str, value: str) -> str | None: ...  # write, then what the file reads
     def listdir(self, path: str) -> list[str]: ...
     def run(self, argv: list[str], check: bool = True) -> proc.Result: ...
     def spec(self) -> dict[str, Any]: ...
@@ -36,11 +39,24 @@ class HostTarget:
     def read(self, path: str) -> str | None:
         return self.root.read_optional(path)
 
+    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
+        out: dict[str, machine.Answer] = {}
+        for path in paths:
+            try:
+                out[path] = self.read(path)
+            except HarnessError as exc:
+                out[path] = exc
+        return out
+
     def write(self, path: str, value: str) -> None:
         try:
             self.root.write_text(path, value)
         except OSError as exc:
             raise _rejected(path, value, exc.strerror or str(exc)) from exc
+
+    def set(self, path: str, value: str) -> str | None:
+        self.write(path, value)
+        return self.read(path)
 
     def listdir(self, path: str) -> list[str]:
         return self.root.listdir(path)
@@ -56,8 +72,10 @@ class HostTarget:
         return {"kind": "host"}
 
 
-# Run on the target: write $1 into $2.
+# Run on the target: write $1 into $2; _SET then prints what $2 reads (at most $3 bytes; exit 4: it is
+# not a regular file, 5: the write failed).
 _WRITE = 'printf "%s\\n" "$1" > "$2"'
+_SET = _WRITE + ' || exit 5; [ -f "$2" ] || exit 4; exec head -c "$3" -- "$2"'
 
 
 @dataclass
@@ -75,10 +93,30 @@ class ShellTarget:
     def read(self, path: str) -> str | None:
         return machine.read_with(lambda argv: self.run(argv, check=False), path, self.label)
 
+    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
+        return machine.read_many(lambda argv: self.run(argv, check=False), paths, self.label)
+
     def write(self, path: str, value: str) -> None:
         res = self.run(["sh", "-c", _WRITE, "sh", value, path], check=False)
         if not res.ok:
             raise _rejected(path, value, (res.stderr.strip().splitlines() or ["write failed"])[-1])
+
+    def set(self, path: str, value: str) -> str | None:
+        """One round trip: the write, then the file read back as read() reads it."""
+        res = self.run(["sh", "-c", _SET, "sh", value, path, str(MAX_READ + 1)], check=False)
+        if res.returncode == 5:
+            raise _rejected(path, value, (res.stderr.strip().splitlines() or ["write failed"])[-1])
+        if res.returncode == 4:
+            raise HarnessError(f"{path} on {self.label} is not a regular file: refusing to read it",
+                               "the harness reads kernel attributes and small text files only")
+        if res.returncode == 1:  # refused by the kernel: as read() answers
+            return None
+        if not res.ok:
+            raise res.failure(f"writing {path} on {self.label}: ")
+        if len(res.stdout.encode()) > MAX_READ:
+            raise HarnessError(f"{path} on {self.label} is larger than {MAX_READ} bytes: refusing to read it",
+                               "a kernel attribute is never this big")
+        return res.stdout.strip()
 
     def listdir(self, path: str) -> list[str]:
         res = self.run(["ls", "-1", path], check=False)
@@ -138,3 +176,45 @@ def from_spec(spec: dict[str, Any], root: HostRoot) -> Target | None:
             conn.close()
         return guest_target(spec["uri"], spec["uuid"], spec["name"]) if running else None
     raise HarnessError(f"unknown tuning target {spec!r} in the journal", "remove the record by hand")
+
+
+@dataclass
+class Prefetched:
+    """A target whose first read of each of some files is answered from one batch (read_many): a plan
+    reads a score of files, and over a guest's agent each read is a round trip of about 0.1 s. A file
+    read again is read again."""
+
+    t: Target
+    known: dict[str, machine.Answer]
+    label: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.label = self.t.label
+
+    def read(self, path: str) -> str | None:
+        if path not in self.known:
+            return self.t.read(path)
+        got = self.known.pop(path)
+        if isinstance(got, HarnessError):
+            raise got
+        return got
+
+    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
+        return self.t.read_many(paths)
+
+    def write(self, path: str, value: str) -> None:
+        self.known.pop(path, None)
+        self.t.write(path, value)
+
+    def set(self, path: str, value: str) -> str | None:
+        self.known.pop(path, None)
+        return self.t.set(path, value)
+
+    def listdir(self, path: str) -> list[str]:
+        return self.t.listdir(path)
+
+    def run(self, argv: list[str], check: bool = True) -> proc.Result:
+        return self.t.run(argv, check)
+
+    def spec(self) -> dict[str, Any]:
+        return self.t.spec()

@@ -58,8 +58,7 @@ def _set(t: Target, c: Change, extra: dict[str, Any]) -> None:
     if c.path == "service:irqbalance":
         _irqbalance_stop(t, extra)
         return
-    t.write(c.path, c.after)
-    now = t.read(c.path)
+    now = t.set(c.path, c.after)
     if now is None or not same(_selected(c.knob, now), c.after, c.knob):
         raise HarnessError(f"{c.knob}: {c.path} reads {now!r} after writing {c.after!r}",
                            "the kernel did not keep the value; it may not apply to this device")

@@ -10,7 +10,7 @@ from vmharness.cpus import format_mask
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.model.profile import SEED_SYSCTLS, Profile
-from vmharness.tune.access import Target
+from vmharness.tune.access import Prefetched, Target
 from vmharness.tune.facts import CPU, NET, Facts, Nic, facts
 from vmharness.tune.plan import Plan, Skip
 
@@ -170,8 +170,23 @@ def _irqbalance(t: Target, p: Profile, plan: Plan) -> None:
                   f"pid {found[0]}: it would move the pinned interrupts mid-run (seed 003's noise)")
 
 
+def _first_reads(t: Target, p: Profile, ifaces: tuple[str, ...], is_host: bool) -> list[str]:
+    """The files the plan reads whatever it finds (read in one batch): the rest depend on what these say."""
+    paths = [f"{CPU}/possible", f"{CPU}/online", *(f"{NET}/{n}/ifindex" for n in ifaces),
+             *("/proc/sys/" + name.replace(".", "/") for name in sorted(p.sysctl))]
+    if ifaces:
+        paths += ["/proc/interrupts", *(["/proc/sys/net/core/rps_sock_flow_entries"] if p.rfs is not None else [])]
+    if p.clocksource != "keep":
+        paths += [f"{CLOCK}/available_clocksource", f"{CLOCK}/current_clocksource"]
+    if is_host:
+        paths += [path for setting, path in ((p.thp, "/sys/kernel/mm/transparent_hugepage/enabled"),
+                                             (p.ksm, "/sys/kernel/mm/ksm/run")) if setting != "keep"]
+    return paths
+
+
 def make(t: Target, p: Profile, ifaces: tuple[str, ...], is_host: bool) -> Plan:
     """Every knob of the profile on this target: the changes, what is already so, what is skipped."""
+    t = Prefetched(t, t.read_many(_first_reads(t, p, ifaces, is_host)))
     f = facts(t, ifaces)
     plan = Plan(t.label)
     missing = [n for n in ifaces if t.read(f"{NET}/{n}/ifindex") is None]

@@ -1,0 +1,98 @@
+"""Reading several files in one command (machine.read_many), writing one and reading it back in one
+(ShellTarget.set), and a plan's first reads answered from one batch (Prefetched): each file is answered
+as a read of its own would answer it (text stripped, None when missing, the refusal of a file that is
+not regular or too big raised only when that file is read), a path or a file's text is data, and a file
+read again is read again. Over a guest's agent each command is a round trip of about 0.1 s; a plan reads
+a score of files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from vmharness.errors import HarnessError
+from vmharness.system import machine, proc
+from vmharness.tune.access import Prefetched, ShellTarget
+
+calls: list[list[str]] = []
+
+
+def runner(argv: list[str], check: bool = False) -> proc.Result:
+    calls.append(argv)
+    return proc.run(argv, timeout=10, check=check)
+
+
+def _target() -> ShellTarget:
+    return ShellTarget("client:x", runner, {"kind": "ssh"})
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "plain").write_text("1024 65000\n")
+    (tmp_path / "two lines").write_text("a\nb\n\n")
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "no newline").write_text("never")
+    (tmp_path / "a marker").write_text("@vmh-0123456789abcdef 3\n@vmh-0123456789abcdef end 0\nstill mine\n")
+    (tmp_path / "$(touch pwned)").write_text("ok")
+    (tmp_path / "big").write_text("x" * 200)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    return {name: str(tmp_path / name) for name in ("plain", "two lines", "empty", "no newline", "a marker",
+                                                     "$(touch pwned)", "big", "fifo", "dir", "missing")}
+
+
+def test_one_command_answers_each_file_as_its_own_read_would(files: dict[str, str]) -> None:
+    calls.clear()
+    got = machine.read_many(runner, list(files.values()), "m", limit=100)
+    assert len(calls) == 1 and list(got) == list(files.values())
+    by_name = {name: got[path] for name, path in files.items()}
+    assert by_name["plain"] == "1024 65000" and by_name["two lines"] == "a\nb" and by_name["empty"] == ""
+    assert by_name["no newline"] == "never" and by_name["$(touch pwned)"] == "ok" and by_name["missing"] is None
+    assert by_name["a marker"] == "@vmh-0123456789abcdef 3\n@vmh-0123456789abcdef end 0\nstill mine"
+    faults = (("fifo", "is not a regular file"), ("dir", "is not a regular file"), ("big", "larger than 100"))
+    for name, fault in faults:
+        refused = by_name[name]
+        assert isinstance(refused, HarnessError) and fault in refused.message, name
+    for name, path in files.items():  # what read_with says of each, alone
+        try:
+            alone: object = machine.read_with(lambda argv: proc.run(argv, timeout=10, check=False), path, "m", 100)
+        except HarnessError as exc:
+            alone = exc.message
+        mine = by_name[name]
+        assert (mine.message if isinstance(mine, HarnessError) else mine) == alone, name
+    assert not (Path.cwd() / "pwned").exists()
+
+
+def test_a_batch_cut_short_is_an_error_not_a_missing_file(files: dict[str, str]) -> None:
+    def cut(argv: list[str]) -> proc.Result:
+        res = proc.run(argv, timeout=10, check=False)
+        return proc.Result(res.argv, 0, res.stdout[: len(res.stdout) // 2], "")
+
+    with pytest.raises(HarnessError, match=r"its answer for .* is cut short"):
+        machine.read_many(cut, list(files.values()), "m", limit=100)
+    assert machine.read_many(cut, [], "m") == {}
+
+
+def test_a_plans_first_reads_come_from_one_batch_and_a_second_read_is_fresh(files: dict[str, str]) -> None:
+    t = Prefetched(_target(), _target().read_many([files["plain"], files["fifo"]]))
+    calls.clear()
+    assert t.read(files["plain"]) == "1024 65000" and calls == []
+    Path(files["plain"]).write_text("0\n")
+    assert t.read(files["plain"]) == "0" and len(calls) == 1  # read again: from the file
+    with pytest.raises(HarnessError, match="fifo on client:x is not a regular file"):
+        t.read(files["fifo"])  # the refusal, when it is read
+    assert t.label == "client:x" and t.spec() == {"kind": "ssh"}
+
+
+def test_a_write_is_read_back_in_the_same_command(files: dict[str, str]) -> None:
+    t = Prefetched(_target(), _target().read_many([files["plain"]]))
+    calls.clear()
+    assert t.set(files["plain"], "4096") == "4096" and len(calls) == 1
+    assert Path(files["plain"]).read_text() == "4096\n"
+    assert t.read(files["plain"]) == "4096"  # the batch's old answer was dropped by the write
+    with pytest.raises(HarnessError, match=r"the kernel rejected '1' for .*/dir: "):
+        t.set(files["dir"], "1")
+    with pytest.raises(HarnessError, match="/dev/null on client:x is not a regular file"):
+        t.set("/dev/null", "1")  # written, but not to be read back

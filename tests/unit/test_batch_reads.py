@@ -8,13 +8,15 @@ a score of files."""
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from vmharness.errors import HarnessError
 from vmharness.system import machine, proc
-from vmharness.tune.access import Prefetched, ShellTarget
+from vmharness.tune.access import IRQBALANCE_PIDS, Prefetched, ShellTarget
 
 calls: list[list[str]] = []
 
@@ -96,3 +98,25 @@ def test_a_write_is_read_back_in_the_same_command(files: dict[str, str]) -> None
         t.set(files["dir"], "1")
     with pytest.raises(HarnessError, match="/dev/null on client:x is not a regular file"):
         t.set("/dev/null", "1")  # written, but not to be read back
+
+
+def test_irqbalance_is_found_by_its_name_alone(tmp_path: Path) -> None:
+    """The PID lookup reads each process's comm with the shell's own `read` (a `cat` each cost a fork per
+    process, some 10 ms under TCG): the one named irqbalance is found, a longer name is not."""
+    started = []
+    for name in ("irqbalance", "irqbalance2"):
+        exe = tmp_path / name
+        exe.write_bytes(Path("/bin/sleep").read_bytes())
+        exe.chmod(0o755)
+        started.append(subprocess.Popen([str(exe), "30"]))
+    try:
+        deadline = time.monotonic() + 10
+        while [Path(f"/proc/{p.pid}/comm").read_text().strip() for p in started] != ["irqbalance", "irqbalance2"]:
+            assert time.monotonic() < deadline  # until both have exec'd: comm is then the program's name
+        res = proc.run(["sh", "-c", IRQBALANCE_PIDS], timeout=30, check=False)
+        assert str(started[0].pid) in res.stdout.split() and str(started[1].pid) not in res.stdout.split()
+        assert res.stderr == ""
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()

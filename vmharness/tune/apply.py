@@ -14,7 +14,7 @@ from vmharness.journal.kinds import OpKind
 from vmharness.progress import Say
 from vmharness.signals import shielded
 from vmharness.system.root import HostRoot
-from vmharness.tune.access import Target, from_spec
+from vmharness.tune.access import IRQBALANCE_PIDS, Target, from_spec
 from vmharness.tune.plan import Change, Plan, same
 
 
@@ -31,8 +31,7 @@ def _irqbalance_how(t: Target) -> dict[str, Any]:
     """How irqbalance runs, so that it can be started again the same way."""
     if t.run(["systemctl", "is-active", "--quiet", "irqbalance"], check=False).ok:
         return {"how": "systemd"}
-    pids = t.run(["sh", "-c", 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = irqbalance ] '
-                              '&& echo ${p#/proc/}; done'], check=False).stdout.split()
+    pids = t.run(["sh", "-c", IRQBALANCE_PIDS], check=False).stdout.split()
     argv = (t.read(f"/proc/{pids[0]}/cmdline") or "irqbalance").split("\0") if pids else ["irqbalance"]
     return {"how": "process", "argv": [a for a in argv if a], "pids": pids}
 

@@ -10,7 +10,7 @@ from vmharness.cpus import format_mask
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.model.profile import SEED_SYSCTLS, Profile
-from vmharness.tune.access import Prefetched, Target
+from vmharness.tune.access import IRQBALANCE_PIDS, Prefetched, Target
 from vmharness.tune.facts import CPU, NET, Facts, Nic, facts
 from vmharness.tune.plan import Plan, Skip
 
@@ -158,8 +158,7 @@ def _host_side(t: Target, p: Profile, plan: Plan, is_host: bool) -> None:
 def _irqbalance(t: Target, p: Profile, plan: Plan) -> None:
     if p.irqbalance != "stop":
         return
-    res = t.run(["sh", "-c", "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = irqbalance ] "
-                             "&& echo ${p#/proc/}; done"], check=False)
+    res = t.run(["sh", "-c", IRQBALANCE_PIDS], check=False)
     found = res.stdout.split()
     if res.returncode == 127:
         plan.skips.append(Skip("irqbalance", f"cannot tell: {res.stderr.strip()}"))

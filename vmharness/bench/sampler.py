@@ -1,8 +1,11 @@
 """Samplers: a fixed shell loop on every machine of a run (server, clients, and under `run` the host
 that runs the guest) prints a snapshot of /proc every `interval` seconds; the harness keeps the stream
 in the run directory and summarises the window of each measurement: what the load generator measured,
-from the snapshots inside it where they cover it. Nothing is installed on the machine: sh, cat, date
-and sleep do it.
+from the snapshots inside it where they cover it. Nothing is installed on the machine: bash, cat and
+date do it. Between snapshots the loop waits on its stdin (bash's `read -t`): a line from the harness
+when a load ends (`wake`) takes the next snapshot at once, so that the snapshot after the load, which
+its window needs, comes some 0.1 s after it rather than up to an interval later. Its stdin closed, it
+sleeps instead.
 
 This is what runs during a measurement: the loop, its processes and the reading of each window. The
 stream's format and its parser are the run folder's (rundir/samples.py), as are a window's figures
@@ -11,6 +14,7 @@ stream's format and its parser are the run folder's (rundir/samples.py), as are 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import time
@@ -30,7 +34,7 @@ while :; do
   echo "@t $(date +%s.%N)"
   cat /proc/stat /proc/net/dev /proc/interrupts /proc/softirqs /proc/vmstat /proc/[0-9]*/stat 2>/dev/null
   echo "@end"
-  sleep "$1"
+  read -r -t "$1" _ || [ $? -gt 128 ] || sleep "$1"
 done
 """
 
@@ -55,9 +59,17 @@ class Samplers:
             name = f"{m.key.replace('@', '_').replace('/', '_')}-{stamp}.txt"
             folder = self.run.folder.folder("samples")
             with folder.append(name) as out:  # a regular file of the run's, never through a link
-                argv = m.argv(["sh", "-c", SCRIPT, "vmh-sampler", f"{self.interval:g}"])
-                self.popens.append(proc.spawn(argv, stdout=out, die_with_parent=True))
+                argv = m.argv(["bash", "-c", SCRIPT, "vmh-sampler", f"{self.interval:g}"])
+                self.popens.append(proc.spawn(argv, stdout=out, stdin=subprocess.PIPE, die_with_parent=True))
             self.files[m.key] = folder.path / name
+
+    def wake(self) -> None:
+        """Each sampler takes its next snapshot now (a load has just ended); one that is gone is left be."""
+        for p in self.popens:
+            with contextlib.suppress(OSError, ValueError):
+                assert p.stdin is not None
+                p.stdin.write(b"\n")
+                p.stdin.flush()
 
     def offsets(self) -> dict[str, int]:
         return {label: path.stat().st_size for label, path in self.files.items()}
@@ -92,3 +104,5 @@ class Samplers:
     def stop(self) -> None:
         for p in self.popens:
             proc.stop(p, grace=2, group=True)  # the loop's sleep and cat too: they hold the stream open
+            with contextlib.suppress(OSError):
+                p.stdin.close() if p.stdin is not None else None

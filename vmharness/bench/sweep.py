@@ -121,6 +121,7 @@ class Sweep:
             loads = self._runs(point)
             vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads), self.kvm_counters)
             runs, start, end = clients_mod.run_together(loads, s.margin, probe=True, on_go=vcpus.begin)
+            samplers.wake()  # the snapshot after the load, which its window needs, now
             host = vcpus.result()
             merged = clients_mod.merge(runs)
             raw = [{"machine": r.client.machine.label, "argv": r.client.command(r.run), "stdout": r.stdout,
@@ -151,8 +152,9 @@ class Sweep:
             time.sleep(pause)
             readings.append((time.monotonic(), self.vcpu_probe()))
         if busy := hostview.vcpu_busy(readings):
-            key = self.server_machine.key
-            got = samplers.summaries(since, start, time.time(), {}).get(key)
+            key, end = self.server_machine.key, time.time()
+            samplers.wake()
+            got = samplers.summaries(since, start, end, {}).get(key)
             self.run.append({"kind": "idle", **self.idle_of, **busy, **({"samples": {key: got}} if got else {})})
             self.say(f"the guest's vCPUs without load: {', '.join(f'{b:.1f}%' for b in busy['vcpu_busy_percent'])} "
                      f"busy over {busy['window_s']:.1f} s")
@@ -188,7 +190,7 @@ class Sweep:
             self.run.append({"kind": "measurement", **where, **result})
             rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
             self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}: {rps}")
-        self._rest(result)
+        time.sleep(rest(self.cfg.sweep.wait, result.get("end"), time.time()))
         return bool(result["ok"])
 
     def _counted(self, samplers: Samplers, point: Point, srv: server.Server, where: dict[str, Any],
@@ -218,11 +220,8 @@ class Sweep:
         said = (f"{got['requests_per_s']:,.0f} req/s, {sum(by_call.values()) / max(got['requests'], 1):.2f} "
                 f"system calls per request in the server" if got else "FAILED")
         self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
-        self._rest(result)
-        return bool(result["ok"])
-
-    def _rest(self, result: dict[str, Any]) -> None:
         time.sleep(rest(self.cfg.sweep.wait, result.get("end"), time.time()))
+        return bool(result["ok"])
 
     def _uncounted(self, point: Point, where: dict[str, Any], label: str, error: str) -> bool:
         self.run.append({"kind": "syscalls", **where, "ok": False, "attempts": 0, "error": error,

@@ -1,0 +1,49 @@
+"""The real sampler loop on this machine (bash, cat, date): told a load has ended (`wake`), it takes its
+next snapshot at once instead of an interval later, which is what a point's window waits for; with no
+word it keeps its interval; its stdin gone, it sleeps its interval rather than spinning."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from vmharness.bench import sampler
+from vmharness.rundir import samples
+from vmharness.rundir.store import RunDir
+from vmharness.system.machine import Machine
+
+
+def _times(path: Path) -> list[float]:
+    return [s.t for s in samples.parse(path.read_text(errors="replace"))[1]]
+
+
+def _wait_for(path: Path, n: int, limit: float) -> float:
+    deadline = time.monotonic() + limit
+    while len(_times(path)) < n:
+        assert time.monotonic() < deadline, f"{len(_times(path))} snapshots, not {n}, within {limit} s"
+        time.sleep(0.01)
+    return time.monotonic()
+
+
+def test_a_wake_takes_the_next_snapshot_now_and_a_closed_stdin_keeps_the_interval(tmp_path: Path) -> None:
+    s = sampler.Samplers(RunDir.create(tmp_path / "run", {}), 30.0)  # an interval far longer than the test
+    s.start([Machine()])
+    try:
+        (path,) = s.files.values()
+        _wait_for(path, 1, 30)
+        asked = time.monotonic()
+        s.wake()
+        took = _wait_for(path, 2, 25) - asked  # long before the 30 s interval
+        s.wake()
+        _wait_for(path, 3, 25)
+        assert took < 25 and len(_times(path)) == 3
+        time.sleep(1.0)
+        assert len(_times(path)) == 3  # no word: the interval holds
+        (p,) = s.popens
+        assert p.stdin is not None
+        p.stdin.close()  # end of input: read returns at once, and the loop sleeps its interval instead
+        time.sleep(1.0)
+        assert len(_times(path)) <= 4 and p.poll() is None
+        print(f"a woken sampler's next snapshot came {took:.3f} s after the word")
+    finally:
+        s.stop()

@@ -73,8 +73,10 @@ def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[s
     code = 0
     with (LOGS / f"{name}.log").open("wb") as log:
         for cmd in commands:
-            p = subprocess.Popen([*cmd, *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 env={**os.environ, **ENV})
+            # SIGINT at its default in the child: a launcher started in the background by a shell script
+            # (CI) has it ignored, children inherit that, and the deadline's SIGINT would do nothing
+            p = subprocess.Popen(["env", "--default-signal=INT", *cmd, *extra], cwd=REPO, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, env={**os.environ, **ENV})
             CHILDREN.append(p)
             assert p.stdout is not None
             for line in p.stdout:

@@ -38,12 +38,17 @@ def test_the_deadline_interrupts_what_still_runs(tmp_path: Path, capsys: pytest.
     codes: dict[str, int] = {}
     sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
     t = threading.Thread(target=streams.stream, args=("host", [sleeper], [], codes), daemon=True)
+    # as when CI's shell starts the launcher in the background: SIGINT ignored, and inherited by children
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     t.start()
     began = time.monotonic()
     log = tmp_path / "host.log"
-    while not (log.exists() and log.read_bytes() == b"started\n"):
-        assert t.is_alive() and time.monotonic() - began < 60, "the child never said it started"
-        time.sleep(0.05)
+    try:
+        while not (log.exists() and log.read_bytes() == b"started\n"):
+            assert t.is_alive() and time.monotonic() - began < 60, "the child never said it started"
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGINT, before)  # the child runs: it has what it inherited
     streams.wait({"host": t}, codes, began, deadline=began)
     streams.stop_children()
     t.join(timeout=30)

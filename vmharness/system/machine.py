@@ -104,14 +104,20 @@ def read_with(run: Runner, path: str, where: str, limit: int = MAX_READ) -> str 
     """A file's text stripped, read by a command runner (ssh, a guest's agent), as
     HostRoot.read_optional reads one here: None if it is missing or cannot be read; an error if it
     is not a regular file or holds more than `limit` bytes."""
-    res = run(["sh", "-c", _READ, "sh", path, str(limit + 1)])
+    return answer(run(["sh", "-c", _READ, "sh", path, str(limit + 1)]), path, where, limit, "reading")
+
+
+def answer(res: proc.Result, path: str, where: str, limit: int, doing: str) -> str | None:
+    """What a command that ends by printing a file (_READ, or a write that reads it back) says of it:
+    its text stripped; None if it is missing (exit 3) or the kernel refused it (1); an error if it is not
+    a regular file (4), is larger than `limit`, or the command failed otherwise."""
     if res.returncode == 4:
         raise HarnessError(f"{path} on {where} is not a regular file: refusing to read it",
                            "the harness reads kernel attributes and small text files only")
     if res.returncode in (1, 3):  # missing, or refused by the kernel (head says why on stderr)
         return None
     if not res.ok:
-        raise res.failure(f"reading {path} on {where}: ")
+        raise res.failure(f"{doing} {path} on {where}: ")
     if len(res.stdout.encode()) > limit:
         raise HarnessError(f"{path} on {where} is larger than {limit} bytes: refusing to read it",
                            "a kernel attribute is never this big")

@@ -111,17 +111,7 @@ class ShellTarget:
         res = self.run(["sh", "-c", _SET, "sh", value, path, str(MAX_READ + 1)], check=False)
         if res.returncode == 5:
             raise _rejected(path, value, (res.stderr.strip().splitlines() or ["write failed"])[-1])
-        if res.returncode == 4:
-            raise HarnessError(f"{path} on {self.label} is not a regular file: refusing to read it",
-                               "the harness reads kernel attributes and small text files only")
-        if res.returncode == 1:  # refused by the kernel: as read() answers
-            return None
-        if not res.ok:
-            raise res.failure(f"writing {path} on {self.label}: ")
-        if len(res.stdout.encode()) > MAX_READ:
-            raise HarnessError(f"{path} on {self.label} is larger than {MAX_READ} bytes: refusing to read it",
-                               "a kernel attribute is never this big")
-        return res.stdout.strip()
+        return machine.answer(res, path, self.label, MAX_READ, "writing")
 
     def listdir(self, path: str) -> list[str]:
         res = self.run(["ls", "-1", path], check=False)

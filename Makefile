@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox
                 mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client \
                 ethtool chromium libhugetlbfs-bin
 
-.PHONY: deps venv oha test check lint bench demo clean
+.PHONY: deps venv oha inferno test check lint bench demo clean
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -37,9 +37,18 @@ $(VENV)/bin/oha: | $(VENV)/.installed
 
 oha: $(VENV)/bin/oha
 
+# inferno, the flame-graph tools ([explain] profile: collapse-perf folds the guest's `perf script`,
+# diff-folded and flamegraph draw each variant against the baseline), built from crates.io as oha is.
+INFERNO_VERSION := 0.12.8
+$(VENV)/bin/inferno-flamegraph: | $(VENV)/.installed
+	@[ -x "$(CARGO)" ] || { echo "cargo is needed to build inferno (rustup.rs, or apt-get install cargo)"; exit 1; }
+	PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --locked --quiet --root $(VENV) inferno@$(INFERNO_VERSION)
+
+inferno: $(VENV)/bin/inferno-flamegraph
+
 # The suite as two streams side by side (tests/streams.py: the nested-VM rig's tests beside the rest);
 # PYTEST_ARGS go to every pytest. `$(VENV)/bin/pytest` alone runs it all one test at a time.
-test: deps venv oha
+test: deps venv oha inferno
 	$(PY) -m tests.streams $(PYTEST_ARGS)
 
 # The fast tier, for every edit (about 3 minutes on 2 cores): the unit tests, ruff, mypy, the import
@@ -50,7 +59,7 @@ check: venv
 # The built-in experiment (vmharness run with no configuration): guests with mitigations=off, with
 # pti=on forced, and the positive control, under libvirt (started for the run if none answers), nginx
 # in them loaded by wrk here, and the report; it prints where the report is.
-demo: deps venv oha
+demo: deps venv oha inferno
 	$(PY) -m vmharness.host.libvirt.daemon $(VENV)/bin/vmharness run
 
 # Figures, not pass/fail: the fixed costs of a guest's life beside virtme-ng's (libvirtd is started if

@@ -109,6 +109,9 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("syscalls-not-whole", lines(counted(server=99.5)), "", ("syscalls.server 99.5 is not a whole number",)),
     ("syscalls-counted-twice", lines(counted(server=1)), lines(counted()),
      ("rd/records.jsonl:10", "'a/syscalls/0'", "measured successfully on an earlier line")),
+    ("profile-size-negative", lines({**counted(), "kind": "profile", "key": "a/profile/0", "syscalls": None,
+                                     "profile": {"file": "profiles/a-0.folded", "sha256": "0" * 64, "bytes": -1,
+                                                 "frequency": 999}}), "", ("profile.bytes -1 is below 1",)),
     ("four-at-once", lines(point(rps=math.nan), {"kind": "x"}, point("a", 1, 1, 9.0), point(rps=-1.0)), "",
      ("4 damaged records", "2 with a number out of range", "1 of an unknown kind", "1 repeating", "and 1 more")),
 ]

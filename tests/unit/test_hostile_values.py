@@ -178,6 +178,10 @@ def cases() -> list[Case]:
         # what a run counts to explain a cost ([explain]): a switch and a duration, nothing that runs
         Case("explain-syscalls-text", ("run", "r.toml", "--print-xml"), ("explain.syscalls",),
              run_toml('[explain]\nsyscalls = "$(touch ' + PWNED + ')"\n')),
+        Case("explain-profile-text", ("run", "r.toml", "--print-xml"), ("explain.profile",),
+             run_toml('[explain]\nprofile = "$(touch ' + PWNED + ')"\n')),
+        Case("explain-profile-number", ("run", "r.toml", "--print-xml"), ("explain.profile",),
+             run_toml('[explain]\nprofile = 999\n')),
         Case("explain-duration-zero", ("run", "r.toml", "--print-xml"), ("explain.duration",),
              run_toml('[explain]\nsyscalls = true\nduration = 0\n')),
         Case("explain-duration-nan", ("run", "r.toml", "--print-xml"), ("explain.duration",),

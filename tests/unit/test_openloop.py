@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmharness.bench import clients, openloop, plan
+from vmharness.bench import at_peak, clients, openloop, plan
 from vmharness.errors import HarnessError
 from vmharness.model.rules import validate
 from vmharness.model.sections import (
@@ -110,20 +110,20 @@ def test_the_target_is_the_baseline_highest_mean_and_is_fixed_once_written() -> 
     cfg = bench_cfg()
     recs = [measurement("base", 4, 0, 100), measurement("base", 8, 0, 150), measurement("base", 8, 1, 130),
             measurement("base", 4, 1, 190), measurement("other", 8, 0, 999), measurement("base", 16, 0, 900, ok=False)]
-    target = plan.new_target(cfg, recs)
+    target = at_peak.new_target(cfg, recs)
     assert target is not None and target["connections"] == 4 and target["requests_per_s"] == 145
     assert target["rates"] == {"25": 36.25, "50": 72.5}
-    assert plan.load_points(cfg, recs) == []  # nothing before the target is written
-    points = plan.load_points(cfg, [*recs, target])
+    assert at_peak.load_points(cfg, recs) == []  # nothing before the target is written
+    points = at_peak.load_points(cfg, [*recs, target])
     assert [p.key for p in points] == ["base/@25%/0", "base/@50%/0", "other/@25%/0", "other/@50%/0",
                                        "other/@25%/1", "other/@50%/1", "base/@25%/1", "base/@50%/1"]
     assert {p.connections for p in points} == {4}
     done = {"kind": "load", "key": "base/@25%/0", "ok": True}
     failed = {"kind": "load", "key": "base/@50%/0", "ok": False}
-    left = plan.load_points(cfg, [*recs, target, done, failed], iteration=0)
+    left = at_peak.load_points(cfg, [*recs, target, done, failed], iteration=0)
     assert [p.key for p in left] == ["base/@50%/0", "other/@25%/0", "other/@50%/0"]
-    assert plan.new_target(bench_cfg(()), recs) is None
-    assert plan.new_target(cfg, [measurement("other", 4, 0, 5)]) is None
+    assert at_peak.new_target(bench_cfg(()), recs) is None
+    assert at_peak.new_target(cfg, [measurement("other", 4, 0, 5)]) is None
     assert plan.planned(cfg) == 2 * 2 * 2 + 2 * 2 * 2
 
 

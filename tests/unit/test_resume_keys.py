@@ -59,7 +59,7 @@ def fake_sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         state["failed"].add(point.key)
         return _result(point, not fails)
 
-    monkeypatch.setattr(sweep.Sweep, "_measure", measure)
+    monkeypatch.setattr(sweep.Sweep, "measure", measure)
     real_append = RunDir.append
 
     def append(self: RunDir, record: dict[str, Any]) -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from vmharness.analysis import syscalls as view_of
-from vmharness.bench import plan
+from vmharness.bench import at_peak, plan
 from vmharness.bench import syscalls as counter
 from vmharness.errors import HarnessError
 from vmharness.model import config
@@ -83,26 +83,26 @@ def _counted(inst: str, it: int, rps: float, per_request: float, dropped: int = 
 def test_counted_points_follow_the_target_once_per_instance_and_boot(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     records = [_measurement("base", c, 0, r) for c, r in ((2, 500.0), (8, 900.0))]
-    assert plan.counted_points(cfg, records) == []  # no target yet
-    target = plan.new_target(cfg, records)
+    assert at_peak.counted_points(cfg, records) == []  # no target yet
+    target = at_peak.new_target(cfg, records)
     assert target is not None and target["connections"] == 8 and target["rates"] == {}  # no load, a peak
     records.append(target)
-    points = plan.counted_points(cfg, records)
+    points = at_peak.counted_points(cfg, records)
     assert [p.key for p in points] == ["base/syscalls/0", "pti/syscalls/0", "pti/syscalls/1", "base/syscalls/1"]
     assert {p.connections for p in points} == {8} and all(p.counted for p in points)
     assert plan.planned(cfg) == 2 * 2 * 2 + 4  # the grid's points and the counted ones
     records.append(_counted("base", 0, 880.0, 5.0))  # measured: not offered again, also after a resume
-    assert [p.key for p in plan.after_sweep(cfg, records, 1)] == ["pti/syscalls/1", "base/syscalls/1"]
+    assert [p.key for p in at_peak.after_sweep(cfg, records, 1)] == ["pti/syscalls/1", "base/syscalls/1"]
     records.append({"kind": "dropped", "instance": "pti", "iteration": 0, "reason": "x"})
-    assert [p.key for p in plan.counted_points(cfg, records)] == ["base/syscalls/1"]
+    assert [p.key for p in at_peak.counted_points(cfg, records)] == ["base/syscalls/1"]
 
 
 def test_without_explain_nothing_is_counted_and_no_target_is_written(tmp_path: Path) -> None:
     f = tmp_path / "r.toml"
     f.write_text('[[instance]]\nname = "base"\n[load]\npercents = []\n')
     cfg = config.load_run(f)
-    assert plan.new_target(cfg, [_measurement("base", 8, 0, 900.0)]) is None
-    assert plan.counted_points(cfg, [{"kind": "load_target", "connections": 8}]) == []
+    assert at_peak.new_target(cfg, [_measurement("base", 8, 0, 900.0)]) is None
+    assert at_peak.counted_points(cfg, [{"kind": "load_target", "connections": 8}]) == []
 
 
 def test_a_counted_record_is_checked_as_a_point() -> None:
@@ -248,12 +248,13 @@ class _Guest:
 
 
 def test_a_kernel_that_cannot_count_fails_the_counted_point_alone() -> None:
+    from vmharness.bench import explained
     from vmharness.bench.sweep import Sweep
 
-    s: Any = object.__new__(Sweep)  # only what _counted reaches before the load
+    s: Any = object.__new__(Sweep)  # only what explained.counted reaches before the load
     run, said = _Run(), list[str]()
     s.server_machine, s.run, s.say = _Guest(), run, said.append
-    ok = s._counted(None, plan.Point(0, 8, "base", counted=True), None,
+    ok = explained.counted(s, cast(Any, None), plan.Point(0, 8, "base", counted=True), cast(Any, None),
                     {"key": "base/syscalls/0", "instance": "base", "connections": 8, "iteration": 0}, "[1/1]")
     assert ok is False and run.records == [
         {"kind": "syscalls", "key": "base/syscalls/0", "instance": "base", "connections": 8, "iteration": 0,

@@ -25,6 +25,7 @@ class Point:
     instance: str
     percent: int = 0  # > 0: an open-loop point at this percentage of the baseline's peak (load_points)
     counted: bool = False  # a point at the baseline's peak whose server's system calls are counted
+    profiled: bool = False  # a point at the baseline's peak during which the server's CPUs are profiled
 
     @property
     def key(self) -> str:
@@ -32,10 +33,12 @@ class Point:
             return f"{self.instance}/@{self.percent}%/{self.iteration}"
         if self.counted:
             return f"{self.instance}/syscalls/{self.iteration}"
+        if self.profiled:
+            return f"{self.instance}/profile/{self.iteration}"
         return f"{self.instance}/{self.connections}/{self.iteration}"
 
 
-def _order(cfg: BenchConfig, iteration: int) -> list[str]:
+def order(cfg: BenchConfig, iteration: int) -> list[str]:
     """The instances in the order of an iteration: rotated each time, so none is always first."""
     names = [i.name for i in cfg.instance]
     k = iteration % len(names)
@@ -46,11 +49,11 @@ def points(cfg: BenchConfig) -> list[Point]:
     """The grid's measurement order."""
     out = []
     for it in range(cfg.sweep.iterations):
-        order = _order(cfg, it)
+        names = order(cfg, it)
         if derived.interleave(cfg) == "point":
-            out += [Point(it, c, n) for c in cfg.counts for n in order]
+            out += [Point(it, c, n) for c in cfg.counts for n in names]
         else:
-            out += [Point(it, c, n) for n in order for c in cfg.counts]
+            out += [Point(it, c, n) for n in names for c in cfg.counts]
     return out
 
 
@@ -59,10 +62,11 @@ def planned(cfg: BenchConfig) -> int | None:
     adaptive search, which decides as it goes."""
     load = len(loaded(cfg)) * len(cfg.load.percents) * cfg.sweep.iterations
     counted = len(cfg.instance) * cfg.sweep.iterations if counts_syscalls(cfg) else 0
-    return len(points(cfg)) + load + counted if cfg.sweep.search == "grid" else None
+    profiled = len(cfg.instance) if profiles(cfg) else 0
+    return len(points(cfg)) + load + counted + profiled if cfg.sweep.search == "grid" else None
 
 
-def _measurements(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def measurements(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("kind") == "measurement"]
 
 
@@ -74,7 +78,7 @@ def unsettled(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point
         return []
     rps: dict[tuple[str, int], list[float]] = {}
     tried: dict[tuple[str, int], int] = {}
-    for r in _measurements(records):
+    for r in measurements(records):
         cell = (r["instance"], r["connections"])
         tried[cell] = max(tried.get(cell, 0), r["iteration"] + 1)
         if r.get("ok"):
@@ -110,7 +114,7 @@ def curve(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[int, floa
     failed after its retries stands at 0 (nothing was served), so the search never asks for it again."""
     base = cfg.instance[0].name
     out: dict[int, float] = {}
-    for r in _measurements(records):
+    for r in measurements(records):
         if r["instance"] == base and r["iteration"] == 0:
             out[r["connections"]] = float(r["client"]["requests_per_s"]) if r.get("ok") else 0.0
     return out
@@ -126,25 +130,25 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     the other instances are measured at its highest mean alone: the point where the cost is read."""
     s = cfg.sweep
     records = list(records)
-    measured = _measurements(records)
+    measured = measurements(records)
     tried = {r["key"] for r in measured}
     gone = dropped(records)
 
-    def order(k: int) -> list[str]:  # the iteration's turn, less the instances dropped
-        return [n for n in _order(cfg, k) if n not in gone]
+    def turn(k: int) -> list[str]:  # the iteration's turn, less the instances dropped
+        return [n for n in order(cfg, k) if n not in gone]
 
     seen = curve(cfg, measured)
     base = cfg.instance[0].name
     walk = [base] if _study(cfg) else [i.name for i in cfg.instance]
     if derived.interleave(cfg) == "point":  # every instance at a count before the search goes on
-        behind = [p for c in sorted(seen) for n in order(0) if n in walk
+        behind = [p for c in sorted(seen) for n in turn(0) if n in walk
                   and (p := Point(0, c, n)).key not in tried]
         if behind:
             return behind
     following = search.next_count(seen, spec(cfg))
     if following is not None:
-        return [p for n in order(0) if n in walk and (p := Point(0, following, n)).key not in tried]
-    first = [Point(0, c, n) for n in order(0) if n in walk for c in sorted(seen)]
+        return [p for n in turn(0) if n in walk and (p := Point(0, following, n)).key not in tried]
+    first = [Point(0, c, n) for n in turn(0) if n in walk for c in sorted(seen)]
     if left := [p for p in first if p.key not in tried]:
         return left
     values: dict[tuple[str, int], list[float]] = {}
@@ -164,15 +168,15 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     # neighbours if asked) has the same iterations there
     for c, its in sorted(rounds.items()):
         for k in sorted(its):
-            if left := [p for n in order(k) if (n in walk or c in near)
+            if left := [p for n in turn(k) if (n in walk or c in near)
                         and (p := Point(k, c, n)).key not in tried]:
                 return left
     if len(rounds[focus]) >= s.max_iterations or not any(
             search.more_iterations(values.get((n, focus), []), s.until_ci or TARGET, *stop_rule(cfg))
-            for n in order(0)):
+            for n in turn(0)):
         return []
     k = max(rounds[focus]) + 1
-    return [Point(k, c, n) for c in near for n in order(k)]
+    return [Point(k, c, n) for c in near for n in turn(k)]
 
 
 def _study(cfg: BenchConfig) -> sections.StudySection | None:
@@ -215,34 +219,6 @@ def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) ->
         [p for p in unsettled(cfg, records) if p.instance not in gone]
 
 
-def load_target(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The open-loop load's target, as written once (new_target); None before."""
-    return next((r for r in records if r.get("kind") == "load_target"), None)
-
-
-def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The load's target from the sweep so far: the baseline's count with the highest mean requests/s,
-    and load.percents of that mean. Fixed once written, so that every instance and iteration (and a
-    resumed run) is loaded at the same rates; in a run that is after the baseline's first boot. None
-    without a load to measure (or system calls to count there), or before the baseline has a successful
-    point."""
-    if not (cfg.load.percents or counts_syscalls(cfg)):
-        return None
-    records = list(records)
-    base = cfg.instance[0].name
-    values: dict[int, list[float]] = {}
-    for r in _measurements(records):
-        if r["instance"] == base and r.get("ok"):
-            values.setdefault(r["connections"], []).append(float(r["client"]["requests_per_s"]))
-    if not values:
-        return None
-    means = {c: statistics.fmean(v) for c, v in values.items()}
-    top = min(means, key=lambda c: (-means[c], c))
-    return {"kind": "load_target", "instance": base, "connections": top, "requests_per_s": means[top],
-            "iterations": len(values[top]), "rates": {str(p): means[top] * p / 100 for p in cfg.load.percents},
-            "from": f"the baseline's highest mean, {len(values[top])} iteration(s) at {top} connections"}
-
-
 def loaded(cfg: BenchConfig) -> list[str]:
     """The instances the open-loop load measures: all but a run's positive control (whose cap is a known
     cost at saturation, not a latency to compare) and pipelined ones (oha does not pipeline)."""
@@ -250,41 +226,16 @@ def loaded(cfg: BenchConfig) -> list[str]:
     return [i.name for i in cfg.instance if (control is None or i.name != control.name) and i.pipeline == 1]
 
 
-def load_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
-    """The open-loop points not yet measured successfully: each loaded instance at each percentage, in
-    iterations 0..sweep.iterations-1 (or just `iteration`), the instances rotated as the sweep's; none
-    before the target is written."""
-    records = list(records)
-    target = load_target(records)
-    if target is None:
-        return []
-    done = {r["key"] for r in records if r.get("kind") == "load" and r.get("ok")}
-    names = [n for n in loaded(cfg) if n not in dropped(records)]
-    its = range(cfg.sweep.iterations) if iteration is None else [iteration]
-    return [p for it in its for n in _order(cfg, it) if n in names for pct in cfg.load.percents
-            if (p := Point(it, int(target["connections"]), n, pct)).key not in done]
-
-
 def counts_syscalls(cfg: BenchConfig) -> bool:
     """A run whose [explain] asks for the server's system calls (bench/syscalls.py)."""
     return isinstance(cfg, sections.RunConfig) and cfg.explain.syscalls
 
 
-def counted_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
-    """With [explain] syscalls: one point per instance and iteration at the load target's count (the
-    baseline's peak, fixed once written), whose system calls are counted; none before the target."""
-    records = list(records)
-    target = load_target(records)
-    if not counts_syscalls(cfg) or target is None:
-        return []
-    done = {r["key"] for r in records if r.get("kind") == "syscalls" and r.get("ok")}
-    gone = dropped(records)
-    its = range(cfg.sweep.iterations) if iteration is None else [iteration]
-    return [p for it in its for n in _order(cfg, it) if n not in gone
-            if (p := Point(it, int(target["connections"]), n, counted=True)).key not in done]
+def profiles(cfg: BenchConfig) -> bool:
+    """A run whose [explain] asks for a profile of the server's CPUs (bench/profile.py)."""
+    return isinstance(cfg, sections.RunConfig) and cfg.explain.profile
 
 
-def after_sweep(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
-    """What follows the sweep at the baseline's peak: the open-loop load's points, then the counted ones."""
-    records = list(records)
-    return load_points(cfg, records, iteration) + counted_points(cfg, records, iteration)
+def explains(cfg: BenchConfig) -> bool:
+    """A run with points at the baseline's peak that explain a cost (bench/explained.py)."""
+    return counts_syscalls(cfg) or profiles(cfg)

@@ -7,14 +7,13 @@ before all, what each client can generate against a trivial nginx on itself (`ca
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness import progress
-from vmharness.bench import capacity, hostview, plan, server, syscalls
+from vmharness.bench import at_peak, capacity, explained, hostview, plan, server
 from vmharness.bench import clients as clients_mod
 from vmharness.bench.machines import machine
 from vmharness.bench.plan import Point
@@ -92,7 +91,8 @@ class Sweep:
         s, url = self.cfg.sweep, self.cfg.server.url
         if not point.percent:
             depth = next(i.pipeline for i in self.cfg.instance if i.name == point.instance)
-            seconds = self.cfg.explain.duration if point.counted and isinstance(self.cfg, RunConfig) else s.duration
+            explains = point.counted or point.profiled
+            seconds = self.cfg.explain.duration if explains and isinstance(self.cfg, RunConfig) else s.duration
             return clients_mod.wrk_runs(self.clients, url, point.connections, seconds, s.timeout, depth)
         return clients_mod.open_runs(self.clients, url, point.connections, self._rate(point.percent),
                                      self.cfg.load.duration or s.duration, s.timeout)
@@ -100,7 +100,7 @@ class Sweep:
     def _rate(self, percent: int) -> float:
         """The open-loop rate at `percent` of the target (load_points offers none before it is written)."""
         if self.target is None:
-            self.target = plan.load_target(self.run.records())
+            self.target = at_peak.load_target(self.run.records())
         try:
             assert self.target is not None
             return float(self.target["rates"][str(percent)])
@@ -109,7 +109,7 @@ class Sweep:
                                "load.percents changed since the run began: resume with the configuration "
                                "it began with") from exc
 
-    def _measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]:
+    def measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]:
         """One point, retried as configured. Every machine's figures cover what the generator measured:
         from the release for wrk's own duration (its start-up is part of that; its done() hook and the
         ssh teardown after are not), `measured_end` in the record; the host's vCPU threads and the
@@ -175,9 +175,10 @@ class Sweep:
         self._warm_up(samplers)
         where = {"key": point.key, "instance": point.instance, "connections": point.connections,
                  "iteration": point.iteration}
-        if point.counted:
-            return self._counted(samplers, point, srv, where, label)
-        result = self._measure(samplers, point, srv)
+        if point.counted or point.profiled:
+            extra = explained.profiled if point.profiled else explained.counted
+            return extra(self, samplers, point, srv, where, label)
+        result = self.measure(samplers, point, srv)
         if point.percent:
             rate = self._rate(point.percent)
             self.run.append({"kind": "load", **where, "percent": point.percent, "rate": rate, **result})
@@ -190,44 +191,12 @@ class Sweep:
             self.run.append({"kind": "measurement", **where, **result})
             rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
             self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}: {rps}")
-        time.sleep(rest(self.cfg.sweep.wait, result.get("end"), time.time()))
+        self.pause(result)
         return bool(result["ok"])
 
-    def _counted(self, samplers: Samplers, point: Point, srv: server.Server, where: dict[str, Any],
-                 label: str) -> bool:
-        """A point whose server's system calls are counted (bench/syscalls.py): the trigger on around
-        it, the calls of nginx's processes (its master and their descendants) kept by system call."""
-        try:
-            syscalls.start(self.server_machine)
-        except HarnessError as exc:  # a kernel that cannot count: this point fails, the session goes on
-            return self._uncounted(point, where, label, exc.message)
-        try:
-            result = self._measure(samplers, point, srv)
-        except BaseException:
-            with contextlib.suppress(HarnessError):  # the point's own error is the one to say
-                syscalls.stop(self.server_machine)
-            raise
-        try:
-            counts, stats = syscalls.stop(self.server_machine)
-        except HarnessError as exc:
-            return self._uncounted(point, where, label, exc.message)
-        if result["ok"] and result["attempts"] > 1:  # a failed attempt's calls are in the count
-            result = {**result, "ok": False, "error": "counted over more than one attempt: not a count per request"}
-        by_call = syscalls.of(counts, syscalls.tree(stats, srv.pid))
-        self.run.append({"kind": "syscalls", **where, **result, "syscalls": {
-            "server": sum(by_call.values()), "by_call": by_call, "all": counts.hits, "dropped": counts.dropped}})
-        got = result["client"] if result["ok"] else None
-        said = (f"{got['requests_per_s']:,.0f} req/s, {sum(by_call.values()) / max(got['requests'], 1):.2f} "
-                f"system calls per request in the server" if got else "FAILED")
-        self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
+    def pause(self, result: dict[str, Any]) -> None:
+        """sweep.wait from the point's load's end to the next point's start."""
         time.sleep(rest(self.cfg.sweep.wait, result.get("end"), time.time()))
-        return bool(result["ok"])
-
-    def _uncounted(self, point: Point, where: dict[str, Any], label: str, error: str) -> bool:
-        self.run.append({"kind": "syscalls", **where, "ok": False, "attempts": 0, "error": error,
-                         "failed_attempts": []})
-        self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: FAILED: {error}")
-        return False
 
     def _next(self, only: list[Point] | None, more: Callable[[], list[Point]] | None) -> list[Point]:
         if only is not None:
@@ -238,23 +207,23 @@ class Sweep:
         return todo
 
     def _loads(self, only: list[Point] | None, loads: Callable[[], list[Point]] | None) -> list[Point]:
-        """The open-loop points and the counted ones (plan.after_sweep), once the sweep is done (or,
+        """The open-loop points and the counted ones (at_peak.after_sweep), once the sweep is done (or,
         given `only`, what `loads` offers: a run's session asks for its iteration's); the target is
         written first if it is not yet."""
-        if not (self.cfg.load.percents or plan.counts_syscalls(self.cfg)):
+        if not (self.cfg.load.percents or plan.explains(self.cfg)):
             return []
         records = list(self.run.records())
-        if plan.load_target(records) is None:
-            target = plan.new_target(self.cfg, records)
+        if at_peak.load_target(records) is None:
+            target = at_peak.new_target(self.cfg, records)
             if target is None:
                 self.say("no open-loop load yet: the baseline has no successful point to take its peak from")
                 return []
             self.run.append(target)
             what = (f"open-loop load at {', '.join(map(str, self.cfg.load.percents))}% of the baseline's peak"
-                    if self.cfg.load.percents else "system calls counted at the baseline's peak")
+                    if self.cfg.load.percents else "the explaining points at the baseline's peak")
             self.say(f"{what}, {target['requests_per_s']:,.0f} req/s ({target['from']})")
         if only is None:
-            return plan.after_sweep(self.cfg, self.run.records())
+            return at_peak.after_sweep(self.cfg, self.run.records())
         return loads() if loads is not None else []
 
     def execute(self, only: list[Point] | None = None, more: Callable[[], list[Point]] | None = None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmharness import cpus, progress
-from vmharness.bench import bench, plan, sweep, tuning
+from vmharness.bench import at_peak, bench, plan, sweep, tuning
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, hostrecord, ops
 from vmharness.experiment.boots import Session, rides, sessions
@@ -93,7 +93,8 @@ class Runner:
         for p in s.points:
             if p.key not in done:
                 load = ({"kind": "load", "percent": p.percent} if p.percent else
-                        {"kind": "syscalls"} if p.counted else {"kind": "measurement"})
+                        {"kind": "syscalls"} if p.counted else {"kind": "profile"} if p.profiled
+                        else {"kind": "measurement"})
                 self.run.append({**load, "key": p.key, "instance": p.instance, "connections": p.connections,
                                  "iteration": p.iteration, "ok": False, "attempts": 0, "error": error,
                                  "failed_attempts": []})
@@ -111,7 +112,7 @@ class Runner:
     def _loads(self, s: Session) -> Callable[[], list[plan.Point]]:
         """After a session's sweep: the open-loop and counted points of its iteration and instances."""
         riding = rides(self.cfg)
-        return lambda: [p for p in plan.after_sweep(self.cfg, self.run.records(), s.iteration)
+        return lambda: [p for p in at_peak.after_sweep(self.cfg, self.run.records(), s.iteration)
                         if riding.get(p.instance, p.instance) == s.instance]
 
     def _idle_of(self, s: Session) -> dict[str, Any] | None:
@@ -186,7 +187,7 @@ class Runner:
 
     def _measure(self) -> None:
         done = self.run.completed()
-        todo = plan.todo(self.cfg, self.run.records(), done) + plan.after_sweep(self.cfg, self.run.records())
+        todo = plan.todo(self.cfg, self.run.records(), done) + at_peak.after_sweep(self.cfg, self.run.records())
         self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
         offered = False  # the open-loop points left after the sweep (a failed boot's), offered once more
         with progress.Progress("guest sessions", None) as bar:
@@ -204,7 +205,7 @@ class Runner:
                 if why:
                     self.say(why)
                 if not todo and not offered:
-                    todo, offered = plan.after_sweep(self.cfg, self.run.records()), True
+                    todo, offered = at_peak.after_sweep(self.cfg, self.run.records()), True
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""

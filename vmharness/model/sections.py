@@ -169,10 +169,12 @@ class StudySection:
 @dataclass(frozen=True)
 class ExplainSection:
     """What a run measures to explain a cost, in extra points at the baseline's peak kept out of the
-    statistics (bench/syscalls.py): `syscalls`, the server's system calls per request, one such point
-    per instance and boot, `duration` seconds long."""
+    statistics (bench/explained.py): `syscalls`, the server's system calls per request, one such point
+    per instance and boot; `profile`, its CPUs sampled with call graphs by perf, one such point per
+    instance; each `duration` seconds long."""
 
     syscalls: bool = False
+    profile: bool = False
     duration: float = bounded(2.0, 0.5, 600.0)
 
 

@@ -91,9 +91,11 @@ RULES: dict[str, list[Rule]] = {
     "dropped": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a study's switch that changed nothing
     "syscalls": _POINT + _CLIENT + _SIDES + [(("syscalls", "*"), 0, MOST_COUNT, WHOLE),
                                              (("syscalls", "by_call", "*"), 0, MOST_COUNT, WHOLE)],
+    "profile": _POINT + _CLIENT + _SIDES + [(("profile", "bytes"), 1, MOST_COUNT, WHOLE),
+                                            (("profile", "frequency"), 1, 100_000, WHOLE)],
 }
 KINDS = frozenset(RULES)
-KEYED = ("measurement", "load", "syscalls")  # the kinds that are a measured point, each with its key
+KEYED = ("measurement", "load", "syscalls", "profile")  # the kinds that are a measured point, each with its key
 
 # why a record is left out, as the report counts them
 NUMBER, KIND, AGAIN = "with a number out of range", "of an unknown kind", "repeating a point already measured"
@@ -185,8 +187,8 @@ def point_key(rec: dict[str, Any]) -> str | None:
         return None
     if rec.get("kind") == "load":
         return f"{inst}/@{pct}%/{it}" if isinstance(pct, int) and not isinstance(pct, bool) else None
-    if rec.get("kind") == "syscalls":
-        return f"{inst}/syscalls/{it}"
+    if rec.get("kind") in ("syscalls", "profile"):
+        return f"{inst}/{rec['kind']}/{it}"
     return f"{inst}/{conns}/{it}"
 
 

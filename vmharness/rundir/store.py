@@ -37,7 +37,7 @@ from vmharness.system import owned
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 REPORT = "report"  # the folder `run` writes its report into
-POINTS = ("measurement", "load", "syscalls")  # the kinds of record that are a measured point, with a key
+POINTS = ("measurement", "load", "syscalls", "profile")  # the kinds of record that are a measured point, with a key
 MAX_MANIFEST = 64 << 20  # bytes: the configuration and the provenance of each boot
 MAX_RECORDS = 1 << 30  # bytes: 10,000 points of 100 KiB (a histogram per microsecond); a larger file is
 # refused before it is read
@@ -122,7 +122,7 @@ class RunDir:
                               "new one")
         for name in (MANIFEST, RECORDS):
             folder.check(name)
-        for sub in ("samples", "domains"):  # samples/ is made with the run; domains/ by a run's first guest
+        for sub in ("samples", "domains", "profiles"):  # samples/ is made with the run; the others later
             if sub == "samples" or os.path.lexists(path / sub):
                 inner = folder.folder(sub, missing="it is not a whole run directory: start a new run")
                 for name in sorted(os.listdir(inner.path)):

@@ -1,0 +1,95 @@
+"""The points that explain a cost, one per instance (and boot, for the system calls) at the baseline's
+peak, each with an instrument on that the sweep's own points never have: the server's system calls
+counted (bench/syscalls.py, `[explain] syscalls`) or its CPUs profiled (bench/profile.py, `[explain]
+profile`). Their records are of their own kind, so that no statistic of the sweep ever mixes them in;
+the report sets their throughput beside the uninstrumented one (the instrument's cost)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+from vmharness import progress
+from vmharness.bench import openloop, profile, server, syscalls
+from vmharness.bench.plan import Point
+from vmharness.bench.sampler import Samplers
+from vmharness.errors import HarnessError
+from vmharness.rundir.store import RunDir
+from vmharness.system.machine import Machine
+
+
+class Sweep(Protocol):
+    """What of a sweep (bench/sweep.py) these points use."""
+
+    server_machine: Machine
+    run: RunDir
+
+    @property
+    def say(self) -> progress.Say: ...
+
+    def measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]: ...
+
+    def pause(self, result: dict[str, Any]) -> None: ...
+
+COLLAPSE = "inferno-collapse-perf"  # `make inferno` installs it beside this Python, as oha
+
+
+def counted(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, where: dict[str, Any],
+            label: str) -> bool:
+    """A point whose server's system calls are counted: the trigger on around it, the calls of nginx's
+    processes (its master and their descendants) kept by system call."""
+    try:
+        syscalls.start(sw.server_machine)
+    except HarnessError as exc:  # a kernel that cannot count: this point fails, the session goes on
+        return _failed(sw, "syscalls", where, label, "counted", exc.message)
+    try:
+        result = sw.measure(samplers, point, srv)
+    except BaseException:
+        with contextlib.suppress(HarnessError):  # the point's own error is the one to say
+            syscalls.stop(sw.server_machine)
+        raise
+    try:
+        counts, stats = syscalls.stop(sw.server_machine)
+    except HarnessError as exc:
+        return _failed(sw, "syscalls", where, label, "counted", exc.message)
+    if result["ok"] and result["attempts"] > 1:  # a failed attempt's calls are in the count
+        result = {**result, "ok": False, "error": "counted over more than one attempt: not a count per request"}
+    by_call = syscalls.of(counts, syscalls.tree(stats, srv.pid))
+    sw.run.append({"kind": "syscalls", **where, **result, "syscalls": {
+        "server": sum(by_call.values()), "by_call": by_call, "all": counts.hits, "dropped": counts.dropped}})
+    got = result["client"] if result["ok"] else None
+    said = (f"{got['requests_per_s']:,.0f} req/s, {sum(by_call.values()) / max(got['requests'], 1):.2f} "
+            f"system calls per request in the server" if got else "FAILED")
+    sw.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
+    sw.pause(result)
+    return bool(result["ok"])
+
+
+def profiled(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, where: dict[str, Any],
+             label: str) -> bool:
+    """A point during which the server's CPUs are profiled: its folded stacks kept in the run folder's
+    profiles/, named in the record with their digest and size."""
+    try:
+        result, folded = profile.take(sw.server_machine, lambda: sw.measure(samplers, point, srv),
+                                      openloop.local_binary(COLLAPSE))
+    except HarnessError as exc:  # no perf in the guest, or it did not answer: this point fails, the session goes on
+        return _failed(sw, "profile", where, label, "profiled", exc.message)
+    kept: dict[str, Any] = {}
+    if folded is not None:
+        name = f"{point.instance}-{point.iteration}.folded"
+        sw.run.folder.folder("profiles").write(name, folded.encode())
+        kept = {"profile": {"file": f"profiles/{name}", "sha256": profile.digest(folded),
+                            "bytes": len(folded.encode()), "frequency": profile.FREQUENCY}}
+    sw.run.append({"kind": "profile", **where, **result, **kept})
+    got = result["client"] if result["ok"] else None
+    said = f"{got['requests_per_s']:,.0f} req/s, stacks kept in {kept['profile']['file']}" if got else "FAILED"
+    sw.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, profiled: {said}")
+    sw.pause(result)
+    return bool(result["ok"])
+
+
+def _failed(sw: Sweep, kind: str, where: dict[str, Any], label: str, done: str, error: str) -> bool:
+    sw.run.append({"kind": kind, **where, "ok": False, "attempts": 0, "error": error, "failed_attempts": []})
+    sw.say(f"{label} {where['instance']} c={where['connections']} it={where['iteration']}, {done}: FAILED: {error}")
+    return False
+

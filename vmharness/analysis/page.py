@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import userfile
-from vmharness.analysis import headline, loadcurve, report
+from vmharness.analysis import flame, headline, loadcurve, profiles, report
 from vmharness.analysis.cells import PERCENTILES
 from vmharness.analysis.saturation import Analysis
 from vmharness.textsafe import line as one_line
@@ -27,7 +27,7 @@ LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histo
                   "counts summed; a change in one is a ratio like throughput's")
 
 
-def render(a: Analysis, title: str, figures: list[Path]) -> str:
+def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | None = None) -> str:
     data = report.to_json(a)
     warnings = "".join(f'<div class="warn">{_text(w)}</div>' for w in a.flags)
     top, *each = headline.lines(a)
@@ -55,10 +55,37 @@ def render(a: Analysis, title: str, figures: list[Path]) -> str:
     svgs = "".join(f"<figure>{userfile.text(f, MAX_FIGURE).split('?>', 1)[-1]}</figure>"
                    for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{answer}{svgs}{method}"
+            f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{answer}{svgs}"
+            f"{_profiles(a.profiles, flames or [])}{method}"
             f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>{foot}"
             f"{load_table}"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
+
+
+def _profiles(v: profiles.View | None, flames: list[Path]) -> str:
+    """Each variant's growers as a table, and its differential flame graph (flame.py) in an <img>: the
+    SVG's own JavaScript never runs there, and it is not inlined."""
+    if v is None or not v.growers:
+        return ""
+    drawn = {f.name for f in flames}
+    out = [f"<h2>What grew per request in the profiles</h2><p>{_text(profiles.TEST)}</p>"]
+    for name, grew in v.growers.items():
+        out.append(f"<h3>{_text(name)} against {_text(v.baseline)}</h3>")
+        if grew:
+            out.append(f"<table><tr><th>function</th><th>µs/request, {_text(v.baseline)}</th><th>{_text(name)}</th>"
+                       f"<th>share, {_text(v.baseline)}</th><th>{_text(name)}</th><th>p</th></tr>" + "".join(
+                           f"<tr><td>{_text(g.name)}</td><td>{g.us[0]:.3f}</td><td>{g.us[1]:.3f}</td>"
+                           f"<td>{g.share[0]:.1%}</td><td>{g.share[1]:.1%}</td><td>{g.p:.1e}</td></tr>" for g in grew)
+                       + "</table>")
+        else:
+            out.append("<p>nothing grew</p>")
+        if (svg := flame.file_name(name)) in drawn:
+            out.append(f'<figure><img src="{html.escape(svg)}" alt="differential flame graph of {_text(name)}" '
+                       f'style="max-width:100%"><figcaption>{_text(name)} against {_text(v.baseline)}, per '
+                       "request (the idle loop left out): widths are its time, red where a function's time per "
+                       "request grew, blue where it shrank; open the SVG alone to search and zoom</figcaption>"
+                       "</figure>")
+    return "".join(out)
 
 
 def _text(text: str) -> str:

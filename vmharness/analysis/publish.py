@@ -1,5 +1,6 @@
 """Every form of a report written into one folder (`report --out`, `compare --out`, a run's own
-`report/`): text, Markdown, CSV, JSON, the figures and one HTML page.
+`report/`): text, Markdown, CSV, JSON, the figures and one HTML page, and for a run with profiles each
+variant's differential flame graph (flame.py: `flame-VARIANT.svg`, files a report writes only then).
 
 The folder is the report's own (vmharness/system/owned.py): made and marked by the first report written
 there, and refused when it is a symlink, another command's, or a folder of the user's that no report
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vmharness.analysis import loadcurve, page, plots, report
+from vmharness.analysis import flame, loadcurve, page, plots, report
 from vmharness.analysis.saturation import Analysis
 from vmharness.errors import HarnessError
 from vmharness.system import owned
@@ -61,8 +62,9 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             figures += plots.latency(a, folder) + plots.ccdf(a, folder) + plots.waterfall(a, folder)
         if a.load is not None and a.load.rows:
             figures += plots.latency_vs_load(a.load, folder)
-        html = folder.write("report.html", page.render(a, title, figures).encode())
+        flames = flame.draw(a.profiles, folder)  # extra files, only of a run with profiles
+        html = folder.write("report.html", page.render(a, title, figures, flames).encode())
     except OSError as exc:
         raise HarnessError(f"{flag} {out}: cannot write there: {exc.strerror}",
                            "name a folder you can write to, on a disk with space") from exc
-    return [*written, *figures, html]
+    return [*written, *figures, *flames, html]

@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import events, exits, headline, loadcurve, sides, studies, syscalls, variants
+from vmharness.analysis import events, exits, headline, loadcurve, profiles, sides, studies, syscalls, variants
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
 from vmharness.analysis.change_json import change_json, finite
 from vmharness.analysis.headline import pct
@@ -140,6 +140,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
             "at_peak": a.at_peak, "vm_exits": exits.to_json(a.exits, a.exits_note),
             "kernel_events": events.to_json(a.events), "syscalls": syscalls.to_json(a.calls),
+            **({} if a.profiles is None else {"profiles": profiles.to_json(a.profiles)}),  # a run without: as before
             "attribution": studies.to_json(a.study),
             "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
             "capacity": a.capacity}
@@ -154,7 +155,7 @@ def _variant_lines(a: Analysis) -> list[str]:
 
 
 def _calls(a: Analysis) -> list[str]:
-    return syscalls.lines(a.calls) + syscalls.why(a.why)
+    return syscalls.lines(a.calls) + profiles.lines(a.profiles) + syscalls.why(a.why)
 
 
 def answer(a: Analysis) -> list[str]:
@@ -227,7 +228,7 @@ def markdown(a: Analysis) -> str:
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             lines += [f"{said[0].upper()}{said[1:]}.", ""]
         for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak),
-                       syscalls.lines(a.calls), syscalls.why(a.why)):
+                       syscalls.lines(a.calls), profiles.lines(a.profiles), syscalls.why(a.why)):
             if viewed:
                 lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
         if a.changes:

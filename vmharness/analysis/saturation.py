@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import events, exits, hostdiff, loadcurve, sides, studies, syscalls, variants
+from vmharness.analysis import events, exits, flame, hostdiff, loadcurve, profiles, sides, studies, syscalls, variants
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
@@ -69,6 +69,7 @@ class Analysis:
     calls: syscalls.View | None = None  # the server's system calls per request there ([explain] syscalls)
     work_us: dict[str, float | None] = field(default_factory=dict)  # vCPU host time per request less idle's
     why: list[syscalls.Reason] = field(default_factory=list)  # what explains each variant's cost
+    profiles: profiles.View | None = None  # what grew per request in the server's profile ([explain] profile)
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -112,6 +113,9 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     # only a cost the run detected is explained
     a.why = syscalls.reasons(a.calls, a.work_us, {n: ch["throughput"].change for n, ch in a.changes.items()
                                                   if ch["throughput"].significant})
+    a.profiles = profiles.view(records, a.baseline, run.path, name if isinstance(name, str) else None,
+                               flame.found() is not None)
+    a.flags += [f for f in [profiles.control_flag(a.profiles)] if f]
     a.capacity = [r for r in records if r.get("kind") == "capacity"]
     peak = a.peak_interval.mean if a.peak_interval is not None else 0.0
     highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0

@@ -35,6 +35,7 @@ from vmharness.rundir.histogram import MOST_COUNT, MOST_US, PERCENTILES
 MOST = 2**63  # beyond any counter or figure the harness writes
 MAX_RATE = 1e9  # requests/s: 400 Gb/s carries about 5e8 of the smallest request and answer
 ONE_CORE = 200.0  # % of one CPU: a thread reaches 100, and two readings a fraction of a second apart add jitter
+MAX_FREQUENCY = 100_000  # samples/s: perf refuses more than its perf_event_max_sample_rate (100000 at most)
 SLACK = 0.05  # percentage points: a machine's CPU shares are rounded to 0.01 each, busy is 100 less three
 
 
@@ -91,8 +92,9 @@ RULES: dict[str, list[Rule]] = {
     "dropped": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a study's switch that changed nothing
     "syscalls": _POINT + _CLIENT + _SIDES + [(("syscalls", "*"), 0, MOST_COUNT, WHOLE),
                                              (("syscalls", "by_call", "*"), 0, MOST_COUNT, WHOLE)],
-    "profile": _POINT + _CLIENT + _SIDES + [(("profile", "bytes"), 1, MOST_COUNT, WHOLE),
-                                            (("profile", "frequency"), 1, 100_000, WHOLE)],
+    # a profiled point ([explain] profile): its stacks in the file it names (analysis/folded.py checks that)
+    "profile": _POINT + _CLIENT + _SIDES + [(("profile", "bytes"), 1, MOST, WHOLE),
+                                            (("profile", "frequency"), 1, MAX_FREQUENCY, WHOLE)],
 }
 KINDS = frozenset(RULES)
 KEYED = ("measurement", "load", "syscalls", "profile")  # the kinds that are a measured point, each with its key

@@ -1,0 +1,192 @@
+"""[explain] profile's answer on synthetic profiles of known answer: a kernel function made three times
+dearer per request is the top grower, a variant that only serves fewer requests in the same work grows
+nothing, the positive control's check says whether a cap's profile stays flat, the idle loop is left out
+but an interrupt taken in it is kept, and a damaged or hostile profile is an error naming its file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit import profile_fixtures as fx
+from vmharness.analysis import folded, profiles
+from vmharness.errors import HarnessError
+from vmharness.rundir import record_check
+
+
+def _view(run: Path, variants: dict[str, tuple[dict[str, float], int, float]], control: str | None = None,
+          extra: list[dict[str, Any]] | None = None) -> profiles.View:
+    records = [fx.write(run, "base", dict(fx.BASE), 10000, 1000.0)]
+    records += [fx.write(run, name, stacks, requests, rps) for name, (stacks, requests, rps) in variants.items()]
+    v = profiles.view([*records, *(extra or [])], "base", run, control)
+    assert v is not None
+    return v
+
+
+def test_a_kernel_function_three_times_dearer_is_the_top_grower(tmp_path: Path) -> None:
+    v = _view(tmp_path, {"pti": (fx.scaled(fx.BASE, 1.0, enter=3.0), 10000, 900.0)})
+    top, *rest = v.growers["pti"]
+    assert top.function == "syscall_enter_from_user_mode_[k]" and top.kernel and rest == []
+    assert top.us == pytest.approx((30.0, 90.0))  # 300 and 900 ms over 10000 requests
+    assert top.share[0] == pytest.approx(300 / 8000) and top.share[1] == pytest.approx(900 / 8600)
+    assert top.p < 1e-6
+    said = profiles.lines(v)
+    assert said[0].startswith("what grew per request in the server's profile at 8 connections")
+    assert said[1] == ("  pti: grew most per request: syscall_enter_from_user_mode (kernel) +60.0 µs "
+                       "(share 3.8% -> 10.5%)")
+
+
+def test_growth_is_per_request_not_per_point(tmp_path: Path) -> None:
+    """The same work for half the requests at half the rate: every function twice as dear per request,
+    none of them a larger share of the work: nothing grew."""
+    v = _view(tmp_path, {"slow": (fx.scaled(fx.BASE, 1.0), 5000, 500.0)})
+    assert v.growers == {"slow": ()}
+    base, slow = v.profiles
+    assert slow.us(slow.leaves["tcp_recvmsg_[k]"]) == pytest.approx(2 * base.us(base.leaves["tcp_recvmsg_[k]"]))
+    assert profiles.lines(v)[1] == "  slow: nothing grew"
+
+
+def test_the_control_grows_nothing_in_the_kernel_and_says_so(tmp_path: Path) -> None:
+    """Negative control: a cap makes every stack 1.5 times dearer per request (uniformly): nothing grew."""
+    v = _view(tmp_path, {"capped": (fx.scaled(fx.BASE, 1.5), 10000, 600.0),
+                         "pti": (fx.scaled(fx.BASE, 1.0, enter=3.0), 10000, 900.0)}, control="capped")
+    assert v.growers["capped"] == () and v.control == "capped" and profiles.control_flag(v) is None
+    assert ("  control: no function of the guest's kernel grew per request (its cost is outside the guest): the "
+            "profiles' growers can be trusted") in profiles.lines(v)
+
+
+def test_a_kernel_grower_in_the_control_is_a_warning_naming_it(tmp_path: Path) -> None:
+    v = _view(tmp_path, {"capped": (fx.scaled(fx.BASE, 1.5, read=3.0), 10000, 600.0)}, control="capped")
+    flag = profiles.control_flag(v)
+    assert flag is not None and flag.startswith("control: tcp_recvmsg grew per request in the guest's kernel under "
+                                                "capped") and "cannot tell a mitigation's cost from noise" in flag
+    assert f"  {flag}" in profiles.lines(v)
+    # a user function that grew is no fault of the control's kernel
+    user = _view(tmp_path / "u", {"capped": (fx.scaled(fx.BASE, 1.5, parse=2.0), 10000, 600.0)}, control="capped")
+    assert user.growers["capped"] and profiles.control_flag(user) is None
+
+
+def test_the_idle_loop_is_left_out_and_an_interrupt_taken_in_it_kept(tmp_path: Path) -> None:
+    assert folded.idle(fx.IDLE) and not folded.idle(fx.IDLE_IRQ) and not folded.idle(fx.ENTER)
+    assert not folded.idle("swapper;do_idle_[k];cpuidle_enter_[k];__do_softirq_[k];run_timer_softirq_[k]")
+    base = _view(tmp_path, {}).profiles[0]
+    assert fx.IDLE not in base.work and fx.IDLE_IRQ in base.work
+    assert base.idle_ns == 20000 * fx.PERIOD
+    assert base.leaves["net_rx_action_[k]"] == (700 + 500) * fx.PERIOD  # ksoftirqd's and the idle loop's
+    # the idle loop's time changes no share: a busier guest with the same work per request grows nothing
+    busy: dict[str, float] = {**fx.BASE, fx.IDLE: 100}
+    assert _view(tmp_path / "b", {"busy": (busy, 10000, 1000.0)}).growers == {"busy": ()}
+
+
+def test_the_profilers_cost_is_set_beside_the_unprofiled_points(tmp_path: Path) -> None:
+    extra = [fx.measurement("base", 8, it, rps) for it, rps in enumerate((1040.0, 1060.0))]
+    extra += [fx.measurement("base", 16, 0, 5000.0)]  # another count: not the profiled point's
+    v = _view(tmp_path, {"pti": (fx.scaled(fx.BASE, 1.0), 10000, 900.0)}, extra=extra)
+    assert v.profiles[0].cost == pytest.approx(1000 / 1050 - 1) and v.profiles[1].cost is None
+    assert ("  profiling changed throughput against the unprofiled points at that count: base -4.8% (kept out of "
+            "every other figure)") in profiles.lines(v)
+    got = profiles.to_json(v)
+    assert got is not None and got["instances"]["base"]["profiling_cost"] == pytest.approx(-0.0476, abs=1e-4)
+    assert got["growers"] == {"pti": []} and got["control"] is None
+    assert got["instances"]["base"]["top"][0] == {"function": "ngx_http_parse_request_line", "kernel": False,
+                                                  "us_per_request": 300.0, "share": 0.375}
+
+
+def test_an_unprofiled_baseline_compares_nothing(tmp_path: Path) -> None:
+    rec = fx.write(tmp_path, "pti", dict(fx.BASE), 10000, 900.0)
+    v = profiles.view([rec, {**rec, "ok": False, "instance": "base"}], "base", tmp_path)
+    assert v is not None and v.growers == {} and v.profiles[0].instance == "pti"
+    assert profiles.lines(v)[1] == "  base was not profiled: there is nothing to compare the profiles against"
+    assert profiles.view([fx.measurement("base", 8, 0, 1.0)], "base", tmp_path) is None
+
+
+def test_a_profile_record_is_checked_as_a_point() -> None:
+    rec = fx.record("pti", 100, 10.0)
+    assert record_check.numbers_fault(rec) is None and record_check.point_key(rec) == "pti/profile/0"
+    assert record_check.fault(rec, record_check.Seen()) is None
+    assert "profile.frequency" in str(record_check.numbers_fault({**rec, "profile": {"frequency": 0}}))
+
+
+def _damaged(run: Path, rec: dict[str, Any], match: str) -> None:
+    with pytest.raises(HarnessError, match=match):
+        profiles.view([fx.write(run, "base", dict(fx.BASE), 10000, 1000.0), rec], "base", run)
+
+
+@pytest.mark.parametrize("file", ["profiles/../records.jsonl", "/etc/passwd", "profiles/a/b.folded",
+                                  "profiles/..folded", "profiles/x.txt", 7])
+def test_a_file_outside_profiles_is_refused(tmp_path: Path, file: Any) -> None:
+    rec = fx.write(tmp_path, "pti", dict(fx.BASE), 10000, 900.0)
+    rec["profile"]["file"] = file
+    _damaged(tmp_path, rec, r"the profile record 'pti/profile/0' names .*, not a file profiles/NAME.folded")
+
+
+def test_a_file_not_its_records_is_refused(tmp_path: Path) -> None:
+    rec = fx.write(tmp_path, "pti", dict(fx.BASE), 10000, 900.0)
+    (tmp_path / "profiles" / "pti-0.folded").write_text(fx.text(fx.scaled(fx.BASE, 1.0, enter=3.0)))
+    _damaged(tmp_path, rec, r"profiles/pti-0.folded does not match its record's digest \(profile 'pti/profile/0'\)")
+    _damaged(tmp_path, {**rec, "profile": {**rec["profile"], "sha256": "abc"}}, "holds no sha256 digest")
+
+
+def test_a_link_is_never_followed(tmp_path: Path) -> None:
+    rec = fx.write(tmp_path, "pti", dict(fx.BASE), 10000, 900.0)
+    real = tmp_path / "profiles" / "pti-0.folded"
+    os.replace(real, tmp_path / "elsewhere")
+    real.symlink_to(tmp_path / "elsewhere")  # the right bytes, through a link
+    _damaged(tmp_path, rec, r"profiles/pti-0.folded is a symlink: refusing to read through it")
+    other = tmp_path / "other"
+    (other / "real").mkdir(parents=True)
+    rec = fx.write(other / "real", "pti", dict(fx.BASE), 10000, 900.0)
+    fx.write(other, "base", dict(fx.BASE), 10000, 1000.0)
+    os.replace(other / "profiles", other / "kept")
+    (other / "profiles").symlink_to(other / "real" / "profiles")  # the folder a link
+    _damaged(other, rec, r"other/profiles is a symlink")
+
+
+def test_an_oversized_or_missing_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = fx.write(tmp_path, "pti", {**fx.BASE, **{f"nginx;f{i}": 1 for i in range(20)}}, 10000, 900.0)
+    limit = len(fx.text(dict(fx.BASE)))  # the baseline's file is read, the variant's is over the cap
+    monkeypatch.setattr(folded, "MAX_FOLDED", limit)
+    _damaged(tmp_path, rec, rf"pti-0.folded is larger than {limit} bytes: refusing to read it")
+    monkeypatch.undo()
+    (tmp_path / "profiles" / "pti-0.folded").unlink()
+    _damaged(tmp_path, rec, r"pti-0.folded is missing")
+    os.mkfifo(tmp_path / "profiles" / "pti-0.folded")  # would block a reader forever
+    _damaged(tmp_path, rec, r"pti-0.folded is a FIFO, not a regular file")
+
+
+@pytest.mark.parametrize("line", ["nginx;main", "nginx;main 12abc", "nginx;;main 5", " 5", "nginx;main -5",
+                                  "nginx;main " + "9" * 30, "nginx;main ５"])
+def test_a_malformed_line_names_the_file_and_line(tmp_path: Path, line: str) -> None:
+    import hashlib
+
+    data = f"{fx.ENTER} 1000\n{line}\n".encode()
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "pti-0.folded").write_bytes(data)
+    rec = fx.record("pti", 100, 10.0, digest=hashlib.sha256(data).hexdigest())
+    _damaged(tmp_path, rec, r"profiles/pti-0.folded: line 2 is not a folded stack")
+
+
+def test_text_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
+    import hashlib
+
+    data = f"{fx.ENTER} 1000\n".encode() + b"nginx;\xff 5\n"
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "pti-0.folded").write_bytes(data)
+    _damaged(tmp_path, fx.record("pti", 100, 10.0, digest=hashlib.sha256(data).hexdigest()),
+             r"pti-0.folded line 2 is not UTF-8 text")
+
+
+@pytest.mark.parametrize(("path", "value"), [(("client", "requests"), "many"), (("client", "requests"), 0),
+                                             (("profile", "frequency"), None), (("instance",), "../evil"),
+                                             (("client",), None)])
+def test_a_damaged_record_names_the_file_and_the_record(tmp_path: Path, path: tuple[str, ...], value: Any) -> None:
+    rec = fx.write(tmp_path, "pti", dict(fx.BASE), 10000, 900.0)
+    *parents, last = path
+    node = rec
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    _damaged(tmp_path, rec, r"records.jsonl: the profile record 'pti/profile/0' is damaged")

@@ -1,0 +1,99 @@
+"""Each variant's differential flame graph against the baseline, per request: drawn by inferno's own
+tools (inferno-diff-folded, then inferno-flamegraph), run as programs, never reimplemented. Each
+profile's work (the idle loop left out, profiles.py) is first scaled to nanoseconds per 1000 requests,
+in whole numbers as inferno reads them, so that the two profiles compare per request whatever each
+point served: the graph's widths are the variant's, a frame red where its time per request grew and
+blue where it shrank.
+
+inferno is found as the client's oha is (bench/openloop.py: on PATH, else beside this Python, where
+`make inferno` installs it); without it the report says so in one line (profiles.MISSING) and draws
+nothing. Its SVG carries JavaScript (search, zoom): the page shows it in an <img>, which never runs it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from vmharness import userfile
+from vmharness.analysis.profiles import Profile, View
+from vmharness.bench.openloop import local_binary
+from vmharness.errors import HarnessError
+from vmharness.system import proc
+from vmharness.system.owned import Folder
+
+TOOLS = ("inferno-diff-folded", "inferno-flamegraph")
+PER = 1000  # requests: the graph's unit is nanoseconds per this many
+COUNTNAME = f"ns per {PER} requests"
+TIMEOUT = 120.0  # seconds for each tool: a profile of 32 MiB takes about a second
+MAX_SVG = 64 << 20  # bytes: what inferno writes is read back at most this much
+MAX_ERR = 64 << 10  # bytes of a tool's error output kept to say why it failed
+
+
+def found() -> tuple[str, str] | None:
+    """The two programs, or None when either is missing."""
+    paths = tuple(local_binary(name) for name in TOOLS)
+    if all(shutil.which(p) for p in paths):
+        return paths[0], paths[1]
+    return None
+
+
+def file_name(instance: str) -> str:
+    return f"flame-{instance}.svg"
+
+
+def scaled(p: Profile) -> str:
+    """The profile's work as folded text, each count in nanoseconds per PER requests (none of 0)."""
+    out = []
+    for stack, ns in sorted(p.work.items()):
+        if count := round(ns * PER / p.requests):
+            out.append(f"{stack} {count}\n")
+    return "".join(out)
+
+
+def draw(v: View | None, folder: Folder) -> list[Path]:
+    """Each variant's graph against the baseline, written into the report's folder; none without inferno."""
+    tools = found()
+    if v is None or not v.growers or tools is None:
+        return []
+    base, written = v.profiles[0], []
+    for p in v.profiles[1:]:
+        svg = _svg(tools, base, p, f"{p.instance} against {base.instance}: time per {PER} requests "
+                                   f"(red: grew, blue: shrank; the idle loop left out)")
+        written.append(folder.write(file_name(p.instance), svg))
+    return written
+
+
+def _svg(tools: tuple[str, str], base: Profile, variant: Profile, title: str) -> bytes:
+    try:
+        with tempfile.TemporaryDirectory(prefix="vmharness-flame-") as tmp:
+            d = Path(tmp)
+            (d / "base.folded").write_text(scaled(base))
+            (d / "variant.folded").write_text(scaled(variant))
+            _run([tools[0], d / "base.folded", d / "variant.folded"], d / "diff.folded", d)
+            _run([tools[1], "--title", title, "--countname", COUNTNAME, d / "diff.folded"], d / "flame.svg", d)
+            return userfile.read(d / "flame.svg", MAX_SVG, "inferno-flamegraph wrote more than a report holds")
+    except OSError as exc:
+        raise HarnessError(f"cannot draw the flame graph of {variant.instance}: {exc.strerror}",
+                           "check the space in the temporary folder ($TMPDIR)") from exc
+
+
+def _run(argv: list[str | Path], out: Path, tmp: Path) -> None:
+    """One tool, its output into `out` (read back capped), its errors kept to say why it failed."""
+    with open(out, "wb") as stdout, open(tmp / "stderr", "wb") as stderr:
+        p = proc.spawn(argv, stdout=stdout.fileno(), stderr=stderr.fileno())
+        try:
+            code = p.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            proc.stop(p)
+            raise HarnessError(f"{os.path.basename(argv[0])} did not finish within {TIMEOUT:g} s",
+                               "the profile may be far larger than a point's") from exc
+    if code != 0:
+        with open(tmp / "stderr", "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - MAX_ERR))
+            said = f.read(MAX_ERR).decode(errors="replace").strip().splitlines()
+        how = proc.Result(tuple(map(str, argv)), code, "", "").how
+        raise HarnessError(f"{os.path.basename(argv[0])} failed ({how}): {said[-1][:200] if said else 'no output'}",
+                           "run `make inferno` to reinstall it")

@@ -15,18 +15,18 @@ from vmharness.model import config
 from vmharness.rundir import record_check
 
 # Two samples as the guest's perf 6.1 prints them: one of dd in the kernel's syscall entry, one idle
-SCRIPT = """dd   356 [000]    18.528222:    1001001 cpu-clock: 
+SCRIPT = """dd   356 [000]    18.528222:    1001001 cpu-clock:
 \tffffffff81a38b6d syscall_enter_from_user_mode+0x1d ([kernel.kallsyms])
 \tffffffff81a38bcb do_syscall_64+0x4b ([kernel.kallsyms])
 \tffffffff81c00126 entry_SYSCALL_64_after_hwframe+0x6e ([kernel.kallsyms])
 \t           f7fb1 write+0x11 (/usr/lib/x86_64-linux-gnu/libc.so.6)
 
-swapper     0 [000]    18.529222:    1001001 cpu-clock: 
+swapper     0 [000]    18.529222:    1001001 cpu-clock:
 \tffffffff81a4e8cb native_safe_halt+0xb ([kernel.kallsyms])
 \tffffffff81a4ea18 default_idle_call+0x38 ([kernel.kallsyms])
 \tffffffff810fb856 do_idle+0x206 ([kernel.kallsyms])
 
-dd   356 [000]    18.530205:    1001001 cpu-clock: 
+dd   356 [000]    18.530205:    1001001 cpu-clock:
 \tffffffff81a38b6d syscall_enter_from_user_mode+0x1d ([kernel.kallsyms])
 \tffffffff81a38bcb do_syscall_64+0x4b ([kernel.kallsyms])
 \tffffffff81c00126 entry_SYSCALL_64_after_hwframe+0x6e ([kernel.kallsyms])

@@ -37,7 +37,7 @@ def record(inst: str, requests: int, rps: float, file: str | None = None, digest
             "iteration": it, "ok": True, "attempts": 1,
             "client": {"requests": requests, "requests_per_s": rps, "duration_s": 3.0},
             "profile": {"file": file or f"profiles/{inst}-{it}.folded", "sha256": digest or "0" * 64,
-                        "bytes": 0, "frequency": 1000}}
+                        "bytes": 1, "frequency": 1000}}
 
 
 def write(run: Path, inst: str, stacks: dict[str, float], requests: int, rps: float, it: int = 0,

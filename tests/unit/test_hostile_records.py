@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -68,6 +69,24 @@ def counted(it: int = 0, **calls: Any) -> dict[str, Any]:
             "ok": True, "client": {"requests_per_s": 990.0, "requests": 1980},
             "syscalls": {"server": 9900, "by_call": {"recvfrom": 1980, "writev": 1980}, "all": 12000, "dropped": 0,
                          **calls}}
+
+
+FOLDED = "a;nginx;entry_SYSCALL_64_[k];syscall_enter_from_user_mode_[k] 2002002\n"
+
+
+def profiled(file: str = "profiles/a-0.folded", digest: str = hashlib.sha256(FOLDED.encode()).hexdigest()
+             ) -> dict[str, Any]:
+    """A profiled point's record ([explain] profile) of instance a at 2 connections, naming `file`."""
+    return {"kind": "profile", "key": "a/profile/0", "instance": "a", "connections": 2, "iteration": 0, "ok": True,
+            "client": {"requests_per_s": 990.0, "requests": 1980},
+            "profile": {"file": file, "sha256": digest, "bytes": len(FOLDED), "frequency": 999}}
+
+
+def _link(rel: str, target: str) -> Build:
+    def build(cwd: Path) -> None:
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / rel).symlink_to(target)
+    return build
 
 
 # (id, the damaged lines, the lines beside them that stay, needles of the first warning)
@@ -158,6 +177,19 @@ def _cases() -> list[Case]:
              both(_folder(""), _folder("", "", "rd2")), code=0),
         Case("compare-strict", ("compare", "rd", "rd2", "--strict"), ("rd2/records.jsonl line 9", "'a/1/1'"),
              both(_folder(""), _folder("", again, "rd2"))),
+        # a profile's folded stacks: a file of the run folder's profiles/, as its record says, or an error
+        Case("profile-clean", ("report", "rd"), ("what grew per request",),
+             both(_folder(lines(profiled())), with_file("rd/profiles/a-0.folded", FOLDED)), code=0),
+        Case("profile-a-link-out", ("report", "rd"), ("rd/profiles/a-0.folded", "link"),
+             both(_folder(lines(profiled())), _link("rd/profiles/a-0.folded", "/etc/hostname"))),
+        Case("profile-path-up", ("report", "rd"), ("../../etc/hostname",),
+             both(_folder(lines(profiled("profiles/../../etc/hostname"))),
+                  with_file("rd/profiles/a-0.folded", FOLDED))),
+        Case("profile-not-its-digest", ("report", "rd"), ("rd/profiles/a-0.folded", "digest"),
+             both(_folder(lines(profiled(digest="0" * 64))), with_file("rd/profiles/a-0.folded", FOLDED))),
+        Case("profile-a-damaged-line", ("report", "rd"), ("rd/profiles/a-0.folded", "line 1"),
+             both(_folder(lines(profiled(digest=hashlib.sha256(b"$(reboot) x\n").hexdigest()))),
+                  with_file("rd/profiles/a-0.folded", "$(reboot) x\n"))),
         # escape sequences
         Case("escape-instance-name", ("report", "rd"), ("saturation point", "a\\x1b[2J\\x0d\\x07\\x9b"),
              _named((f"a{ESC}", "b")), code=0),

@@ -18,8 +18,8 @@ from vmharness.rundir import record_check
 
 
 def _view(run: Path, variants: dict[str, tuple[dict[str, float], int, float]], control: str | None = None,
-          extra: list[dict[str, Any]] | None = None) -> profiles.View:
-    records = [fx.write(run, "base", dict(fx.BASE), 10000, 1000.0)]
+          extra: list[dict[str, Any]] | None = None, base: dict[str, float] | None = None) -> profiles.View:
+    records = [fx.write(run, "base", dict(base or fx.BASE), 10000, 1000.0)]
     records += [fx.write(run, name, stacks, requests, rps) for name, (stacks, requests, rps) in variants.items()]
     v = profiles.view([*records, *(extra or [])], "base", run, control)
     assert v is not None
@@ -54,8 +54,25 @@ def test_the_control_grows_nothing_in_the_kernel_and_says_so(tmp_path: Path) -> 
     v = _view(tmp_path, {"capped": (fx.scaled(fx.BASE, 1.5), 10000, 600.0),
                          "pti": (fx.scaled(fx.BASE, 1.0, enter=3.0), 10000, 900.0)}, control="capped")
     assert v.growers["capped"] == () and v.control == "capped" and profiles.control_flag(v) is None
-    assert ("  control: no function of the guest's kernel grew per request (its cost is outside the guest): the "
-            "profiles' growers can be trusted") in profiles.lines(v)
+    assert ("  control: no function of the guest's kernel grew per request (its cost is outside the guest, as it "
+            "must be): the profiles' negative control holds") in profiles.lines(v)
+
+
+def test_the_guests_background_is_left_out(tmp_path: Path) -> None:
+    """What the guest does each second whatever its load (a sampler's fork and exec, here) is a larger share
+    of a slower variant's time per request: a variant that serves half the requests with the same work
+    per request grows nothing, though its background doubled per request; it is not the server's work."""
+    background = "bash;[unknown];[ld-linux-x86-64.so.2]"
+    irqbalance = "irqbalance;[unknown];__poll"  # a name with irq in it is no interrupt
+    base: dict[str, float] = {**fx.BASE, background: 2000, irqbalance: 400}
+    half = {s: n * (1 if s in (fx.IDLE, background, irqbalance) else 0.5) for s, n in base.items()}
+    v = _view(tmp_path, {"slow": (half, 5000, 500.0)}, base=base)
+    assert v.growers == {"slow": ()}
+    got = profiles.to_json(v)
+    assert got is not None and got["instances"]["slow"]["background_us_per_request"] == pytest.approx(
+        2 * got["instances"]["base"]["background_us_per_request"])
+    assert all(not folded.served(s) for s in (background, irqbalance, fx.IDLE))
+    assert all(folded.served(s) for s in (fx.ENTER, fx.SOFTIRQ, fx.IDLE_IRQ))
 
 
 def test_a_kernel_grower_in_the_control_is_a_warning_naming_it(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """Each variant's differential flame graph against the baseline, per request: drawn by inferno's own
 tools (inferno-diff-folded, then inferno-flamegraph), run as programs, never reimplemented. Each
-profile's work (the idle loop left out, profiles.py) is first scaled to nanoseconds per 1000 requests,
-in whole numbers as inferno reads them, so that the two profiles compare per request whatever each
-point served: the graph's widths are the variant's, a frame red where its time per request grew and
-blue where it shrank.
+profile's work (the server's: the idle loop and the guest's background left out, profiles.py) is first
+scaled to nanoseconds per 1000 requests, in whole numbers as inferno reads them, so that the two
+profiles compare per request whatever each point served: the graph's widths are the variant's, a frame
+red where its time per request grew and blue where it shrank.
 
 inferno is found as the client's oha is (bench/openloop.py: on PATH, else beside this Python, where
 `make inferno` installs it); without it the report says so in one line (profiles.MISSING) and draws
@@ -63,7 +63,7 @@ def draw(v: View | None, folder: Folder) -> list[Path]:
     base, written = v.profiles[0], []
     for p in v.profiles[1:]:
         svg = _svg(tools, base, p, f"{p.instance} against {base.instance}: time per {PER} requests "
-                                   f"(red: grew, blue: shrank; the idle loop left out)")
+                                   f"(red: grew, blue: shrank; the server's work alone)")
         written.append(folder.write(file_name(p.instance), svg))
     return written
 
@@ -75,7 +75,8 @@ def _svg(tools: tuple[str, str], base: Profile, variant: Profile, title: str) ->
             (d / "base.folded").write_text(scaled(base))
             (d / "variant.folded").write_text(scaled(variant))
             _run([tools[0], d / "base.folded", d / "variant.folded"], d / "diff.folded", d)
-            _run([tools[1], "--title", title, "--countname", COUNTNAME, "--minwidth", MINWIDTH, d / "diff.folded"], d / "flame.svg", d)
+            _run([tools[1], "--title", title, "--countname", COUNTNAME, "--minwidth", MINWIDTH, d / "diff.folded"],
+                 d / "flame.svg", d)
             return userfile.read(d / "flame.svg", MAX_SVG, "inferno-flamegraph wrote more than a report holds")
     except OSError as exc:
         raise HarnessError(f"cannot draw the flame graph of {variant.instance}: {exc.strerror}",

@@ -1,7 +1,8 @@
 """A profile's folded stacks, as a run folder keeps them in profiles/ (`inferno-collapse-perf --kernel` on
 `perf script`'s text): one line per distinct stack, `comm;frame;...;leaf COUNT`, kernel frames suffixed
 `_[k]`, COUNT the nanoseconds of cpu-clock its samples stood for. Read back here, checked against the
-digest its record holds, and parsed; what is the CPU idling and what is work is said here too.
+digest its record holds, and parsed; what is the CPU idling, the server's work and the
+guest's background is said here too.
 
 A profile is read long after it was written, perhaps copied, perhaps damaged: a path in the record that
 is not `profiles/<name>.folded`, a link, a file over MAX_FOLDED, bytes other than those the record's
@@ -26,6 +27,8 @@ FILE = re.compile(r"profiles/[A-Za-z0-9_][A-Za-z0-9._-]{0,120}\.folded")
 HEX = re.compile(r"[0-9a-f]{64}")
 KERNEL = "_[k]"
 IDLE = "do_idle" + KERNEL  # the idle loop every CPU runs when it has nothing to do
+SERVER = "nginx"  # the server's processes' name (bench/server.py), the first frame of their stacks
+SOFTIRQD = "ksoftirqd/"  # the kernel's threads that finish the softirqs (the network's) interrupts leave
 MAX_COUNT = 18  # digits: a count of nanoseconds beyond 10**18 (31 years) is no point's
 HINT = ("a run writes its profiles itself, with each file's digest in its record: was the file edited or "
         "replaced? restore it from a copy, or re-measure with --resume")
@@ -50,6 +53,16 @@ def idle(stack: str) -> bool:
     done in the idle loop, a network softirq among it, is work)."""
     frames = stack.split(";")
     return IDLE in frames and not any(interrupt(f) for f in frames)
+
+
+def served(stack: str) -> bool:
+    """The server's work: a stack of its processes, or one with an interrupt in it wherever it was
+    taken (a request's packets are handled in whatever runs when they come), the CPU idling apart.
+    The rest is the guest's background (the harness's samplers, the guest agent, perf itself), which
+    takes about as long each second whatever the load, and would grow per request as a variant slows."""
+    frames = stack.split(";")
+    return not idle(stack) and (frames[0] == SERVER or frames[0].startswith(SOFTIRQD)
+                                or any(interrupt(f) for f in frames[1:]))
 
 
 def parse(text: str, where: Path) -> dict[str, int]:

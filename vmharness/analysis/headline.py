@@ -1,6 +1,7 @@
 """The answer in a few lines, where a report begins once its warnings are said: each instance's change in
 throughput and p99 at the baseline's saturation point with its interval, whether the positive control
-was recovered, what explains each cost (syscalls.reasons), an attribution study's switches that cost, and
+was recovered, what explains each cost (syscalls.reasons) and where its time grew most (profiles.py), an
+attribution study's switches that cost, and
 how many warnings stand above. Every
 figure in it is one the detail below gives again with its method; a change is written as everywhere in
 the report (`pct`)."""
@@ -43,6 +44,9 @@ def lines(a: Analysis) -> list[str]:
         if a.control is not None and name == a.control.instance:
             line += f"; the positive control, expected {a.control.expected:+.1%}: {variants.verdict(a.control)}"
         line += "".join(f"; why: {r.verdict}" for r in a.why if r.instance == name)
+        grew = a.profiles.growers.get(name, ()) if a.profiles is not None and ch["throughput"].significant else ()
+        if grew:
+            line += f"; its time grew most in {grew[0].name}"
         out.append(line)
     if a.study is not None and a.study.studies:
         thr = a.study.studies[0]

@@ -82,8 +82,9 @@ def _profiles(v: profiles.View | None, flames: list[Path]) -> str:
         if (svg := flame.file_name(name)) in drawn:
             out.append(f'<figure><img src="{html.escape(svg)}" alt="differential flame graph of {_text(name)}" '
                        f'style="max-width:100%"><figcaption>{_text(name)} against {_text(v.baseline)}, per '
-                       "request (the idle loop left out): widths are its time, red where a function's time per "
-                       "request grew, blue where it shrank; open the SVG alone to search and zoom</figcaption>"
+                       "request (the server's work: the idle loop and the guest's other processes left out): widths "
+                       "are its time, red where a function's time per request grew, blue where it shrank; open the "
+                       "SVG alone to search and zoom</figcaption>"
                        "</figure>")
     return "".join(out)
 

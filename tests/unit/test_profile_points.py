@@ -4,6 +4,8 @@ real collapse-perf folding a `perf script` text as the capture keeps it (bench/p
 from __future__ import annotations
 
 import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from vmharness.bench import at_peak, explained, openloop, plan, profile
 from vmharness.errors import HarnessError
 from vmharness.model import config
 from vmharness.rundir import record_check
+from vmharness.system.machine import Machine
 
 # Two samples as the guest's perf 6.1 prints them: one of dd in the kernel's syscall entry, one idle
 SCRIPT = """dd   356 [000]    18.528222:    1001001 cpu-clock:
@@ -104,3 +107,31 @@ def test_a_collapse_that_folds_nothing_or_is_missing_is_one_error(tmp_path: Path
     with pytest.raises(HarnessError, match="is not installed") as err:
         profile.fold(SCRIPT, str(tmp_path / "no-such-collapse"))
     assert "make inferno" in (err.value.hint or "")
+
+
+def test_perf_samples_only_the_window_it_is_switched_on_for_here(tmp_path: Path) -> None:
+    """The capture's real perf on this machine: a command run before `on` is not in the profile, one run
+    between `on` and `off` is; `discard` stops perf and removes its folder."""
+    m = Machine()
+    perf = profile.Perf.start(m)
+    try:
+        subprocess.run(["sh", "-c", "head -c 20000000 /dev/zero | md5sum"], check=True, capture_output=True)
+        perf.on()
+        subprocess.run(["dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=200000"], check=True,
+                       capture_output=True)
+        perf.off()
+        stacks = profile.fold(perf.script(), openloop.local_binary(explained.COLLAPSE)).splitlines()
+    finally:
+        perf.discard()
+    assert any(s.startswith("dd;") for s in stacks) and not any(s.startswith("md5sum;") for s in stacks)
+    assert not Path(perf.folder).exists() and not Path(f"/proc/{perf.pid}").exists()
+
+
+def test_a_perf_that_cannot_start_is_said_at_once() -> None:
+    """perf refuses a sampling rate of 0 and exits: said in seconds, not at the two-minute timeout, with
+    what perf said, and nothing left behind."""
+    started = time.monotonic()
+    with pytest.raises(HarnessError, match="did not answer 'disable': .*aborting") as err:
+        profile.Perf.start(Machine(), frequency=0).discard()  # discard: only if it did start
+    assert time.monotonic() - started < 30 and "linux-perf" in (err.value.hint or "")
+    assert not list(Path("/tmp").glob("vmh-profile.*"))

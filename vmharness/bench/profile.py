@@ -28,10 +28,14 @@ MAX_FOLDED = 32 << 20  # bytes of folded stacks kept in the run folder
 HINT = "the image needs linux-perf (images/recipe.toml); turn [explain] profile off to run without it"
 # $1 the folder, $2 samples per second. perf starts with its events off (-D -1) and the FIFOs as its
 # control; `sleep` is only what it waits on. Prints perf's PID once it runs.
-_START = ('mkfifo "$1/ctl" "$1/ack" && { setsid perf record --control "fifo:$1/ctl,$1/ack" -D -1 -F "$2" '
+_START = ('command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 3; }; '
+          'mkfifo "$1/ctl" "$1/ack" && { setsid perf record --control "fifo:$1/ctl,$1/ack" -D -1 -F "$2" '
           '-e cpu-clock -a -g -o "$1/perf.data" -- sleep 86400 >"$1/perf.log" 2>&1 </dev/null & echo $!; }')
-# $1 the folder, $2 enable or disable: perf answers `ack` once done (nothing if it is not there: timeout)
-_SAY = 'echo "$2" > "$1/ctl" && read -r got < "$1/ack" && [ "$got" = ack ]'
+# bash: $1 the folder, $2 enable or disable, $3 perf's PID. The FIFOs are opened without waiting for perf
+# to open them, the word written, and perf's `ack` waited for while perf lives: one that exited (a perf
+# that cannot run) is said at once instead of at the timeout
+_SAY = ('exec 3<>"$1/ctl" 4<>"$1/ack"; echo "$2" >&3; '
+        'until read -r -t 0.2 got <&4; do kill -0 "$3" 2>/dev/null || exit 4; done; [ "$got" = ack ]')
 # $1 the folder, $2 perf's PID: perf stopped as ^C stops it (it writes its file), waited for
 _STOP = 'kill -INT "$2" 2>/dev/null; while kill -0 "$2" 2>/dev/null; do sleep 0.1; done; tail -c 2000 "$1/perf.log"'
 _SCRIPT = 'perf script -i "$1/perf.data" 2>/dev/null | head -c "$2"'
@@ -65,7 +69,8 @@ class Perf:
         return perf
 
     def _say(self, word: str) -> None:
-        res = self.machine.run(["timeout", "120", "sh", "-c", _SAY, "sh", self.folder, word], timeout=150, check=False)
+        res = self.machine.run(["timeout", "120", "bash", "-c", _SAY, "bash", self.folder, word, str(self.pid)],
+                               timeout=150, check=False)
         if not res.ok:
             log = self.machine.run(["tail", "-c", "300", f"{self.folder}/perf.log"], timeout=30, check=False).stdout
             raise HarnessError(f"perf on {self.machine.label} did not answer {word!r}: {log.strip() or 'no answer'}",

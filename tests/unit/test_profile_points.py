@@ -131,7 +131,7 @@ def test_a_perf_that_cannot_start_is_said_at_once() -> None:
     """perf refuses a sampling rate of 0 and exits: said in seconds, not at the two-minute timeout, with
     what perf said, and nothing left behind."""
     started = time.monotonic()
-    with pytest.raises(HarnessError, match="did not answer 'disable': .*aborting") as err:
+    with pytest.raises(HarnessError, match=r"did not answer 'disable': .*aborting") as err:
         profile.Perf.start(Machine(), frequency=0).discard()  # discard: only if it did start
     assert time.monotonic() - started < 30 and "linux-perf" in (err.value.hint or "")
     assert not list(Path("/tmp").glob("vmh-profile.*"))

@@ -133,9 +133,14 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert all((run / r["profile"]["file"]).stat().st_size == r["profile"]["bytes"] for r in profiled)
     prof = report["profiles"]
     assert "syscall_enter_from_user_mode" in [g["function"] for g in prof["growers"]["pti"]], prof["growers"]
-    assert prof["control"] == {"instance": "control", "kernel_growers": []}, prof["growers"]
+    # the control's kernel grows nothing, or (a machine loaded beside the run) the report warns that the
+    # profiles cannot tell a cost from noise, naming what grew: never a silent false explanation
+    grown = prof["control"]["kernel_growers"]
+    print("control's kernel growers:", grown)
+    assert prof["control"]["instance"] == "control" and (not grown or any(
+        w.startswith(f"control: {grown[0]}") and "cannot tell" in w for w in report["warnings"])), prof
     assert "\n  pti: grew most per request: " in res.stdout and "syscall_enter_from_user_mode (kernel) +" in res.stdout
-    assert "\n  control: no function of the guest's kernel grew per request" in res.stdout
+    assert grown or "\n  control: no function of the guest's kernel grew per request" in res.stdout
     assert all(-0.9 < p["profiling_cost"] < 0.2 for p in prof["instances"].values()), prof["instances"]
     assert 'src="flame-pti.svg"' in (run / "report" / "report.html").read_text()
     assert (run / "report" / "flame-pti.svg").read_text().count("syscall_enter_from_user_mode") >= 1

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vmharness.analysis import report, saturation
+from vmharness.analysis import page, report, saturation
 from vmharness.errors import HarnessError
 from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.store import RunDir
@@ -98,6 +98,12 @@ def test_per_request_counts_and_a_variants_paired_change(tmp_path: Path) -> None
                     "of which NET_RX 1.5, TIMER 0.05 over 4 iteration(s)"]
     got = report.to_json(a)["kernel_events"]["mitig"]
     assert got["per_request"]["context switches"] == 3.0 and got["changes"]["context switches"]["significant"]
+    # the page's counters table: a row an instance, a column a counter, each change with its interval; no
+    # table of the page wider than the text report's (every column is in the CSV and the JSON)
+    html = page.render(a, "t", [])
+    counters = html.split("<h2>What the server did per request at the peak</h2>")[1].split("</table>")[0]
+    assert "<th>context switches</th>" in counters and "<td>mitig</td><td>3 (+50.0% [+50.0%, +50.0%])</td>" in counters
+    assert max(t.split("</tr>")[0].count("<th>") for t in html.split("<table>")[1:]) <= 13
 
 
 def test_the_baselines_own_counts_change_nothing_a_negative_control(tmp_path: Path) -> None:

@@ -1,18 +1,18 @@
 """One self-contained HTML page: the warnings, the headline (headline.py), the answer with the method of
-every interval, the figures inline (SVG), and the table, where a latency percentile too far in the tail
-for its sample is marked as the text table marks it."""
+every interval, the figures inline (SVG), the profiles' growers and flame graphs, the server's counters
+per request, and the text report's own tables (a latency percentile too far in the tail for its sample
+marked as there): none wider than the page, every column in the CSV and the JSON."""
 
 from __future__ import annotations
 
 import html
 import json
 from pathlib import Path
-from typing import Any
 
 from vmharness import userfile
-from vmharness.analysis import flame, headline, loadcurve, profiles, report
-from vmharness.analysis.cells import PERCENTILES
+from vmharness.analysis import events, flame, headline, loadcurve, profiles, report
 from vmharness.analysis.saturation import Analysis
+from vmharness.stats import Change
 from vmharness.textsafe import line as one_line
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
@@ -22,6 +22,12 @@ table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;paddin
 th{background:#f2f2f2}figure{margin:1.5em 0}svg{max-width:100%;height:auto}"""
 
 MAX_FIGURE = 64 << 20  # bytes: an SVG figure the report just wrote, read back into the page
+
+ALL_COLUMNS = ("every column of every point, and each interval's limits: report.csv, report-load.csv and "
+               "report.json beside this page")
+COUNTERS = ("system calls counted in points of their own ([explain] syscalls); kernel events from the guest's "
+            "sampler, less what its kernel does each second without load; each change against the baseline "
+            "paired by block, with its 95% interval")
 
 LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histogram, every client's per-microsecond "
                   "counts summed; a change in one is a ratio like throughput's")
@@ -39,26 +45,17 @@ def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | No
                                            [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods),
                                             LATENCY_METHOD])
               + "</ul><p>docs/statistics.md explains each.</p>") if a.peak is not None else ""
-    rows = data["rows"]
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in (rows[0] if rows else {}))
-    body = "".join("<tr>" + "".join(f"<td>{_text(_cell(r, k))}</td>" for k in r) + "</tr>" for r in rows)
-    foot = f"<p>{html.escape(report.THIN_FOOT)}</p>" if any(r["thin_percentiles"] for r in rows) else ""
-    if a.load is not None and a.load.rows:
-        load_rows = loadcurve.rows(a.load)
-        keys = list(load_rows[0])
-        load_table = (f"<h2>{html.escape(loadcurve.title(a.load))}</h2><div style=overflow-x:auto><table><tr>"
-                      + "".join(f"<th>{html.escape(k)}</th>" for k in keys) + "</tr>"
-                      + "".join("<tr>" + "".join(f"<td>{_text('' if r[k] is None else str(r[k]))}</td>"
-                                                for k in keys) + "</tr>" for r in load_rows) + "</table></div>")
-    else:
-        load_table = ""
+    head, body, foot = report.points_table(a)
+    points = _table(head, body) + "".join(f"<p>{_text(f)}</p>" for f in foot)
+    load_table = (f"<h2>Latency against load</h2><p>{_text(loadcurve.title(a.load))}</p>"
+                  f"{_table(*loadcurve.table(a.load))}"
+                  if a.load is not None and a.load.rows else "")
     svgs = "".join(f"<figure>{userfile.text(f, MAX_FIGURE).split('?>', 1)[-1]}</figure>"
                    for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{answer}{svgs}"
             f"{_profiles(a.profiles, flames or [])}{method}"
-            f"<h2>All points</h2><div style=overflow-x:auto><table><tr>{head}</tr>{body}</table></div>{foot}"
-            f"{load_table}"
+            f"{_counters(a)}<h2>All points</h2>{points}{load_table}<p>{ALL_COLUMNS}</p>"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
 
 
@@ -95,10 +92,31 @@ def _text(text: str) -> str:
     return html.escape(one_line(text))
 
 
-def _cell(row: dict[str, Any], key: str) -> str:
-    """A table cell; a latency percentile as the text table prints it (a thin one marked)."""
-    q = key.removeprefix("p").removesuffix("_us")
-    if key.startswith("p") and key.endswith("_us") and q in PERCENTILES:
-        return report.latency_cell(row, q)
-    value = row[key]
-    return "" if value is None else str(value)
+def _table(head: list[str], body: list[list[str]]) -> str:
+    """A table as the text report prints it: its columns, each cell's text (no wider than the page)."""
+    return ("<table><tr>" + "".join(f"<th>{_text(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_text(c)}</td>" for c in row) + "</tr>" for row in body) + "</table>")
+
+
+def _counters(a: Analysis) -> str:
+    """The server's counters per request at the peak, one row an instance: its system calls (the counted
+    points) and its kernel events, each with its change against the baseline (events.py, syscalls.py)."""
+    calls = {r.instance: r for r in a.calls.rows} if a.calls is not None else {}
+    names = [v.instance for v in a.events] or list(calls)
+    if not names:
+        return ""
+    ev = {v.instance: v for v in a.events}
+    kinds = [k for k in events.SHOWN if any(k in v.means for v in a.events)]
+    head = ["instance", *(["system calls"] if calls else []), *kinds]
+
+    def cell(value: float | None, change: Change | None) -> str:
+        if value is None:
+            return "-"
+        shown = f"{value:.3g}"
+        if change is not None and change.bounded:
+            shown += f" ({change.change:+.1%} [{change.low:+.1%}, {change.high:+.1%}])"
+        return shown
+
+    body = [[n, *([cell(calls[n].per_request, calls[n].change) if n in calls else "-"] if calls else []),
+             *(cell(ev[n].means.get(k), ev[n].changes.get(k)) if n in ev else "-" for k in kinds)] for n in names]
+    return (f"<h2>What the server did per request at the peak</h2><p>{_text(COUNTERS)}</p>" + _table(head, body))

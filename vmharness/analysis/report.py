@@ -179,7 +179,9 @@ def answer(a: Analysis) -> list[str]:
     return out + _variant_lines(a)
 
 
-def text(a: Analysis) -> str:
+def points_table(a: Analysis) -> tuple[list[str], list[list[str]], list[str]]:
+    """Every point's figures as the text and the page show them: header, rows and the footnote (the CSV and
+    the JSON hold every column)."""
     rows = _rows(a)
     header = ["INSTANCE", "CONNS", "N", "REQ/S", f"{LEVEL:.0%} CI", *(f"P{q} US" for q in PERCENTILES), "SERVER",
               "CLIENT", "ERRORS"]
@@ -189,7 +191,11 @@ def text(a: Analysis) -> str:
              _server_cell(r),
              "-" if r["client_busy_percent"] is None else f"{r['client_busy_percent']:.0f}%", str(r["errors"])]
             for r in rows]
-    foot = [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
+    return header, body, [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
+
+
+def text(a: Analysis) -> str:
+    header, body, foot = points_table(a)
     return "\n".join([*(w for f in a.flags for w in _warning("WARNING: ", f, "")),
                       *map(one_line, [*headline.lines(a), "", *answer(a), "", *table.render(header, body), *foot,
                                       *_load_text(a)])])

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from vmharness.analysis import folded
 from vmharness.analysis.loadcurve import damaged
@@ -152,6 +151,9 @@ def _profile(r: dict[str, Any], run: Path, where: Path, records: list[dict[str, 
 
 def growers(base: Profile, other: Profile) -> tuple[Grower, ...]:
     """The functions whose share of the work grew from `base` to `other` (GREW and P), the most first."""
+    # scipy.stats takes 0.6 s to import: only a run with profiles pays it, not every `report` and `run`
+    from scipy.stats import fisher_exact
+
     b, o = base.leaves, other.leaves
     nb, no = base.samples(sum(b.values())), other.samples(sum(o.values()))
     if not nb or not no:
@@ -162,7 +164,7 @@ def growers(base: Profile, other: Profile) -> tuple[Grower, ...]:
         share = (b.get(leaf, 0) / sum(b.values()), o[leaf] / sum(o.values()))
         if share[1] - share[0] < GREW:
             continue
-        p = float(sps.fisher_exact(np.array([[ko, no - ko], [kb, nb - kb]]), alternative="greater").pvalue)
+        p = float(fisher_exact(np.array([[ko, no - ko], [kb, nb - kb]]), alternative="greater").pvalue)
         if p < P:
             out.append(Grower(leaf, (base.us(b.get(leaf, 0)), other.us(o[leaf])), share, p))
     return tuple(sorted(out, key=lambda g: (g.share[0] - g.share[1], g.function)))

@@ -57,12 +57,17 @@ def _by_block(cell: Cell, key: str) -> dict[Any, float]:
 SHOWN = ("context switches", "page faults", "interrupts", "TLB shootdowns", "softirqs")
 
 
-def _figure(v: View, key: str) -> str:
-    text = f"{key} {v.means[key]:.3g}"
-    c = v.changes.get(key)
-    if c is not None and c.bounded:
-        text += f" ({c.change:+.1%} [{c.low:+.1%}, {c.high:+.1%}])"
+def figure(value: float, change: Change | None) -> str:
+    """A count per request, with its change against the baseline and that change's interval if it has one
+    (the text's lines and the page's counters table)."""
+    text = f"{value:.3g}"
+    if change is not None and change.bounded:
+        text += f" ({change.change:+.1%} [{change.low:+.1%}, {change.high:+.1%}])"
     return text
+
+
+def _figure(v: View, key: str) -> str:
+    return f"{key} {figure(v.means[key], v.changes.get(key))}"
 
 
 def lines(found: list[View], peak: int) -> list[str]:

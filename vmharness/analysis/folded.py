@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import userfile
+from vmharness.bench.profile import MAX_FOLDED  # the cap the capture writes under
 from vmharness.digits import integer
 from vmharness.errors import HarnessError
 
-MAX_FOLDED = 32 << 20  # bytes: a whole guest sampled at 999 Hz for a point's seconds folds into far less
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,62}")  # an instance's (model/checks.py): a file's name too
 FILE = re.compile(r"profiles/[A-Za-z0-9_][A-Za-z0-9._-]{0,120}\.folded")
 HEX = re.compile(r"[0-9a-f]{64}")

@@ -110,12 +110,7 @@ def _counters(a: Analysis) -> str:
     head = ["instance", *(["system calls"] if calls else []), *kinds]
 
     def cell(value: float | None, change: Change | None) -> str:
-        if value is None:
-            return "-"
-        shown = f"{value:.3g}"
-        if change is not None and change.bounded:
-            shown += f" ({change.change:+.1%} [{change.low:+.1%}, {change.high:+.1%}])"
-        return shown
+        return "-" if value is None else events.figure(value, change)
 
     body = [[n, *([cell(calls[n].per_request, calls[n].change) if n in calls else "-"] if calls else []),
              *(cell(ev[n].means.get(k), ev[n].changes.get(k)) if n in ev else "-" for k in kinds)] for n in names]

@@ -24,7 +24,7 @@ from vmharness.system.machine import Machine
 
 FREQUENCY = 999  # samples per second and CPU: not a multiple of the kernel's tick, as perf's own default
 MAX_SCRIPT = 256 << 20  # bytes of `perf script` text read back: about 250,000 samples with call graphs
-MAX_FOLDED = 32 << 20  # bytes of folded stacks kept in the run folder
+MAX_FOLDED = 32 << 20  # bytes of folded stacks kept in the run folder (and read back: analysis/folded.py)
 HINT = "the image needs linux-perf (images/recipe.toml); turn [explain] profile off to run without it"
 # $1 the folder, $2 samples per second. perf starts with its events off (-D -1) and the FIFOs as its
 # control; `sleep` is only what it waits on. Prints perf's PID once it runs.

@@ -6,6 +6,7 @@ journal, every tuned value back."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import statistics
 import subprocess
@@ -61,15 +62,16 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout
     got = records(run)
     points = [r for r in got if r["kind"] == "measurement"]
-    assert len(points) == 45 and all(r["ok"] for r in points)
+    # only the baseline sweeps (2, 8 and 32 connections, four boots); pti and the control are measured at
+    # the count where its first boot peaked
+    assert len(points) == 4 * 3 + 4 + 4 and all(r["ok"] for r in points)
     assert all(r["client"]["requests"] > 0 and r["client"]["errors"]["total"] == 0 for r in points)
     assert all(r["samples"]["guest"]["process"]["pids_last"] >= 2 for r in points)  # nginx's tree in the guest
     sessions = [r for r in got if r["kind"] == "session"]
-    # the control rides on the baseline's boots (capped live): ten boots for three instances
+    # the control rides on the baseline's boots (capped live): eight boots for three instances
     assert [(s["instance"], s["iteration"], s["riders"]) for s in sessions] == [
         ("baseline", 0, ["control"]), ("pti", 0, []), ("pti", 1, []), ("baseline", 1, ["control"]),
-        ("baseline", 2, ["control"]), ("pti", 2, []), ("baseline", 3, ["control"]), ("pti", 3, []),
-        ("pti", 4, []), ("baseline", 4, ["control"])]
+        ("baseline", 2, ["control"]), ("pti", 2, []), ("baseline", 3, ["control"]), ("pti", 3, [])]
     for s in sessions:
         words = s["cmdline"].split()  # the image's, the minimal init's init=, then the instance's
         assert s["ok"] and words[-1] == ("pti=on" if s["instance"] == "pti" else "mitigations=off")
@@ -102,6 +104,9 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert {t["machine"] for t in manifest["tuning"]} == {"host"}
     report = json.loads((run / "report" / "report.json").read_text())
     assert report["peak_connections"] in (2, 8, 32) and {"pti", "control"} <= set(report["changes_at_peak"])
+    fixed = next(r["connections"] for r in got if r["kind"] == "load_target")
+    assert report["peak_connections"] == fixed and {r["connections"] for r in points if r["instance"] != "baseline"} \
+        == {fixed}
     assert "no KVM: the guest ran under TCG; these are not hardware numbers" in report["warnings"]
     # no VM exits to count under TCG, one line says so; the vCPU time per request is there: pti's higher
     per_request = {n: v["vcpu_cpu_us_per_request"] for n, v in report["vm_exits"]["instances"].items()}
@@ -118,9 +123,9 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # the same calls, each dearer, and its work per request predicts its cost; the control makes the
     # same calls with no more work per request: its cost lies outside the guest (the negative control)
     counted = [r for r in got if r["kind"] == "syscalls"]
-    assert len(counted) == 15 and all(r["ok"] and r["connections"] == report["load"]["connections"] for r in counted)
+    assert len(counted) == 12 and all(r["ok"] and r["connections"] == report["load"]["connections"] for r in counted)
     calls = report["syscalls"]["instances"]
-    assert set(calls) == {"baseline", "pti", "control"} and all(c["boots"] == 5 for c in calls.values())
+    assert set(calls) == {"baseline", "pti", "control"} and all(c["boots"] == 4 for c in calls.values())
     assert 3 < calls["baseline"]["per_request"] < 30 and "recvfrom" in calls["baseline"]["top"], calls
     assert all(abs(calls[n]["change"]["change"]) < 0.05 for n in ("pti", "control")), calls
     assert "\n  pti: the same system calls per request (" in res.stdout and \
@@ -154,7 +159,8 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     else:
         assert res.stdout.startswith("WARNING: ") and "\nWARNING: the positive control was not " in \
             "\n" + res.stdout and "  pti: " in why and "  control: " not in why, res.stdout
-    assert "\nANSWER at baseline's saturation point" in res.stdout and "\n  pti: throughput -" in res.stdout
+    assert re.search(r"\nANSWER at baseline's (saturation point|peak as its first boot found it), ", res.stdout)
+    assert "\n  pti: throughput -" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]
     # the control's expected cost: what the cap takes of the vCPU time the baseline used for requests,
     # from this run's own readings (the baseline's vCPU share at the peak, its share without load): a

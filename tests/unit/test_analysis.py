@@ -202,3 +202,44 @@ def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
            "  throughput -10.0% [" in report.text(a)
     with pytest.raises(HarnessError, match="two runs are both named kernel-old"):
         saturation.compare([RunDir.open(tmp_path / "kernel-old"), RunDir.open(tmp_path / "kernel-old")])
+
+
+def _fixed(tmp_path: Path, at: int, variants: str = "peak") -> RunDir:
+    """The baseline swept over 64, 128 and 256 connections (its highest mean at 256, by 1%, within its
+    interval), mitig measured at `at` alone, as sweep.variants = "peak" does."""
+    run = RunDir.create(tmp_path / f"run-{at}-{variants}", {
+        "config": {"instance": [{"name": "base"}, {"name": "mitig"}], "sweep": {"variants": variants}},
+        "machines": {"server": {"machine": "srv"}, "clients": [{"machine": "cli"}]}})
+    for it, jitter in enumerate((0.0, 20.0, -20.0)):
+        _record(run, "base", 64, it, 500.0 + jitter, 100, 99)
+        if it == 0:
+            run.append({"kind": "load_target", "instance": "base", "connections": at, "requests_per_s": 1000.0,
+                        "iterations": 1, "rates": {}, "from": "the baseline's highest mean"})
+        _record(run, "base", 128, it, 1000.0 + jitter, 200, 99)
+        _record(run, "base", 256, it, 1010.0 - jitter, 200, 99)
+        _record(run, "mitig", at, it, 800.0 + jitter, 250, 99)
+    return run
+
+
+def test_with_only_the_baseline_swept_the_changes_are_read_where_the_others_were_measured(tmp_path: Path) -> None:
+    a = saturation.analyse(_fixed(tmp_path, 128))
+    assert a.peak == 128 and a.peak_estimate is not None and a.peak_estimate.at == 256
+    assert a.changes["mitig"]["throughput"].change == pytest.approx(-0.2, abs=0.01)
+    assert not [f for f in a.flags if "measured at" in f or "no successful point" in f]
+    # the curve's own flags speak of the baseline's peak, not of where the others were measured
+    assert 256 not in a.plausible_peaks and "the throughput peaks at the largest count (256): it may still rise; " \
+        "extend the sweep" in a.flags
+    assert "saturation point 256 connections" in report.text(a)
+    assert report.text(a).startswith("WARNING: ") and "\nANSWER at base's peak as its first boot found it, 128 " \
+        "connections (1,000 requests/s; " in report.text(a)
+    assert "; the others were measured at 128 connections, where its first iteration peaked" in report.text(a)
+    # negative control: the same records read as a full sweep have nothing of mitig at 256, and say so
+    swept = saturation.analyse(_fixed(tmp_path, 128, variants="sweep"))
+    assert swept.peak == 256 and swept.changes == {}
+    assert "mitig has no successful point at the baseline's peak (256 connections): no change is read for it" \
+        in swept.flags
+    # a fixed count far off the peak (its interval does not hold it) is read there, and warned of
+    off = saturation.analyse(_fixed(tmp_path, 64))
+    assert off.peak == 64 and "mitig" in off.changes
+    assert any(f.startswith("the others were measured at 64 connections") and "not read at its saturation point"
+               in f for f in off.flags)

@@ -247,6 +247,14 @@ def test_a_point_waits_for_the_snapshot_after_its_end_and_no_longer(tmp_path: Pa
     assert not samples.has_snapshot_after(stream, 0.0)
     stream.write_text("")
     assert not samples.has_snapshot_after(stream, 0.0)
+    # a guest's clock behind this one's: the snapshot that answers wake 3 carries a time before the end
+    stream.write_text("@pid 7\n@t 100.2\n@wake 3\ncpu 1 2 3\n@end\n")
+    assert samples.has_snapshot_after(stream, 100.5, 3)
+    assert not samples.has_snapshot_after(stream, 100.5) and not samples.has_snapshot_after(stream, 100.5, 4)
+    assert not samples.has_snapshot_after(stream, 100.5, 30)  # a number's prefix is not that number
+    assert samples.parse(stream.read_text())[1][0].cpus == {"cpu": (1, 2, 3)}  # the parser passes the line by
+    stream.write_text("@pid 7\n@t 100.2\n@wake 3\ncpu 1 2 3\n")  # torn: not an answer yet
+    assert not samples.has_snapshot_after(stream, 100.5, 3)
 
 
 def test_the_wait_between_points_counts_from_the_loads_end() -> None:

@@ -3,13 +3,14 @@ and the partial undo that gives back only what a run took."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from vmharness.analysis import saturation
-from vmharness.bench import plan
+from vmharness.bench import at_peak, plan
 from vmharness.errors import HarnessError
 from vmharness.experiment import boots, runner
 from vmharness.guest import provenance, session
@@ -31,7 +32,8 @@ def test_the_embedded_experiment() -> None:
 
 
 def test_run_sessions_follow_the_rotated_order() -> None:
-    cfg = config.load_run(None)
+    embedded = config.load_run(None)  # every instance swept, over five iterations
+    cfg = dataclasses.replace(embedded, sweep=dataclasses.replace(embedded.sweep, variants="sweep", iterations=5))
     assert [(s.iteration, s.instance) for s in boots.sessions(plan.points(cfg))] == [
         (0, "baseline"), (0, "pti"), (0, "control"), (1, "pti"), (1, "control"), (1, "baseline"),
         (2, "control"), (2, "baseline"), (2, "pti"), (3, "baseline"), (3, "pti"), (3, "control"),
@@ -49,6 +51,52 @@ def test_run_sessions_follow_the_rotated_order() -> None:
     done = {"baseline/2/0", "baseline/8/0"}  # a resumed run boots only for what is missing
     left = boots.sessions([p for p in plan.points(cfg) if p.key not in done])
     assert left[0].instance == "baseline" and [p.key for p in left[0].points] == ["baseline/32/0"]
+
+
+def _measured(keys: list[str], ok: bool = True) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for key in keys:
+        name, count, it = key.split("/")
+        out.append({"kind": "measurement", "key": key, "instance": name, "connections": int(count),
+                    "iteration": int(it), "ok": ok, "client": {"requests_per_s": 1000.0 + int(count)}})
+    return out
+
+
+def test_only_the_baseline_sweeps_and_the_others_follow_at_the_peak_its_first_boot_fixed() -> None:
+    cfg = config.load_run(None)  # the embedded experiment: sweep.variants = "peak"
+    assert cfg.sweep.variants == "peak" and cfg.sweep.iterations == 4 and cfg.counts == (2, 8, 32)
+    # before the peak is fixed: the baseline's first boot alone, its control riding without points yet
+    first = plan.todo(cfg, [], set())
+    assert [p.key for p in first] == ["baseline/2/0", "baseline/8/0", "baseline/32/0"]
+    assert [(s.iteration, s.instance) for s in boots.sessions(first, boots.rides(cfg))] == [(0, "baseline")]
+    records: list[dict[str, object]] = [*_measured([p.key for p in first])]
+    assert at_peak.after_sweep(cfg, records, 0) == []  # nothing at a peak not yet written
+    records.append(at_peak.new_target(cfg, records) or {})
+    assert records[-1]["connections"] == 32  # the highest of the first boot's three
+    # that boot's riders are measured there once its sweep is done: the control, before the load
+    after = [p for p in at_peak.after_sweep(cfg, records, 0) if p.instance != "pti"]  # the baseline's boot's
+    assert [p.key for p in after][:2] == ["control/32/0", "baseline/@25%/0"]
+    records += _measured(["control/32/0"])
+    # then every other boot, rotated: the baseline over every count, pti and the control at 32 alone
+    rest, why = plan.after_round(cfg, records)
+    assert why is None
+    groups = boots.sessions(rest, boots.rides(cfg))
+    assert [(s.iteration, s.instance) for s in groups] == [
+        (0, "pti"), (1, "pti"), (1, "baseline"), (2, "baseline"), (2, "pti"), (3, "baseline"), (3, "pti")]
+    assert [p.key for p in groups[0].points] == ["pti/32/0"]
+    assert [p.key for p in groups[2].points] == ["control/32/1", "baseline/2/1", "baseline/8/1", "baseline/32/1"]
+    assert {p.connections for p in rest if p.instance != "baseline"} == {32}
+    # a point tried and failed is not offered again by the round (the run's last offer takes it)
+    assert "pti/32/0" not in {p.key for p in plan.after_round(cfg, records + _measured(["pti/32/0"], ok=False))[0]}
+    assert plan.planned(cfg) == 4 * 3 + 4 * 2 + 4 * 2 * 3 + 4 * 3 + 3  # sweep, the others, load, counted, profiled
+
+
+def test_without_a_successful_first_boot_the_baseline_boots_again_before_the_others() -> None:
+    cfg = config.load_run(None)
+    failed = _measured(["baseline/2/0", "baseline/8/0", "baseline/32/0"], ok=False)
+    assert at_peak.new_target(cfg, failed) is None
+    nxt, _ = plan.after_round(cfg, failed)
+    assert [p.key for p in nxt] == ["baseline/2/1", "baseline/8/1", "baseline/32/1"]
 
 
 def test_sweep_pipeline_twins_every_instance_and_the_twins_ride_on_its_boots(tmp_path: Path) -> None:

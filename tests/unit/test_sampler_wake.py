@@ -37,13 +37,23 @@ def test_a_wake_takes_the_next_snapshot_now_and_a_closed_stdin_keeps_the_interva
         s.wake()
         _wait_for(path, 3, 25)
         assert took < 25 and len(_times(path)) == 3
+        # each answer names its wake, so that it is known for the one after a load's end whatever the
+        # machine's clock says (here: an end far ahead of it)
+        text = path.read_text()
+        assert text.count("\n@wake ") == 2 and "\n@wake 1\n" in text and "\n@wake 2\n" in text
+        assert samples.has_snapshot_after(path, time.time() + 3600, 2)
+        assert not samples.has_snapshot_after(path, time.time() + 3600, 1)  # not the last one's
         time.sleep(1.0)
         assert len(_times(path)) == 3  # no word: the interval holds
         (p,) = s.popens
         assert p.stdin is not None
+        p.stdin.write(b"1; reboot\n")  # not a number: a snapshot at once, but no word echoed
+        p.stdin.flush()
+        _wait_for(path, 4, 25)
+        assert path.read_text().count("\n@wake ") == 2 and "reboot" not in path.read_text()
         p.stdin.close()  # end of input: read returns at once, and the loop sleeps its interval instead
         time.sleep(1.0)
-        assert len(_times(path)) <= 4 and p.poll() is None
+        assert len(_times(path)) <= 5 and p.poll() is None
         print(f"a woken sampler's next snapshot came {took:.3f} s after the word")
     finally:
         s.stop()

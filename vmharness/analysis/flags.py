@@ -36,8 +36,10 @@ def session_flags(run: RunDir, prefix: str = "") -> list[str]:
 
 
 def peak_flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[int, Interval],
-               plausible: list[int], table: dict[str, dict[int, Cell]], flags: list[str]) -> None:
-    """What makes the answer at the baseline's `peak` (its `cell`) doubtful, appended to `flags`."""
+               plausible: list[int], table: dict[str, dict[int, Cell]], flags: list[str],
+               highest: int | None = None) -> None:
+    """What makes the answer at `peak` (the baseline's `cell` there) doubtful, appended to `flags`;
+    `highest`: the baseline's own peak, where the run read its changes elsewhere (sweep.variants)."""
     busy = server_busy(cell)
     if busy is not None and busy < SATURATED:
         flags.append(f"not saturated: the server was {busy:.0f}% busy at the peak ({peak} connections); "
@@ -60,8 +62,8 @@ def peak_flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: di
         if manifest.get("guest", {}).get("shares_host_with_client"):
             flags.append("the guest runs on a client's machine: wrk and the guest's vCPUs share its CPUs")
             break
-    if peak == max(curve):
-        flags.append(f"the throughput peaks at the largest count ({peak}): it may still rise; extend the sweep")
+    if (top := peak if highest is None else highest) == max(curve):
+        flags.append(f"the throughput peaks at the largest count ({top}): it may still rise; extend the sweep")
     if plausible:
         flags.append(f"the peak is not distinct: {', '.join(map(str, plausible))} connections are within its "
                      f"{LEVEL:.0%} interval")

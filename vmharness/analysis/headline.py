@@ -37,8 +37,9 @@ def lines(a: Analysis) -> list[str]:
     warned = f"{n} warning{'s' * (n != 1)} above" if n else "no warnings"
     if a.peak is None or a.peak_interval is None:
         return [f"{TITLE}: none: the baseline {a.baseline} has no saturation point ({warned})"]
-    out = [f"{TITLE} at {a.baseline}'s saturation point, {a.peak} connections ({a.peak_interval.mean:,.0f} "
-           f"requests/s; {warned}):"]
+    where = (f"{a.baseline}'s saturation point" if a.peak_estimate is None or a.peak_estimate.at == a.peak else
+             f"{a.baseline}'s peak as its first boot found it")
+    out = [f"{TITLE} at {where}, {a.peak} connections ({a.peak_interval.mean:,.0f} requests/s; {warned}):"]
     for name, ch in sorted(a.changes.items()):
         line = f"  {name}: throughput {pct(ch['throughput'], True)}; p99 {pct(ch['p99'], True)}"
         if a.control is not None and name == a.control.instance:

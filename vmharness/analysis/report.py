@@ -40,11 +40,13 @@ def _peak(a: Analysis) -> str:
     p = a.peak_estimate
     if p is None:
         return ""
+    elsewhere = (f"; the others were measured at {a.peak} connections, where its first iteration peaked"
+                 if a.peak is not None and a.peak != p.at else "")
     if not p.bounded:
-        return f"saturation point {p.at} connections, {p.value:,.0f} requests/s (one iteration: no interval)"
+        return f"saturation point {p.at} connections, {p.value:,.0f} requests/s (one iteration: no interval){elsewhere}"
     return (f"saturation point {p.at} connections ({p.level:.0%}: {p.at_low}–{p.at_high}), {p.value:,.0f} "
             f"requests/s ± {p.relative_half:.1%} ({p.level:.0%}: {p.low:,.0f}–{p.high:,.0f}; bootstrap, "
-            f"{p.resamples:,} resamples)")
+            f"{p.resamples:,} resamples){elsewhere}")
 
 
 def _noise(name: str, n: Noise, block: str) -> str:

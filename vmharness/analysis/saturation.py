@@ -90,7 +90,7 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     table, failed = cells(run)
     names = [i["name"] for i in run.manifest.get("config", {}).get("instance", [])] or sorted(table)
     a = analyse_table(table, failed, baseline or (names[0] if names else None), [run.manifest],
-                      session_flags(run), design([run]))
+                      session_flags(run), design([run]), fixed_peak(run))
     a.variants = variants.diffs(run.manifest, a.baseline)
     base_cell = table.get(a.baseline, {}).get(a.peak) if a.peak is not None else None
     control_cfg = run.manifest.get("config", {}).get("control")
@@ -123,6 +123,16 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     a.flags[:0] = left_out_line([run])  # first: every figure above is without them
     a.flags[:0] = hostdiff.run_flags(run)  # the host under every figure, before all
     return a
+
+
+def fixed_peak(run: RunDir) -> int | None:
+    """The count a run measured its other instances at, when only its baseline swept (sweep.variants =
+    "peak"): its load_target's, as written once; None otherwise."""
+    sweep = run.manifest.get("config", {}).get("sweep", {})
+    if not isinstance(sweep, dict) or sweep.get("variants") != "peak":
+        return None
+    count = next((r.get("connections") for r in run.records() if r.get("kind") == "load_target"), None)
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
@@ -182,7 +192,9 @@ def changes_at(base: Cell, other: Cell, block: str) -> dict[str, Change]:
 
 def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str | None,
                   manifests: list[dict[str, Any]], sessions: list[str] | None = None,
-                  d: Design | None = None) -> Analysis:
+                  d: Design | None = None, at: int | None = None) -> Analysis:
+    """`at`: where the run measured the other instances (sweep.variants = "peak": the baseline's peak
+    as its first iteration fixed it), and so where the changes are read; else the baseline's peak."""
     d = d or Design()
     flags: list[str] = list(sessions or [])
     if failed:
@@ -196,12 +208,19 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
                         table, failed, design=d)
     curve = {c: cell.interval() for c, cell in table[base].items()}
     top = stats.peak({c: cell.rps for c, cell in table[base].items()}, LEVEL)
-    peak = top.at
-    plausible = [c for c in sorted(curve) if c != peak and (top.at_low <= c <= top.at_high or _reaches(curve[c], top))]
+    peak = at if at is not None and at in table[base] else top.at
+    if peak != top.at and not top.at_low <= peak <= top.at_high:
+        flags.append(f"the others were measured at {peak} connections, where the baseline's first iteration "
+                     f"peaked; over all its iterations its peak is at {top.at} ({LEVEL:.0%}: {top.at_low}–"
+                     f"{top.at_high}): the changes are not read at its saturation point")
+    plausible = [c for c in sorted(curve)
+                 if c != top.at and (top.at_low <= c <= top.at_high or _reaches(curve[c], top))]
     cell = table[base][peak]
-    peak_flags(manifests, peak, cell, curve, plausible, table, flags)
+    peak_flags(manifests, peak, cell, curve, plausible, table, flags, top.at)
     changes = {name: changes_at(cell, by_count[peak], d.block) for name, by_count in table.items()
                if name != base and peak in by_count}
+    flags += [f"{name} has no successful point at the baseline's peak ({peak} connections): no change is read "
+              "for it" for name in table if name != base and name not in changes]
     split = {name: n for name, by_count in table.items() if (n := noise(by_count, d)) is not None}
     views = exits.views(table, peak, base, manifests)
     return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d,

@@ -1,6 +1,7 @@
 """The points at the baseline's peak that follow a sweep: its target (the baseline's highest mean,
-written once), the open-loop load's points at load.percents of it, and the points that explain a cost
-(bench/explained.py: the counted and the profiled). Derived from the run's records alone, as the
+written once; plan.load_target), the others' points there when only the baseline sweeps, the open-loop
+load's points at load.percents of it, and the points that explain a cost (bench/explained.py: the
+counted and the profiled). Derived from the run's records alone, as the
 sweep's own (plan.py), so that `--resume` takes up where a run stopped."""
 
 from __future__ import annotations
@@ -9,13 +10,18 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from vmharness.bench.plan import Point, counts_syscalls, dropped, explains, loaded, measurements, order, profiles
+from vmharness.bench.plan import (
+    Point,
+    counts_syscalls,
+    dropped,
+    explains,
+    load_target,
+    loaded,
+    measurements,
+    order,
+    profiles,
+)
 from vmharness.model.sections import BenchConfig
-
-
-def load_target(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The open-loop load's target, as written once (new_target); None before."""
-    return next((r for r in records if r.get("kind") == "load_target"), None)
 
 
 def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -24,7 +30,7 @@ def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str,
     resumed run) is loaded at the same rates; in a run that is after the baseline's first boot. None
     without a load to measure (or system calls to count there), or before the baseline has a successful
     point."""
-    if not (cfg.load.percents or explains(cfg)):
+    if not (cfg.load.percents or explains(cfg) or cfg.sweep.variants == "peak"):
         return None
     records = list(records)
     base = cfg.instance[0].name
@@ -39,6 +45,21 @@ def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str,
     return {"kind": "load_target", "instance": base, "connections": top, "requests_per_s": means[top],
             "iterations": len(values[top]), "rates": {str(p): means[top] * p / 100 for p in cfg.load.percents},
             "from": f"the baseline's highest mean, {len(values[top])} iteration(s) at {top} connections"}
+
+
+def peak_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
+    """With sweep.variants = "peak": every instance but the baseline at the target's count, in iterations
+    0..sweep.iterations-1 (or just `iteration`), not yet measured successfully; none before the target
+    (the baseline's boot that fixes it measures its riders' there right after)."""
+    records = list(records)
+    target = load_target(records)
+    if cfg.sweep.variants != "peak" or target is None:
+        return []
+    done = {r["key"] for r in measurements(records) if r.get("ok")}
+    gone, base = dropped(records), cfg.instance[0].name
+    its = range(cfg.sweep.iterations) if iteration is None else [iteration]
+    return [p for it in its for n in order(cfg, it) if n != base and n not in gone
+            if (p := Point(it, int(target["connections"]), n)).key not in done]
 
 
 def load_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
@@ -89,8 +110,8 @@ def profiled_points(cfg: BenchConfig, records: Iterable[dict[str, Any]], iterati
 
 
 def after_sweep(cfg: BenchConfig, records: Iterable[dict[str, Any]], iteration: int | None = None) -> list[Point]:
-    """What follows the sweep at the baseline's peak: the open-loop load's points, then the counted ones,
-    then the profiled ones."""
+    """What follows the sweep at the baseline's peak: the others' points there (sweep.variants = "peak",
+    in the boot that fixes it), the open-loop load's points, then the counted ones, then the profiled."""
     records = list(records)
-    return (load_points(cfg, records, iteration) + counted_points(cfg, records, iteration)
-            + profiled_points(cfg, records, iteration))
+    return (peak_points(cfg, records, iteration) + load_points(cfg, records, iteration)
+            + counted_points(cfg, records, iteration) + profiled_points(cfg, records, iteration))

@@ -45,15 +45,34 @@ def order(cfg: BenchConfig, iteration: int) -> list[str]:
     return names[k:] + names[:k]
 
 
-def points(cfg: BenchConfig) -> list[Point]:
-    """The grid's measurement order."""
+def load_target(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The baseline's peak as the run fixed it once (at_peak.new_target): the open-loop load's target
+    and, with sweep.variants = "peak", the count the other instances are measured at; None before."""
+    return next((r for r in records if r.get("kind") == "load_target"), None)
+
+
+def at_peak_only(cfg: BenchConfig) -> bool:
+    """Only the baseline sweeps, the others are measured at its peak: sweep.variants = "peak", or an
+    attribution study under the adaptive search."""
+    return cfg.sweep.variants == "peak" or (cfg.sweep.search == "adaptive" and _study(cfg) is not None)
+
+
+def _swept(cfg: BenchConfig, name: str, count: int, target: int | None) -> bool:
+    """Whether the grid measures instance `name` at `count`: every one at every count, or with
+    sweep.variants = "peak" the baseline at every count and the others at the `target` alone."""
+    return cfg.sweep.variants != "peak" or name == cfg.instance[0].name or count == target
+
+
+def points(cfg: BenchConfig, target: int | None = None) -> list[Point]:
+    """The grid's measurement order (with sweep.variants = "peak", the others at `target`: before it is
+    known, the baseline alone)."""
     out = []
     for it in range(cfg.sweep.iterations):
         names = order(cfg, it)
         if derived.interleave(cfg) == "point":
-            out += [Point(it, c, n) for c in cfg.counts for n in names]
+            out += [Point(it, c, n) for c in cfg.counts for n in names if _swept(cfg, n, c, target)]
         else:
-            out += [Point(it, c, n) for n in names for c in cfg.counts]
+            out += [Point(it, c, n) for n in names for c in cfg.counts if _swept(cfg, n, c, target)]
     return out
 
 
@@ -63,7 +82,7 @@ def planned(cfg: BenchConfig) -> int | None:
     load = len(loaded(cfg)) * len(cfg.load.percents) * cfg.sweep.iterations
     counted = len(cfg.instance) * cfg.sweep.iterations if counts_syscalls(cfg) else 0
     profiled = len(cfg.instance) if profiles(cfg) else 0
-    return len(points(cfg)) + load + counted + profiled if cfg.sweep.search == "grid" else None
+    return len(points(cfg, cfg.counts[0])) + load + counted + profiled if cfg.sweep.search == "grid" else None
 
 
 def measurements(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -84,8 +103,10 @@ def unsettled(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point
         if r.get("ok"):
             rps.setdefault(cell, []).append(float(r["client"]["requests_per_s"]))
     out = []
+    target = load_target(records)
+    at = int(target["connections"]) if target is not None else None
     for c in cfg.counts:
-        for inst in (i.name for i in cfg.instance):
+        for inst in (i.name for i in cfg.instance if _swept(cfg, i.name, c, at)):
             values, done = rps.get((inst, c), []), tried.get((inst, c), 0)
             if done >= s.max_iterations:
                 continue
@@ -139,7 +160,7 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
 
     seen = curve(cfg, measured)
     base = cfg.instance[0].name
-    walk = [base] if _study(cfg) else [i.name for i in cfg.instance]
+    walk = [base] if at_peak_only(cfg) else [i.name for i in cfg.instance]
     if derived.interleave(cfg) == "point":  # every instance at a count before the search goes on
         behind = [p for c in sorted(seen) for n in turn(0) if n in walk
                   and (p := Point(0, c, n)).key not in tried]
@@ -199,13 +220,30 @@ def dropped(records: Iterable[dict[str, Any]]) -> set[str]:
 
 
 def after_round(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> tuple[list[Point], str | None]:
-    """What a sweep (or a run) measures after a round: the adaptive search's next points, or the grid's
-    points whose interval is still wider than until_ci, with the line that says so."""
+    """What a sweep (or a run) measures after a round: the adaptive search's next points, or the grid's:
+    with sweep.variants = "peak", those not yet tried (the others' at the baseline's peak, once its
+    first iteration has fixed it), then the points whose interval is still wider than until_ci, with the
+    line that says so."""
     records = list(records)
     if cfg.sweep.search == "adaptive":
         return adaptive(cfg, records), None
+    if cfg.sweep.variants == "peak" and (left := _grid(cfg, records, {r["key"] for r in measurements(records)})):
+        return left, None
     more = [p for p in unsettled(cfg, records) if p.instance not in dropped(records)]
     return more, (f"{len(more)} points not yet within ±{cfg.sweep.until_ci:.2%}: more iterations" if more else None)
+
+
+def _grid(cfg: BenchConfig, records: list[dict[str, Any]], done: set[str]) -> list[Point]:
+    """The grid's points not in `done`, none of an instance dropped. With sweep.variants = "peak" and
+    the baseline's peak not yet fixed, the baseline's first iteration with such points alone: the
+    round after it measures the others there."""
+    gone = dropped(records)
+    target = load_target(records)
+    left = [p for p in points(cfg, int(target["connections"]) if target is not None else None)
+            if p.key not in done and p.instance not in gone]
+    if cfg.sweep.variants == "peak" and target is None and left:
+        return [p for p in left if p.iteration == left[0].iteration]
+    return left
 
 
 def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) -> list[Point]:
@@ -214,9 +252,7 @@ def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) ->
     records = list(records)
     if cfg.sweep.search == "adaptive":
         return adaptive(cfg, records)
-    gone = dropped(records)
-    return [p for p in points(cfg) if p.key not in done and p.instance not in gone] or \
-        [p for p in unsettled(cfg, records) if p.instance not in gone]
+    return _grid(cfg, records, done) or [p for p in unsettled(cfg, records) if p.instance not in dropped(records)]
 
 
 def loaded(cfg: BenchConfig) -> list[str]:

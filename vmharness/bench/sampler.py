@@ -28,13 +28,17 @@ from vmharness.system import proc
 from vmharness.system.machine import Machine
 
 # $1: the interval. `@pid` first, so the harness can read the loop's own CPU time (with its children).
-# One cat per snapshot (the files' own headers tell them apart): three forks a second in all.
+# One cat per snapshot (the files' own headers tell them apart): three forks a second in all. A snapshot
+# that answers a wake says which (`@wake N`, the word the harness wrote; only digits are echoed).
 SCRIPT = r"""echo "@pid $$"
+w=
 while :; do
   echo "@t $(date +%s.%N)"
+  case $w in ''|*[!0-9]*) ;; *) echo "@wake $w" ;; esac
   cat /proc/stat /proc/net/dev /proc/interrupts /proc/softirqs /proc/vmstat /proc/[0-9]*/stat 2>/dev/null
   echo "@end"
-  read -r -t "$1" _ || [ $? -gt 128 ] || sleep "$1"
+  w=
+  read -r -t "$1" w || { [ $? -gt 128 ] && w=; } || sleep "$1"
 done
 """
 
@@ -50,6 +54,7 @@ class Samplers:
     files: dict[str, Path] = field(default_factory=dict)
     popens: list[subprocess.Popen[bytes]] = field(default_factory=list)
     damaged: set[tuple[str, str]] = field(default_factory=set)  # (machine, snapshot) said to be left out
+    woken: int = 0  # the last wake's number
 
     def start(self, machines: list[Machine]) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -64,11 +69,13 @@ class Samplers:
             self.files[m.key] = folder.path / name
 
     def wake(self) -> None:
-        """Each sampler takes its next snapshot now (a load has just ended); one that is gone is left be."""
+        """Each sampler takes its next snapshot now (a load has just ended), marked with this wake's
+        number; one that is gone is left be."""
+        self.woken += 1
         for p in self.popens:
             with contextlib.suppress(OSError, ValueError):
                 assert p.stdin is not None
-                p.stdin.write(b"\n")
+                p.stdin.write(f"{self.woken}\n".encode())
                 p.stdin.flush()
 
     def offsets(self) -> dict[str, int]:
@@ -77,9 +84,10 @@ class Samplers:
     def summaries(self, since: dict[str, int], start: float, end: float, roots: dict[str, set[int]]) -> dict[str, Any]:
         """Each machine's summary of the load's window [start, end] (sample_summary.choose: the snapshots
         inside it, or padded with one each side), with `window` saying which."""
-        # until the snapshot after `end` has arrived from every machine (within an interval, mostly)
+        # until the snapshot after `end` (or the one that answers the last wake: a machine's clock may
+        # run behind this one's) has arrived from every machine (within an interval, mostly)
         deadline = time.monotonic() + min(self.interval, 2.0) + 1.0
-        while (not all(samples.has_snapshot_after(path, end) for path in self.files.values())
+        while (not all(samples.has_snapshot_after(path, end, self.woken or None) for path in self.files.values())
                and time.monotonic() < deadline):
             time.sleep(0.05)
         out = {}

@@ -51,6 +51,8 @@ class Sweep:
     host_on: Machine | None = None  # a run's: the machine that runs the guest, sampled too
     host_devices: tuple[str, ...] = ()  # a run's: the NICs passed through to the guest (BDFs)
     before_point: Callable[[Point], None] | None = None  # a run's: set the guest up for the point's instance
+    shares: dict[str, str] = field(default_factory=dict)  # a run's riders: the instance whose server each
+    # one is served by, as it is (experiment/boots.rides: the same guest and nginx), never restarted for it
     idle_of: dict[str, Any] | None = None  # a run's baseline session ({"instance", "iteration"}) whose
     # guest's vCPU time without load is measured first (the positive control's expectation)
     current: server.Server | None = None
@@ -71,7 +73,9 @@ class Sweep:
                                    prefix=server.prefix_for(self.owner.removeprefix(journal.RUN_PREFIX), inst.name))
 
     def _serve(self, name: str, restart: bool) -> server.Server:
-        """The server of instance `name` (exactly that one), started unless it already runs."""
+        """The server of instance `name` (exactly that one, or the one it rides on), started unless it
+        already runs."""
+        name = self.shares.get(name, name)
         if self.current is not None and self.serving == name and not restart:
             return self.current
         self.stop_server()
@@ -100,7 +104,7 @@ class Sweep:
     def _rate(self, percent: int) -> float:
         """The open-loop rate at `percent` of the target (load_points offers none before it is written)."""
         if self.target is None:
-            self.target = at_peak.load_target(self.run.records())
+            self.target = plan.load_target(self.run.records())
         try:
             assert self.target is not None
             return float(self.target["rates"][str(percent)])
@@ -201,27 +205,38 @@ class Sweep:
     def _next(self, only: list[Point] | None, more: Callable[[], list[Point]] | None) -> list[Point]:
         if only is not None:
             return more() if more is not None else []
+        if self.cfg.sweep.variants == "peak":  # the round that ends the baseline's first iteration fixes it
+            self._fix_target()
         todo, why = plan.after_round(self.cfg, self.run.records())
         if why:
             self.say(why)
         return todo
 
-    def _loads(self, only: list[Point] | None, loads: Callable[[], list[Point]] | None) -> list[Point]:
-        """The open-loop points and the counted ones (at_peak.after_sweep), once the sweep is done (or,
-        given `only`, what `loads` offers: a run's session asks for its iteration's); the target is
-        written first if it is not yet."""
-        if not (self.cfg.load.percents or plan.explains(self.cfg)):
-            return []
+    def _fix_target(self) -> bool:
+        """The baseline's peak written once, if it is not yet (at_peak.new_target); False when there is
+        none to write."""
         records = list(self.run.records())
-        if at_peak.load_target(records) is None:
-            target = at_peak.new_target(self.cfg, records)
-            if target is None:
-                self.say("no open-loop load yet: the baseline has no successful point to take its peak from")
-                return []
-            self.run.append(target)
-            what = (f"open-loop load at {', '.join(map(str, self.cfg.load.percents))}% of the baseline's peak"
-                    if self.cfg.load.percents else "the explaining points at the baseline's peak")
-            self.say(f"{what}, {target['requests_per_s']:,.0f} req/s ({target['from']})")
+        if plan.load_target(records) is not None:
+            return True
+        target = at_peak.new_target(self.cfg, records)
+        if target is None:
+            self.say("no point at the baseline's peak yet: the baseline has no successful point to take it from")
+            return False
+        self.run.append(target)
+        what = [f"open-loop load at {', '.join(map(str, self.cfg.load.percents))}% of it"] if self.cfg.load.percents \
+            else []
+        what += ["the others measured there"] if self.cfg.sweep.variants == "peak" else []
+        self.say(f"the baseline's peak: {target['connections']} connections, {target['requests_per_s']:,.0f} req/s "
+                 f"({target['from']}){': ' + ' and '.join(what) if what else ''}")
+        return True
+
+    def _loads(self, only: list[Point] | None, loads: Callable[[], list[Point]] | None) -> list[Point]:
+        """The points at the baseline's peak (at_peak.after_sweep), once the sweep is done (or, given
+        `only`, what `loads` offers: a run's session asks for its iteration's); the peak is fixed first
+        if it is not yet."""
+        if not (self.cfg.load.percents or plan.explains(self.cfg) or self.cfg.sweep.variants == "peak") \
+                or not self._fix_target():
+            return []
         if only is None:
             return at_peak.after_sweep(self.cfg, self.run.records())
         return loads() if loads is not None else []

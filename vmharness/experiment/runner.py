@@ -164,7 +164,8 @@ class Runner:
                     self.said.add(irqs["note"])
                     self.say(f"note: {irqs['note']}")
                 self.run.append({"kind": "session", "instance": s.instance, "iteration": s.iteration, "ok": True,
-                                 "riders": sorted({p.instance for p in s.points} - {s.instance}),
+                                 "riders": sorted({p.instance for p in s.points} - {s.instance} |
+                                                  {n for n, on in rides(self.cfg).items() if on == s.instance}),
                                  "kvm": b.guest.kvm, "boot_seconds": b.guest.boot_seconds,
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
@@ -175,7 +176,7 @@ class Runner:
                                   vcpu_probe=lambda: running.vcpu_seconds(b.guest),
                                   kvm_counters=(lambda: running.kvm_counters(b.guest)) if b.guest.kvm else None,
                                   host_on=for_uri(b.guest.uri), host_devices=g.bdf,
-                                  before_point=self._capper(b, inst.vcpu_cap),
+                                  before_point=self._capper(b, inst.vcpu_cap), shares=rides(self.cfg),
                                   idle_of=self._idle_of(s)).execute(list(s.points), self._more(s),
                                                                                         self._loads(s))
             self.tally["ok"] += got["ok"]

@@ -151,15 +151,16 @@ def _give_back(root: HostRoot, uri: str, dom_uuid: str, overlay: str, machine: M
 
 
 def down(root: HostRoot, guest: Guest, say: Say, grace: float = 60) -> None:
-    """Shut the guest down (destroyed after `grace` seconds), undefine it, remove its overlay. A
-    signal meanwhile waits until the guest is gone."""
+    """Shut the guest down (destroyed after `grace` seconds; at once with 0), undefine it, remove its
+    overlay. A signal meanwhile waits until the guest is gone."""
     with shielded():
         conn = api.connect(guest.uri)
         try:
             dom = api.lookup(conn, guest.uuid)
             if dom is not None:
                 clean = api.stop(dom, grace)
-                say("shut down" if clean else f"did not shut down within {grace:g} s: destroyed")
+                say("shut down" if clean else "powered off" if grace <= 0 else
+                    f"did not shut down within {grace:g} s: destroyed")
         finally:
             conn.close()
         _give_back(root, guest.uri, guest.uuid, guest.overlay, guest.machine, list(guest.seqs))

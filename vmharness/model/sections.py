@@ -38,6 +38,7 @@ HugepageSize = Literal["2M", "1G"]
 Init = Literal["systemd", "minimal"]
 Interleave = Literal["auto", "point", "iteration"]
 Search = Literal["grid", "adaptive"]
+Variants = Literal["sweep", "peak"]
 ServerMode = Literal["file", "return"]
 
 
@@ -113,6 +114,9 @@ class SweepSection:
     search: Search = "grid"
     search_factor: float = bounded(2.0, 1.1, 16.0)  # adaptive: each ladder step multiplies by this
     search_resolution: float = bounded(0.15, 0.01, 1.0)  # adaptive: the peak is located to within this share
+    # sweep: every instance at every count; peak: the baseline alone sweeps, the others are measured at
+    # its peak (the count where its first iteration peaked, fixed once: seed 001's method)
+    variants: Variants = "sweep"
     # HTTP/1.1 pipelining depths every instance is measured at: the instance itself at the first, a twin
     # NAME-pD at each other (with_pipelines); in run a twin rides on its instance's boots
     pipeline: tuple[int, ...] = bounded((1,), 1, MAX_PIPELINE)
@@ -204,7 +208,9 @@ class GuestSection:
     hugepages: bool = False  # guest memory on hugepages of the NIC's node (also --hugepages)
     hugepage_size: HugepageSize = "2M"
     boot_timeout: float = bounded(300.0, 1, DAY)
-    shutdown_grace: float = bounded(60.0, 0, 3600)
+    # seconds for a clean shutdown before the guest is destroyed; 0: powered off at once (its disk is an
+    # overlay thrown away after, and nothing is read from it once its points are measured)
+    shutdown_grace: float = bounded(0.0, 0, 3600)
 
     def __post_init__(self) -> None:
         # a device named twice (two spellings of one address, or a repeat) is one device, one hostdev

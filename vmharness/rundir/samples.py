@@ -4,7 +4,8 @@ later. Here is what the stream holds and how it is parsed; what a window's figur
 rundir/sample_summary.py.
 
 The stream: an `@pid` line (the sampler loop's own PID), then one snapshot per interval, from an
-`@t` line (wall time) to an `@end` line: /proc/stat (CPU per CPU), /proc/net/dev, /proc/interrupts,
+`@t` line (wall time; then `@wake N` in a snapshot that answers the harness's Nth wake) to an `@end`
+line: /proc/stat (CPU per CPU), /proc/net/dev, /proc/interrupts,
 /proc/softirqs and the stat line of every process, in cat's order. A snapshot cut short (a kill, a
 full disk, a read that began inside it) is dropped; a complete one that cannot be read is left out
 and named.
@@ -103,9 +104,12 @@ def _section(line: str, section: str) -> str | None:
     return None
 
 
-def has_snapshot_after(path: Path, end: float) -> bool:
+def has_snapshot_after(path: Path, end: float, wake: int | None = None) -> bool:
     """Whether a sampler's stream file holds a complete snapshot (up to a whole `@end` line) taken at or
-    after `end`: the last one's time, read from the file's tail (a snapshot is some tens of KiB)."""
+    after `end`, or, given `wake`, one that answers it (its `@wake` line): the last one's, read from the
+    file's tail (a snapshot is some tens of KiB). The wake is what tells a guest's answer apart, whose
+    clock runs some 0.1 s behind this machine's after boot (its RTC gives whole seconds), so that the
+    snapshot taken after the load carries a time before the load's end."""
     with path.open("rb") as f:
         f.seek(max(0, path.stat().st_size - (512 << 10)))
         tail = b"\n" + f.read() + b"\n"
@@ -113,6 +117,8 @@ def has_snapshot_after(path: Path, end: float) -> bool:
     start = tail.rfind(b"\n@t ", 0, stop) if stop >= 0 else -1
     if start < 0:
         return False
+    if wake is not None and tail.startswith(f"@wake {wake}\n".encode(), tail.index(b"\n", start + 1) + 1):
+        return True
     try:
         return float(tail[start + 4:tail.index(b"\n", start + 1)]) >= end
     except ValueError:

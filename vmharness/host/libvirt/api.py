@@ -38,10 +38,13 @@ def lookup(conn: libvirt.virConnect, uuid: str) -> libvirt.virDomain | None:
 
 
 def stop(dom: libvirt.virDomain, grace: float) -> bool:
-    """Ask the guest to power off (agent, then ACPI); destroy it if it has not within `grace` seconds.
-    Returns True when it shut down by itself."""
+    """Ask the guest to power off (agent, then ACPI); destroy it if it has not within `grace` seconds
+    (at once, unasked, when `grace` is 0). Returns True when it shut down by itself."""
     if not dom.isActive():
         return True
+    if grace <= 0:
+        _destroy(dom)
+        return False
     # libvirt does not fall back to ACPI when the agent answers with an error, so try both in turn;
     # a guest that honours neither is destroyed below.
     for method in (libvirt.VIR_DOMAIN_SHUTDOWN_GUEST_AGENT, libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN):
@@ -55,13 +58,18 @@ def stop(dom: libvirt.virDomain, grace: float) -> bool:
         if not dom.isActive():
             return True
         time.sleep(0.5)
+    _destroy(dom)
+    return False
+
+
+def _destroy(dom: libvirt.virDomain) -> None:
+    """Power the domain off, unless it went by itself meanwhile."""
     if dom.isActive():
         try:
             dom.destroy()
         except libvirt.libvirtError:
             if dom.isActive():
                 raise
-    return False
 
 
 def remove(uri: str, uuid: str, grace: float = 0.0) -> bool:

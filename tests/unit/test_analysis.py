@@ -204,17 +204,18 @@ def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
         saturation.compare([RunDir.open(tmp_path / "kernel-old"), RunDir.open(tmp_path / "kernel-old")])
 
 
-def _fixed(tmp_path: Path, at: int, variants: str = "peak") -> RunDir:
+def _fixed(tmp_path: Path, at: int, variants: str = "peak", target: int | None = None) -> RunDir:
     """The baseline swept over 64, 128 and 256 connections (its highest mean at 256, by 1%, within its
-    interval), mitig measured at `at` alone, as sweep.variants = "peak" does."""
-    run = RunDir.create(tmp_path / f"run-{at}-{variants}", {
+    interval), mitig measured at `at` alone, as sweep.variants = "peak" does (its load_target says
+    `target`, `at` unless a hand changed it)."""
+    run = RunDir.create(tmp_path / f"run-{at}-{variants}-{target}", {
         "config": {"instance": [{"name": "base"}, {"name": "mitig"}], "sweep": {"variants": variants}},
         "machines": {"server": {"machine": "srv"}, "clients": [{"machine": "cli"}]}})
     for it, jitter in enumerate((0.0, 20.0, -20.0)):
         _record(run, "base", 64, it, 500.0 + jitter, 100, 99)
         if it == 0:
-            run.append({"kind": "load_target", "instance": "base", "connections": at, "requests_per_s": 1000.0,
-                        "iterations": 1, "rates": {}, "from": "the baseline's highest mean"})
+            run.append({"kind": "load_target", "instance": "base", "connections": target or at,
+                        "requests_per_s": 1000.0, "iterations": 1, "rates": {}, "from": "the baseline's highest mean"})
         _record(run, "base", 128, it, 1000.0 + jitter, 200, 99)
         _record(run, "base", 256, it, 1010.0 - jitter, 200, 99)
         _record(run, "mitig", at, it, 800.0 + jitter, 250, 99)
@@ -243,3 +244,12 @@ def test_with_only_the_baseline_swept_the_changes_are_read_where_the_others_were
     assert off.peak == 64 and "mitig" in off.changes
     assert any(f.startswith("the others were measured at 64 connections") and "not read at its saturation point"
                in f for f in off.flags)
+
+
+def test_a_load_target_changed_by_hand_is_said_and_changes_no_answer_silently(tmp_path: Path) -> None:
+    """mitig was measured at 128; a load_target edited to say 64 reads the changes there: mitig has no
+    point there, and the report says so instead of dropping it quietly."""
+    a = saturation.analyse(_fixed(tmp_path, 128, target=64))
+    assert a.peak == 64 and a.changes == {}
+    assert "mitig has no successful point at the baseline's peak (64 connections): no change is read for it" in a.flags
+    assert report.text(a).startswith("WARNING: ")

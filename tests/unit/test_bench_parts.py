@@ -252,7 +252,11 @@ def test_a_point_waits_for_the_snapshot_after_its_end_and_no_longer(tmp_path: Pa
     assert samples.has_snapshot_after(stream, 100.5, 3)
     assert not samples.has_snapshot_after(stream, 100.5) and not samples.has_snapshot_after(stream, 100.5, 4)
     assert not samples.has_snapshot_after(stream, 100.5, 30)  # a number's prefix is not that number
-    assert samples.parse(stream.read_text())[1][0].cpus == {"cpu": (1, 2, 3)}  # the parser passes the line by
+    (snap,) = samples.parse(stream.read_text())[1]
+    assert snap.cpus == {"cpu": (1, 2, 3)} and snap.wake == 3
+    damaged: list[tuple[int, str]] = []
+    assert samples.parse("@pid 7\n@t 100.2\n@wake 3; rm\ncpu 1 2 3\n@end\n", damaged)[1] == []
+    assert damaged == [(2, "'@t 100.2': its wake '3; rm' is not a number")]
     stream.write_text("@pid 7\n@t 100.2\n@wake 3\ncpu 1 2 3\n")  # torn: not an answer yet
     assert not samples.has_snapshot_after(stream, 100.5, 3)
 

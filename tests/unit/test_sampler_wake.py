@@ -41,6 +41,7 @@ def test_a_wake_takes_the_next_snapshot_now_and_a_closed_stdin_keeps_the_interva
         # machine's clock says (here: an end far ahead of it)
         text = path.read_text()
         assert text.count("\n@wake ") == 2 and "\n@wake 1\n" in text and "\n@wake 2\n" in text
+        assert [x.wake for x in samples.parse(text)[1]] == [None, 1, 2]
         assert samples.has_snapshot_after(path, time.time() + 3600, 2)
         assert not samples.has_snapshot_after(path, time.time() + 3600, 1)  # not the last one's
         time.sleep(1.0)
@@ -55,5 +56,31 @@ def test_a_wake_takes_the_next_snapshot_now_and_a_closed_stdin_keeps_the_interva
         time.sleep(1.0)
         assert len(_times(path)) <= 5 and p.poll() is None
         print(f"a woken sampler's next snapshot came {took:.3f} s after the word")
+    finally:
+        s.stop()
+
+
+def test_a_word_split_by_the_interval_is_read_whole(tmp_path: Path) -> None:
+    """The interval runs out after the first digit of a wake has arrived (bash reads a pipe a byte at a
+    time): the snapshot that answers it names the whole number, not its last digits."""
+    s = sampler.Samplers(RunDir.create(tmp_path / "run", {}), 0.3)
+    s.start([Machine()])
+    try:
+        (path,) = s.files.values()
+        _wait_for(path, 1, 30)
+        (p,) = s.popens
+        assert p.stdin is not None
+        p.stdin.write(b"1")
+        p.stdin.flush()
+        time.sleep(1.0)  # past the interval: its read times out holding "1"
+        p.stdin.write(b"2\n")
+        p.stdin.flush()
+        deadline = time.monotonic() + 25
+        while "\n@wake " not in path.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        _wait_for(path, len(_times(path)) + 1, 25)  # the answer complete
+        wakes = [x.wake for x in samples.parse(path.read_text())[1] if x.wake is not None]
+        assert wakes == [12]
     finally:
         s.stop()

@@ -5,6 +5,7 @@ what the report says of them; hostile and damaged inputs beside each."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -43,6 +44,19 @@ def test_snapshots_inside_the_load_give_its_whole_busy_share_where_padding_dilut
     chosen, how = sample_summary.choose(sparse, 10.0, 20.0)
     assert how == {"how": "padded", "load_s": 10.0, "covered_s": 15.0}
     assert sample_summary.summarize(chosen)["cpu"]["cpu"]["busy"] == pytest.approx(100 * 10 / 15, abs=0.01)
+    # woken as the load began and as it ended (wakes 4 and 5), the sampler's two answers bound the
+    # window: the whole load and nothing else, though this machine's clock runs 0.4 s behind
+    woken = _stream([2.5, 7.5, 10.0, 12.5, 17.5, 20.0, 22.5], 10.0, 20.0)
+    woken[2].wake, woken[5].wake = 4, 5
+    behind = [dataclasses.replace(x, t=x.t - 0.4) for x in woken]
+    for stream in (woken, behind):
+        chosen, how = sample_summary.choose(stream, 10.0, 20.0, (4, 5))
+        assert how == {"how": "woken", "load_s": 10.0, "covered_s": 10.0}
+        assert sample_summary.summarize(chosen)["cpu"]["cpu"]["busy"] == 100.0
+    # an answer missing (a sampler that did not hear the first wake) or out of order: by time, as before
+    assert sample_summary.choose(woken, 10.0, 20.0, (3, 5))[1]["how"] == "inside"
+    assert sample_summary.choose(woken, 10.0, 20.0, (5, 4))[1]["how"] == "inside"
+    assert sample_summary.choose(woken, 10.0, 20.0, (5, 5))[1]["how"] == "inside"
 
 
 def test_a_window_without_two_snapshots_inside_is_padded_and_one_without_any_says_so() -> None:

@@ -8,6 +8,7 @@ error naming the record."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +53,15 @@ class Cell:
 
     def by_block(self, values: list[float]) -> dict[Block, float]:
         """One value per block (the mean, should a block hold several)."""
-        groups: dict[Block, list[float]] = {}
-        for b, v in zip(self.blocks, values, strict=True):
-            groups.setdefault(b, []).append(v)
-        return {b: statistics.fmean(vs) for b, vs in groups.items()}
+        return block_means(zip(self.blocks, values, strict=True))
+
+
+def block_means(pairs: Iterable[tuple[Block, float]]) -> dict[Block, float]:
+    """(block, value) pairs as one value per block: the mean, should a block hold several."""
+    groups: dict[Block, list[float]] = {}
+    for b, v in pairs:
+        groups.setdefault(b, []).append(v)
+    return {b: statistics.fmean(vs) for b, vs in groups.items()}
 
 
 def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:

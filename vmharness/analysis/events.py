@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness.analysis.cells import Cell
+from vmharness.analysis.cells import Cell, block_means
 from vmharness.analysis.change_json import change_json
 from vmharness.stats import LEVEL, Change, ratio_change
 
@@ -47,11 +47,7 @@ def views(table: dict[str, dict[int, Cell]], peak: int, baseline: str, block: st
 
 
 def _by_block(cell: Cell, key: str) -> dict[Any, float]:
-    groups: dict[Any, list[float]] = {}
-    for b, row in cell.events:
-        if key in row:
-            groups.setdefault(b, []).append(row[key])
-    return {b: statistics.fmean(v) for b, v in groups.items()}
+    return block_means((b, row[key]) for b, row in cell.events if key in row)
 
 
 SHOWN = ("context switches", "page faults", "interrupts", "TLB shootdowns", "softirqs")

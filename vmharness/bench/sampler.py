@@ -1,11 +1,12 @@
 """Samplers: a fixed shell loop on every machine of a run (server, clients, and under `run` the host
 that runs the guest) prints a snapshot of /proc every `interval` seconds; the harness keeps the stream
-in the run directory and summarises the window of each measurement: what the load generator measured,
-from the snapshots inside it where they cover it. Nothing is installed on the machine: bash, cat and
-date do it. Between snapshots the loop waits on its stdin (bash's `read -t`): a line from the harness
-when a load ends (`wake`) takes the next snapshot at once, so that the snapshot after the load, which
-its window needs, comes some 0.1 s after it rather than up to an interval later. Its stdin closed, it
-sleeps instead.
+in the run directory and summarises the window of each measurement: between the snapshots each
+sampler took when woken as the load began and as it ended (each names its wake), or, without them,
+what the load generator measured, from the snapshots inside it where they cover it. Nothing is
+installed on the machine: bash, cat and date do it. Between snapshots the loop waits on its stdin
+(bash's `read -t`): a line from the harness (`wake`, as a load begins and as it ends) takes the next
+snapshot at once, so that the snapshots that bound a window come some 0.1 s after the instants they
+stand for rather than up to an interval later. Its stdin closed, it sleeps instead.
 
 This is what runs during a measurement: the loop, its processes and the reading of each window. The
 stream's format and its parser are the run folder's (rundir/samples.py), as are a window's figures
@@ -29,7 +30,9 @@ from vmharness.system.machine import Machine
 
 # $1: the interval. `@pid` first, so the harness can read the loop's own CPU time (with its children).
 # One cat per snapshot (the files' own headers tell them apart): three forks a second in all. A snapshot
-# that answers a wake says which (`@wake N`, the word the harness wrote; only digits are echoed).
+# that answers a wake says which (`@wake N`, the word the harness wrote; only digits are echoed). bash
+# reads a pipe a byte at a time, so a timeout can fall inside a word: its rest is read before the next
+# snapshot (a word split there made "@wake 2" of wake 12 once in 56 points).
 SCRIPT = r"""echo "@pid $$"
 w=
 while :; do
@@ -38,7 +41,10 @@ while :; do
   cat /proc/stat /proc/net/dev /proc/interrupts /proc/softirqs /proc/vmstat /proc/[0-9]*/stat 2>/dev/null
   echo "@end"
   w=
-  read -r -t "$1" w || { [ $? -gt 128 ] && w=; } || sleep "$1"
+  read -r -t "$1" w; r=$?
+  if [ $r -gt 128 ] && [ -n "$w" ]; then read -r x; w=$w$x  # timed out inside a word: the rest is coming
+  elif [ $r -ne 0 ] && [ $r -le 128 ]; then sleep "$1"  # stdin closed: keep the interval
+  fi
 done
 """
 
@@ -81,13 +87,16 @@ class Samplers:
     def offsets(self) -> dict[str, int]:
         return {label: path.stat().st_size for label, path in self.files.items()}
 
-    def summaries(self, since: dict[str, int], start: float, end: float, roots: dict[str, set[int]]) -> dict[str, Any]:
-        """Each machine's summary of the load's window [start, end] (sample_summary.choose: the snapshots
-        inside it, or padded with one each side), with `window` saying which."""
+    def summaries(self, since: dict[str, int], start: float, end: float, roots: dict[str, set[int]],
+                  wakes: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Each machine's summary of the load's window [start, end] (sample_summary.choose: between the
+        snapshots that answer `wakes`, the load's first and last; else the snapshots inside it, or
+        padded with one each side), with `window` saying which."""
         # until the snapshot after `end` (or the one that answers the last wake: a machine's clock may
         # run behind this one's) has arrived from every machine (within an interval, mostly)
         deadline = time.monotonic() + min(self.interval, 2.0) + 1.0
-        while (not all(samples.has_snapshot_after(path, end, self.woken or None) for path in self.files.values())
+        last = wakes[1] if wakes is not None else self.woken or None
+        while (not all(samples.has_snapshot_after(path, end, last) for path in self.files.values())
                and time.monotonic() < deadline):
             time.sleep(0.05)
         out = {}
@@ -105,7 +114,7 @@ class Samplers:
                 if (label, what) not in self.damaged:
                     self.damaged.add((label, what))
                     log.warning("warning: %s: a damaged snapshot is left out of the points' figures: %s", path, what)
-            chosen, how = sample_summary.choose(snaps, start, end)
+            chosen, how = sample_summary.choose(snaps, start, end, wakes)
             out[label] = {**sample_summary.summarize(chosen, roots.get(label), pid), "window": how}
         return out
 

@@ -34,6 +34,14 @@ def rest(wait: float, end: Any, now: float) -> float:
     return max(0.0, wait - (now - end if isinstance(end, float) else 0.0))
 
 
+def _began(vcpus: hostview.VcpuReader, samplers: Samplers) -> Callable[[float], None]:
+    """What starts as a load begins: the vCPUs' reader, and a snapshot on every machine (its window's first)."""
+    def go(at: float) -> None:
+        vcpus.begin(at)
+        samplers.wake()
+    return go
+
+
 @dataclass
 class Sweep:
     cfg: BenchConfig
@@ -124,8 +132,10 @@ class Sweep:
             since = samplers.offsets()
             loads = self._runs(point)
             vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads), self.kvm_counters)
-            runs, start, end = clients_mod.run_together(loads, s.margin, probe=True, on_go=vcpus.begin)
-            samplers.wake()  # the snapshot after the load, which its window needs, now
+            first = samplers.woken + 1
+            runs, start, end = clients_mod.run_together(loads, s.margin, probe=True, on_go=_began(vcpus, samplers))
+            samplers.wake()  # the snapshot after the load, which its window ends with, now
+            wakes = (first, samplers.woken)
             host = vcpus.result()
             merged = clients_mod.merge(runs)
             raw = [{"machine": r.client.machine.label, "argv": r.client.command(r.run), "stdout": r.stdout,
@@ -134,7 +144,7 @@ class Sweep:
             if merged["ok"]:
                 measured_end = start + merged["duration_us_max"] / 1e6
                 roots = {self.server_machine.key: {srv.pid}}
-                samples = samplers.summaries(since, start, measured_end, roots)
+                samples = samplers.summaries(since, start, measured_end, roots, wakes)
                 if self.host_on is not None:
                     host.update(hostview.vfio(samples.get(self.host_on.key, {}), self.host_devices))
                 return {"ok": True, "attempts": len(attempts), "start": start, "end": end,
@@ -152,13 +162,15 @@ class Sweep:
             return
         time.sleep(IDLE_SETTLE_S)
         readings, since, start = [], samplers.offsets(), time.time()
+        samplers.wake()
+        first = samplers.woken
         for pause in (0.0, IDLE_S):
             time.sleep(pause)
             readings.append((time.monotonic(), self.vcpu_probe()))
         if busy := hostview.vcpu_busy(readings):
             key, end = self.server_machine.key, time.time()
             samplers.wake()
-            got = samplers.summaries(since, start, end, {}).get(key)
+            got = samplers.summaries(since, start, end, {}, (first, samplers.woken)).get(key)
             self.run.append({"kind": "idle", **self.idle_of, **busy, **({"samples": {key: got}} if got else {})})
             self.say(f"the guest's vCPUs without load: {', '.join(f'{b:.1f}%' for b in busy['vcpu_busy_percent'])} "
                      f"busy over {busy['window_s']:.1f} s")

@@ -189,19 +189,23 @@ class Runner:
     def _measure(self) -> None:
         done = self.run.completed()
         todo = plan.todo(self.cfg, self.run.records(), done) + at_peak.after_sweep(self.cfg, self.run.records())
-        self.say(f"{len(todo)} points to measure ({len(done)} already in {self.run.path})")
+        first = self.cfg.sweep.variants == "peak" and plan.load_target(self.run.records()) is None
+        self.say(f"{len(todo)} points to measure{' first (the others then at the peak they find)' if first else ''} "
+                 f"({len(done)} already in {self.run.path})")
         offered = False  # the open-loop points left after the sweep (a failed boot's), offered once more
+        before = 0  # the sessions of the rounds before this one
         with progress.Progress("guest sessions", None) as bar:
             while todo:
                 groups = sessions(todo, rides(self.cfg))
                 bar.grow(len(groups))
-                for n, s in enumerate(groups, 1):
+                for n, s in enumerate(groups, before + 1):
                     tried = {r["key"] for r in self.run.records() if r.get("kind") in POINTS}
                     if all(p.key in tried for p in s.points):  # an earlier session measured them
                         bar.advance()
                         continue
-                    self._session(s, f"[{n}/{len(groups)}]")
+                    self._session(s, f"[{n}/{before + len(groups)}]")
                     bar.advance()
+                before += len(groups)
                 todo, why = plan.after_round(self.cfg, self.run.records())
                 if why:
                     self.say(why)

@@ -30,19 +30,28 @@ def tree(snap: Snapshot, roots: set[int]) -> set[int]:
     return members
 
 
-def choose(snaps: list[Snapshot], start: float, end: float) -> tuple[list[Snapshot], dict[str, Any]]:
+def choose(snaps: list[Snapshot], start: float, end: float,
+           wakes: tuple[int, int] | None = None) -> tuple[list[Snapshot], dict[str, Any]]:
     """The snapshots to difference for a load that ran from `start` to `end`, and how they were
-    chosen. Those inside the window when at least two span COVERED of it: nothing from before or after
-    the load is mixed in. Otherwise (an interval not much shorter than the load) the last snapshot
-    before and the first after are added, which hold the whole load but also the idle time around it:
-    a machine busy all through the load then reads less busy than it was. `how` says which was done,
-    `covered_s` the seconds between the first and last snapshot used, `load_s` the window's."""
-    inside = [s for s in snaps if start <= s.t <= end]
+    chosen. Given `wakes` (the harness woke the sampler as the load began and again as it ended), the
+    two snapshots that answer them and those between: the whole load, whatever the machine's clock
+    says ("woken"). Otherwise, by time: those inside the window when at least two span COVERED of it:
+    nothing from before or after the load is mixed in. Otherwise (an interval not much shorter than the
+    load) the last snapshot before and the first after are added, which hold the whole load but also
+    the idle time around it: a machine busy all through the load then reads less busy than it was.
+    `how` says which was done, `covered_s` the seconds between the first and last snapshot used,
+    `load_s` the window's."""
     load = end - start
-    if len(inside) >= 2 and inside[-1].t - inside[0].t >= COVERED * load:
-        chosen, how = inside, "inside"
+    at = {s.wake: i for i, s in enumerate(snaps) if s.wake is not None}
+    if wakes is not None and wakes[0] in at and wakes[1] in at and at[wakes[0]] < at[wakes[1]]:
+        chosen, how = snaps[at[wakes[0]]:at[wakes[1]] + 1], "woken"
     else:
-        chosen, how = [s for s in snaps if s.t < start][-1:] + inside + [s for s in snaps if s.t > end][:1], "padded"
+        inside = [s for s in snaps if start <= s.t <= end]
+        if len(inside) >= 2 and inside[-1].t - inside[0].t >= COVERED * load:
+            chosen, how = inside, "inside"
+        else:
+            chosen, how = [s for s in snaps if s.t < start][-1:] + inside + [s for s in snaps if s.t > end][:1], \
+                "padded"
     covered = chosen[-1].t - chosen[0].t if len(chosen) >= 2 else 0.0
     return chosen, {"how": how, "load_s": round(load, 3), "covered_s": round(covered, 3)}
 

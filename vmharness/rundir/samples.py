@@ -46,6 +46,7 @@ class Snapshot:
     procs: dict[int, Proc] = field(default_factory=dict)
     ctxt: int | None = None  # context switches since boot, all CPUs (/proc/stat's ctxt line)
     page_faults: int | None = None  # page faults since boot, minor and major (/proc/vmstat's pgfault)
+    wake: int | None = None  # the harness's wake this snapshot answers (`@wake N`), if one
 
 
 def proc_line(line: str) -> tuple[int, Proc] | None:
@@ -155,6 +156,11 @@ def _snapshot(lines: list[str]) -> Snapshot:
     if not math.isfinite(snap.t):
         raise ValueError(f"its time {lines[0][3:]!r} is not a finite number")
     for line in lines[1:]:
+        if line.startswith("@wake ") and not section:
+            if not is_digits(line[6:]):
+                raise ValueError(f"its wake {line[6:]!r} is not a number")
+            snap.wake = int(line[6:])
+            continue
         section = _section(line, section) or section
         if section == "stat" and line.startswith("cpu"):
             name, *values = line.split()

@@ -29,6 +29,7 @@ from vmharness.bench.openloop import MISS
 from vmharness.errors import HarnessError
 from vmharness.rundir import histogram
 from vmharness.rundir.histogram import Histogram
+from vmharness.rundir.record_check import load_target
 from vmharness.stats import Change, Interval, mean_interval, ratio_change
 
 CAPACITY_SHARE = 0.8
@@ -78,7 +79,7 @@ def analyse(records: Iterable[dict[str, Any]], baseline: str, where: Path) -> Lo
     """The load analysis of a run's records (`where`: the records file, for errors); None for a run
     with no open-loop load (an older one, or load.percents = [])."""
     records = list(records)
-    target = next((r for r in records if r.get("kind") == "load_target"), None)
+    target = load_target(records)
     if target is None:
         return None
     try:

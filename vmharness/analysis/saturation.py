@@ -20,6 +20,7 @@ from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
 from vmharness.analysis.variants import Control, Diff
 from vmharness.errors import HarnessError
+from vmharness.rundir.record_check import load_target
 from vmharness.rundir.store import RECORDS, RunDir, left_out_line
 from vmharness.stats import Change, Interval, Peak, Plan, Split, ratio_change
 
@@ -131,7 +132,7 @@ def fixed_peak(run: RunDir) -> int | None:
     sweep = run.manifest.get("config", {}).get("sweep", {})
     if not isinstance(sweep, dict) or sweep.get("variants") != "peak":
         return None
-    count = next((r.get("connections") for r in run.records() if r.get("kind") == "load_target"), None)
+    count = (load_target(run.records()) or {}).get("connections")
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 

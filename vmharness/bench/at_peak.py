@@ -1,5 +1,5 @@
 """The points at the baseline's peak that follow a sweep: its target (the baseline's highest mean,
-written once; plan.load_target), the others' points there when only the baseline sweeps, the open-loop
+written once; record_check.load_target), the others' points there when only the baseline sweeps, the open-loop
 load's points at load.percents of it, and the points that explain a cost (bench/explained.py: the
 counted and the profiled). Derived from the run's records alone, as the
 sweep's own (plan.py), so that `--resume` takes up where a run stopped."""
@@ -15,13 +15,13 @@ from vmharness.bench.plan import (
     counts_syscalls,
     dropped,
     explains,
-    load_target,
     loaded,
     measurements,
     order,
     profiles,
 )
 from vmharness.model.sections import BenchConfig
+from vmharness.rundir.record_check import load_target
 
 
 def new_target(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

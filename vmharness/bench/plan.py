@@ -14,6 +14,7 @@ from typing import Any
 from vmharness.bench import search
 from vmharness.model import derived, sections
 from vmharness.model.sections import BenchConfig
+from vmharness.rundir.record_check import load_target
 
 TARGET = 0.02  # the adaptive search's relative interval width at the peak, unless sweep.until_ci names one
 
@@ -43,12 +44,6 @@ def order(cfg: BenchConfig, iteration: int) -> list[str]:
     names = [i.name for i in cfg.instance]
     k = iteration % len(names)
     return names[k:] + names[:k]
-
-
-def load_target(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The baseline's peak as the run fixed it once (at_peak.new_target): the open-loop load's target
-    and, with sweep.variants = "peak", the count the other instances are measured at; None before."""
-    return next((r for r in records if r.get("kind") == "load_target"), None)
 
 
 def at_peak_only(cfg: BenchConfig) -> bool:

@@ -21,6 +21,7 @@ from vmharness.bench.sampler import Samplers
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.model.sections import BenchConfig, InstanceSection, RunConfig
+from vmharness.rundir import record_check
 from vmharness.rundir.store import RunDir
 from vmharness.signals import shielded
 from vmharness.system.machine import Machine
@@ -112,7 +113,7 @@ class Sweep:
     def _rate(self, percent: int) -> float:
         """The open-loop rate at `percent` of the target (load_points offers none before it is written)."""
         if self.target is None:
-            self.target = plan.load_target(self.run.records())
+            self.target = record_check.load_target(self.run.records())
         try:
             assert self.target is not None
             return float(self.target["rates"][str(percent)])
@@ -228,7 +229,7 @@ class Sweep:
         """The baseline's peak written once, if it is not yet (at_peak.new_target); False when there is
         none to write."""
         records = list(self.run.records())
-        if plan.load_target(records) is not None:
+        if record_check.load_target(records) is not None:
             return True
         target = at_peak.new_target(self.cfg, records)
         if target is None:

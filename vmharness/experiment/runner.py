@@ -24,6 +24,7 @@ from vmharness.experiment.runfolder import ensure_image, note_guest
 from vmharness.guest import provenance, running, session
 from vmharness.model import derived, profile
 from vmharness.model.sections import InstanceSection, RunConfig
+from vmharness.rundir import record_check
 from vmharness.rundir.store import POINTS, RunDir
 from vmharness.system.machine import for_uri
 from vmharness.system.root import HostRoot
@@ -189,7 +190,7 @@ class Runner:
     def _measure(self) -> None:
         done = self.run.completed()
         todo = plan.todo(self.cfg, self.run.records(), done) + at_peak.after_sweep(self.cfg, self.run.records())
-        first = self.cfg.sweep.variants == "peak" and plan.load_target(self.run.records()) is None
+        first = self.cfg.sweep.variants == "peak" and record_check.load_target(self.run.records()) is None
         self.say(f"{len(todo)} points to measure{' first (the others then at the peak they find)' if first else ''} "
                  f"({len(done)} already in {self.run.path})")
         offered = False  # the open-loop points left after the sweep (a failed boot's), offered once more

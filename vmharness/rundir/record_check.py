@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +275,9 @@ def summary(left: Sequence[tuple[Path, int, str, str]]) -> str:
     more = f"; and {len(left) - SHOWN} more" if len(left) > SHOWN else ""
     noun = "record" if len(left) == 1 else "records"
     return f"{len(left)} damaged {noun} left out of every figure ({whys}): {refs}{more}"
+
+
+def load_target(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """A run's `load_target`, the baseline's peak as it fixed it once (a second one is refused above):
+    the open-loop load's target and, with sweep.variants = "peak", the others' count; None before."""
+    return next((r for r in records if r.get("kind") == "load_target"), None)

@@ -94,6 +94,8 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     vcpu = {name: [p["host"]["vcpu_busy_percent"][0] for p in points if p["instance"] == name]
             for name in ("baseline", "control")}
     assert max(vcpu["control"]) <= 52 and statistics.fmean(vcpu["baseline"]) > statistics.fmean(vcpu["control"]), vcpu
+    # and how long each waited for its CPU (the kernel's schedstat for QEMU's "CPU 0/TCG" thread)
+    assert all(0 <= p["host"]["vcpu_wait_percent"][0] <= 101 for p in points), points[0]
     # each baseline boot read its vCPU's time without load first (timers, samplers): more than nothing,
     # less than under load
     idle = [r for r in got if r["kind"] == "idle"]

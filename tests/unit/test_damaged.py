@@ -119,7 +119,7 @@ def test_a_damaged_record_in_the_middle_names_its_line(cli, tmp_path: Path, bad:
 @pytest.mark.parametrize("damage", [
     {"samples": {"local": "busy"}}, {"samples": {"local": {"cpu": {"cpu": {"idle": "x", "steal": [1]}}}}},
     {"samples": ["local"]}, {"host": "hot"}, {"host": {"vfio_interrupts_per_s": {"0000:b3:00.0": None}}},
-    {"host": {"vcpu_busy_percent": "all"}},
+    {"host": {"vcpu_busy_percent": "all"}}, {"host": {"vcpu_busy_percent": [90.0], "vcpu_wait_percent": {"0": 5}}},
     {"client": {"clients_detail": ["x", {"threads_cpu": {"percent_of_one": [None, "97"]}}]}},
 ])  # a figure that is a number but cannot be one (NaN, out of range) leaves the whole record out instead:
 # tests/unit/test_hostile_records.py

@@ -115,6 +115,8 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
      ("samples.local.cpu.cpu.idle -50 is below -0.05",)),
     ("vcpu-busy-out-of-range", lines(point(host={"vcpu_busy_percent": [1e6]})), "",
      ("host.vcpu_busy_percent.0 1e+06 is above 200",)),
+    ("vcpu-wait-negative", lines(point(host={"vcpu_busy_percent": [90.0], "vcpu_wait_percent": [-3.0]})), "",
+     ("host.vcpu_wait_percent.0 -3 is below 0",)),
     ("a-float-beyond-2-63-anywhere", lines(point(raw=[{"stdout": 1e300}])), "", ("raw.0.stdout 1e+300 is beyond",)),
     ("idle-negative", lines({"kind": "idle", "instance": "a", "iteration": 0, "vcpu_busy_percent": [-5.0]}), "",
      ("idle 'a': vcpu_busy_percent.0 -5 is below 0",)),

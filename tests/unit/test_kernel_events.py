@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from vmharness.analysis import page, report, saturation
+from vmharness.analysis import events, page, report, saturation
 from vmharness.errors import HarnessError
 from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.store import RunDir
+from vmharness.stats import Change
 
 
 def _snapshot(t: float, ctxt: int, tlb: int, net_rx: int, timer: int, faults: int = 0) -> str:
@@ -213,3 +214,15 @@ def test_a_damaged_idle_reading_is_an_error_naming_its_record(tmp_path: Path) ->
     a = saturation.analyse(RunDir.open(run.path))
     assert "left out" in a.flags[0] and "page_faults_per_s" in a.flags[0]
     assert a.events[1].idle["page faults"] == 400.0  # from the three idle records left
+
+
+def test_a_change_too_wide_to_tell_anything_is_said_in_words() -> None:
+    """The demo's page faults: about 20 a point, 0.0018 per request, a ratio of -100% to +538877295527%."""
+    wild = Change(1.016, -1.0, 5388772955.272, 0.4, 4, 0.95, "paired by block")
+    assert events.figure(0.00288, wild) == \
+        "0.00288 (+101.6%, its interval more than 10-fold wide: too few to compare)"
+    tight = Change(0.38, 0.166, 0.633, 0.01, 4, 0.95, "paired by block")
+    assert events.figure(0.284, tight) == "0.284 (+38.0% [+16.6%, +63.3%])"
+    near = Change(-0.5, -0.89, 0.0, 0.05, 4, 0.95, "paired by block")  # nine-fold: still printed
+    assert events.figure(1.0, near) == "1 (-50.0% [-89.0%, +0.0%])"
+    assert events.figure(1.0, None) == "1"

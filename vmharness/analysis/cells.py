@@ -40,6 +40,7 @@ class Cell:
     worker_busy: list[float] = field(default_factory=list)  # the server's process tree, per worker
     client_busy: list[float] = field(default_factory=list)  # the busiest client machine's (not the server's)
     vcpu_busy: list[list[float]] = field(default_factory=list)  # a run's guest: each vCPU thread, from the host
+    vcpu_wait: list[list[float]] = field(default_factory=list)  # and the share each waited for a host CPU
     packets: list[tuple[float, bool]] = field(default_factory=list)  # the server's packets per request, on lo?
     sides: Sides = field(default_factory=Sides)  # steal, each client and generator thread, the host's vfio
     exits: list[dict[str, float]] = field(default_factory=list)  # under KVM: VM exits per request by kind
@@ -118,6 +119,9 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         vcpus = host.get("vcpu_busy_percent") if isinstance(host, dict) else None
         if isinstance(vcpus, list) and vcpus and all(isinstance(v, int | float) for v in vcpus):
             cell.vcpu_busy.append([float(v) for v in vcpus])
+        waits = host.get("vcpu_wait_percent") if isinstance(host, dict) else None
+        if isinstance(waits, list) and waits and all(isinstance(v, int | float) for v in waits):
+            cell.vcpu_wait.append([float(v) for v in waits])
         if isinstance(host, dict) and "kvm_exits" in host:
             cell.exits.append(_exits_per_request(host, rps, run, r))
     return out, failed
@@ -209,9 +213,11 @@ def _count(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def vcpu_means(cell: Cell) -> list[float] | None:
-    """Each vCPU thread's busy share (percent) at this point, averaged over the iterations that have it."""
-    rows = [row for row in cell.vcpu_busy if len(row) == len(cell.vcpu_busy[0])] if cell.vcpu_busy else []
+def vcpu_means(cell: Cell, waited: bool = False) -> list[float] | None:
+    """Each vCPU thread's busy share (percent) at this point, averaged over the iterations that have it;
+    with `waited`, the share it waited for a host CPU."""
+    got = cell.vcpu_wait if waited else cell.vcpu_busy
+    rows = [row for row in got if len(row) == len(got[0])] if got else []
     return [statistics.fmean(col) for col in zip(*rows, strict=True)] if rows else None
 
 

@@ -53,11 +53,18 @@ def _by_block(cell: Cell, key: str) -> dict[Any, float]:
 SHOWN = ("context switches", "page faults", "interrupts", "TLB shootdowns", "softirqs")
 
 
+TOO_WIDE = 10.0  # an interval whose ends lie more than this factor apart tells nothing of the change
+
+
 def figure(value: float, change: Change | None) -> str:
     """A count per request, with its change against the baseline and that change's interval if it has one
-    (the text's lines and the page's counters table)."""
+    (the text's lines and the page's counters table). A count of a few events a point (page faults in a
+    guest whose pages are all mapped) varies by whole multiples between boots: its interval spans more
+    than TOO_WIDE times (once -100% to +538877295527%), which is said in words, not printed."""
     text = f"{value:.3g}"
     if change is not None and change.bounded:
+        if change.low <= -1 or (1 + change.high) / (1 + change.low) > TOO_WIDE:
+            return text + f" ({change.change:+.1%}, its interval more than {TOO_WIDE:g}-fold wide: too few to compare)"
         text += f" ({change.change:+.1%} [{change.low:+.1%}, {change.high:+.1%}])"
     return text
 

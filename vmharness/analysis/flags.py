@@ -44,11 +44,14 @@ def peak_flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: di
     if busy is not None and busy < SATURATED:
         flags.append(f"not saturated: the server was {busy:.0f}% busy at the peak ({peak} connections); "
                      "overhead is hidden by idle CPU (seed 001)")
-    vcpus = vcpu_means(cell)
+    vcpus, waits = vcpu_means(cell), vcpu_means(cell, waited=True)
+    why = (f"of the rest they waited {', '.join(f'{w:.0f}%' for w in waits)} for a host CPU other work held, and "
+           "otherwise for QEMU's I/O thread or an interrupt" if waits is not None and len(waits) == len(vcpus or [])
+           else "the rest they waited (for QEMU's I/O thread, or preempted)")
     if vcpus is not None and (busy is None or busy >= SATURATED) and min(vcpus) < SATURATED:
         flags.append(f"the guest looks busy ({busy:.0f}%) but its vCPU threads ran "
-                     f"{', '.join(f'{v:.0f}%' for v in vcpus)} of the time on the host at the peak: the rest they "
-                     "waited (for QEMU's I/O thread, or preempted); the guest's CPU is not all that limits it"
+                     f"{', '.join(f'{v:.0f}%' for v in vcpus)} of the time on the host at the peak: {why}; the "
+                     "guest's CPU is not all that limits it"
                      if busy is not None else
                      f"the guest's vCPU threads ran {', '.join(f'{v:.0f}%' for v in vcpus)} of the time on the "
                      "host at the peak")

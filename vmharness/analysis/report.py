@@ -138,7 +138,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "control": None if a.control is None else {
                 "instance": a.control.instance, "cap_percent": a.control.cap, "expected": a.control.expected,
                 "basis": a.control.basis,
-                "recovered": a.control.recovered, "change": change_json(a.control.change)},
+                "recovered": a.control.recovered, "change": change_json(a.control.change),
+                "baseline_vcpu_wait_percent": a.control.waited, "judged": a.control.judged,
+                "verdict": variants.verdict(a.control)},
             "variants": {d.instance: {"differs": list(d.lines), "asked": d.asked, "seen": d.seen} for d in a.variants},
             "at_peak": a.at_peak, "vm_exits": exits.to_json(a.exits, a.exits_note),
             "kernel_events": events.to_json(a.events), "syscalls": syscalls.to_json(a.calls),

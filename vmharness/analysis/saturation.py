@@ -98,7 +98,8 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     name = control_cfg.get("name") if isinstance(control_cfg, dict) else None
     capped = table.get(name, {}).get(a.peak) if isinstance(name, str) and a.peak is not None else None
     a.control = variants.control(run.manifest, a.changes, vcpu_means(base_cell) if base_cell else None,
-                                 idle_vcpus(run, a.baseline), vcpu_means(capped) if capped else None
+                                 idle_vcpus(run, a.baseline), vcpu_means(capped) if capped else None,
+                                 vcpu_means(base_cell, waited=True) if base_cell else None
                                  ) if a.baseline == (names[0] if names else None) else None
     records = list(run.records())
     a.study = studies.view(run.manifest, records, table, a.peak, a.baseline, a.variants)
@@ -225,7 +226,8 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
     split = {name: n for name, by_count in table.items() if (n := noise(by_count, d)) is not None}
     views = exits.views(table, peak, base, manifests)
     return Analysis(base, peak, curve[peak], plausible, changes, flags, table, failed, top, split, d,
-                    at_peak=sides.at_peak(cell.sides, server_busy(cell), vcpu_means(cell), curve[peak].mean),
+                    at_peak=sides.at_peak(cell.sides, server_busy(cell), vcpu_means(cell), curve[peak].mean,
+                                          vcpu_means(cell, waited=True)),
                     exits=views, exits_note=exits.note(manifests, views),
                     events=events.views(table, peak, base, d.block))
 

@@ -156,14 +156,17 @@ def _vfio_flags(s: Sides, at: str, rps: float) -> list[str]:
     return []
 
 
-def at_peak(s: Sides, server_busy: float | None, vcpus: list[float] | None, rps: float) -> dict[str, Any]:
-    """Every side's figure at the peak, for the report's answer and its JSON."""
+def at_peak(s: Sides, server_busy: float | None, vcpus: list[float] | None, rps: float,
+            waits: list[float] | None = None) -> dict[str, Any]:
+    """Every side's figure at the peak, for the report's answer and its JSON (`waits`: the share of the
+    time each vCPU thread waited for a host CPU)."""
     vfio = _mean(s.vfio)
     steal = _mean(s.steal)
     return {
         "server_busy_percent": None if server_busy is None else round(server_busy, 1),
         "server_steal_percent": None if steal is None else round(steal, 1),
         "vcpu_busy_percent": None if vcpus is None else [round(v, 1) for v in vcpus],
+        "vcpu_wait_percent": None if waits is None else [round(v, 1) for v in waits],
         "vfio_interrupts_per_s": None if vfio is None else round(vfio, 1),
         "vfio_interrupts_per_request": None if vfio is None or rps <= 0 else round(vfio / rps, 4),
         "vfio_devices": s.devices,
@@ -180,7 +183,9 @@ def line(figures: dict[str, Any], peak: int) -> str | None:
         parts.append(f"the server {figures['server_busy_percent']:.0f}% busy"
                      + ("" if steal is None else f" and {steal:.1f}% stolen"))
     if figures["vcpu_busy_percent"]:
-        parts.append(f"its vCPU threads ran {_percents(figures['vcpu_busy_percent'])} of the time on the host")
+        waits = figures.get("vcpu_wait_percent")
+        parts.append(f"its vCPU threads ran {_percents(figures['vcpu_busy_percent'])} of the time on the host"
+                     + (f" and waited {_percents(waits)} for a CPU" if waits else ""))
     if figures["vfio_interrupts_per_s"] is not None:
         per = figures["vfio_interrupts_per_request"]
         parts.append(f"the host took {figures['vfio_interrupts_per_s']:,.0f} vfio interrupts/s"

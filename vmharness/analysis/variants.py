@@ -16,6 +16,12 @@ the baseline's throughput where the guest's CPU time is what limits it. Where th
 the control's own vCPU threads at the peak (c_i), their time is what the cap left them: on a host
 whose CPUs other work contends for, a throttled thread does not get all of its quota back, and
 min(c_i, cap) stands for min(u_i, cap). The report checks that the change's interval holds that value.
+
+That rests on the guest's own work being what limits it. Where the baseline's vCPU threads waited
+for a host CPU at the peak (the kernel's schedstat: other work held the CPU they were runnable on)
+for WAIT_LIMIT percent of the time or more, what limited it was partly that other work, whose share
+the cap changes in ways the guest does not decide: a control outside its expectation then cannot be
+judged, and the report says so and why, not that the run's intervals are not to be trusted.
 """
 
 from __future__ import annotations
@@ -49,9 +55,16 @@ class Control:
     change: Change
     recovered: bool  # the change's interval holds `expected`, and not zero: the cost was seen, of its size
     basis: str  # how `expected` was reached
+    waited: float | None = None  # the most any baseline vCPU thread waited for a host CPU at the peak, percent
+
+    @property
+    def judged(self) -> bool:
+        """Whether a miss can be told: the baseline's vCPU threads had their CPUs (or nobody knows)."""
+        return self.waited is None or self.waited < WAIT_LIMIT
 
 
 HELD_BELOW = 2.0  # percentage points under its cap at which a control's vCPU thread was held back
+WAIT_LIMIT = 10.0  # percent of the time a baseline vCPU thread waited for a host CPU: the control cannot be judged
 
 
 def expected_change(cap: int, base_vcpus: list[float] | None, idle: list[float] | None = None,
@@ -145,10 +158,10 @@ def diff_flags(found: list[Diff], baseline: str) -> list[str]:
 
 def control(manifest: dict[str, Any], changes: dict[str, dict[str, Change]],
             base_vcpus: list[float] | None = None, idle: list[float] | None = None,
-            control_vcpus: list[float] | None = None) -> Control | None:
+            control_vcpus: list[float] | None = None, base_waits: list[float] | None = None) -> Control | None:
     """The control's check, when the run had one and it was measured at the peak; `base_vcpus`: the
     baseline's vCPU threads' busy shares there, from the host (percent); `idle`: theirs without load;
-    `control_vcpus`: the control's there."""
+    `control_vcpus`: the control's there; `base_waits`: the shares the baseline's waited for a CPU."""
     c = manifest.get("config", {}).get("control", {})
     cap, name = c.get("cap"), c.get("name")
     if not isinstance(cap, int) or not cap or name not in changes:
@@ -156,7 +169,8 @@ def control(manifest: dict[str, Any], changes: dict[str, dict[str, Change]],
     change = changes[name]["throughput"]
     expected, basis = expected_change(cap, base_vcpus, idle, control_vcpus)
     held = change.bounded and not math.isnan(change.change) and change.low <= expected <= change.high
-    return Control(str(name), cap, expected, change, held and change.significant, basis)
+    return Control(str(name), cap, expected, change, held and change.significant, basis,
+                   max(base_waits) if base_waits else None)
 
 
 def _measured(c: Control) -> str:
@@ -172,6 +186,11 @@ def control_flag(c: Control) -> str | None:
     (one iteration: the report already warns that nothing can be told from noise)."""
     if c.recovered or not c.change.bounded:
         return None
+    if not c.judged:
+        return (f"the positive control cannot be judged on this run: {c.instance} (vCPUs capped to {c.cap}%) was "
+                f"expected to change throughput by {c.expected:+.1%} at the peak, measured {_measured(c)}, but "
+                f"{_contended(c)}; its cost then depends on that work, not on the guest alone, so the run neither "
+                "confirms nor refutes its intervals: measure on a host whose CPUs nothing else uses")
     if _holds_expected(c):
         return (f"the positive control was not detected: {c.instance} (vCPUs capped to {c.cap}%) should change "
                 f"throughput by {c.expected:+.1%} at the peak, measured {_measured(c)}: an interval that holds no "
@@ -182,10 +201,18 @@ def control_flag(c: Control) -> str | None:
             "vCPU time was not what limited it, or this run's intervals are not to be trusted")
 
 
+def _contended(c: Control) -> str:
+    return (f"the baseline's vCPU threads waited up to {c.waited:.0f}% of the time for a host CPU there "
+            "(other work held it)")
+
+
 def verdict(c: Control) -> str:
-    """The control's check in a few words: recovered, not detected, not recovered, or nothing to check."""
+    """The control's check in a few words: recovered, not detected, not recovered, cannot be judged,
+    or nothing to check."""
     if not c.change.bounded:
         return "one iteration, nothing to check"
+    if not c.recovered and not c.judged:
+        return f"cannot be judged: {_contended(c)}"
     return ("recovered" if c.recovered else
             "NOT detected (the interval holds no change too)" if _holds_expected(c) else "NOT recovered")
 

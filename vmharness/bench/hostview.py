@@ -1,13 +1,15 @@
 """The host's side of a `run` point, beside what the guest says of itself: how much of the time each
-vCPU thread actually ran (a guest counts as busy the time its vCPU waited for QEMU's I/O thread or was
-preempted), under KVM how many VM exits of each kind its vCPUs took (KVM's counters, through libvirt),
-and how many interrupts the host took for the NICs passed through to it.
+vCPU thread actually ran (a guest counts as busy the time its vCPU waited for QEMU's I/O thread or
+was preempted) and how much it waited for a host CPU that other work held (the kernel's schedstat:
+the host's CPUs were contended, and what limited the guest was not its own work alone), under KVM
+how many VM exits of each kind its vCPUs took (KVM's counters, through libvirt), and how many
+interrupts the host took for the NICs passed through to it.
 
-The vCPU threads' runtime is read from libvirt at the same two instants inside the load as the client
-reads its generator's threads (vmharness/bench/threads.py), in a thread of the harness, so that
-neither wrk's start-up nor its done() hook nor the ssh round trips dilute it; KVM's counters right
-after each of those reads, so that they cover the same window. The interrupts come from
-the host's own sampler (the same stream and window as every machine's)."""
+The vCPU threads' runtime is read from libvirt at the same two instants inside the load as the
+client reads its generator's threads (vmharness/bench/threads.py), in a thread of the harness, so
+that neither wrk's start-up nor its done() hook nor the ssh round trips dilute it; KVM's counters
+right after each of those reads, so that they cover the same window. The interrupts come from the
+host's own sampler (the same stream and window as every machine's)."""
 
 from __future__ import annotations
 
@@ -23,15 +25,19 @@ Counters = Callable[[], dict[str, int]]  # KVM's counters of the guest's VM exit
 
 
 class VcpuReader:
-    """Reads `probe` (and `counters`, if given) at two instants after the load's release (`begin`);
-    `result` stops waiting and gives the busy share between the readings (and the exits counted
-    between them), or raises what a read raised (as a read in the harness's own thread would have)."""
+    """Reads `probe` (and `counters` and `waits`, if given) at two instants after the load's release
+    (`begin`); `result` stops waiting and gives the busy share between the readings (and the exits
+    counted and the share waited between them), or raises what a read raised (as a read in the
+    harness's own thread would have)."""
 
-    def __init__(self, probe: Probe | None, duration: float, counters: Counters | None = None) -> None:
+    def __init__(self, probe: Probe | None, duration: float, counters: Counters | None = None,
+                 waits: Probe | None = None) -> None:
         self.probe = probe
         self.counters = counters
+        self.waits = waits
         self.at = threads.instants(duration)
         self.readings: list[tuple[float, list[float]]] = []
+        self.waited: list[list[float]] = []
         self.counts: list[dict[str, int]] = []
         self.error: Exception | None = None
         self.stopped = threading.Event()
@@ -57,6 +63,8 @@ class VcpuReader:
                 at = (before + time.monotonic()) / 2
                 if self.counters is not None:
                     self.counts.append(self.counters())
+                if self.waits is not None:
+                    self.waited.append(self.waits())
             except Exception as exc:  # handed to the harness's thread by result()
                 self.error = exc
                 return
@@ -72,11 +80,16 @@ class VcpuReader:
             raise self.error
         busy = vcpu_busy(self.readings)
         exits = exit_deltas(self.counts) if busy and len(self.counts) == len(self.readings) else {}
+        waited = vcpu_busy([(t, w) for (t, _), w in zip(self.readings, self.waited, strict=True)]) \
+            if busy and len(self.waited) == len(self.readings) else {}
+        if waited and len(waited["vcpu_busy_percent"]) == len(busy["vcpu_busy_percent"]):
+            busy = {**busy, "vcpu_wait_percent": waited["vcpu_busy_percent"]}
         return {**busy, "kvm_exits": exits} if exits else busy
 
 
 def vcpu_busy(readings: list[tuple[float, list[float]]]) -> dict[str, Any]:
-    """Each vCPU thread's busy percent between the first and last reading (time, CPU seconds)."""
+    """Each vCPU thread's busy percent between the first and last reading (time, CPU seconds; or
+    seconds waited for a CPU, its share waited)."""
     if len(readings) < 2:
         return {}
     (t0, a), (t1, b) = readings[0], readings[-1]

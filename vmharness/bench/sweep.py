@@ -56,6 +56,7 @@ class Sweep:
     local_cpus: tuple[int, ...] = ()  # the CPUs wrk may use on this machine (a run keeps it off the
     # guest's vCPUs); empty: any
     vcpu_probe: hostview.Probe | None = None  # a run's guest: its vCPU threads' CPU seconds
+    vcpu_waits: hostview.Probe | None = None  # and the seconds they waited for a host CPU
     kvm_counters: hostview.Counters | None = None  # a run's guest under KVM: its VM exits by kind
     host_on: Machine | None = None  # a run's: the machine that runs the guest, sampled too
     host_devices: tuple[str, ...] = ()  # a run's: the NICs passed through to the guest (BDFs)
@@ -91,7 +92,7 @@ class Sweep:
         inst = next(i for i in self.cfg.instance if i.name == name)
         srv = server.Server(self.server_machine, self._server_config(inst), self.owner)
         srv.start(self.root)
-        self.current, self.serving = srv, name
+        self.current, self.serving, self.warmed = srv, name, False  # a fresh server: warmed before its points
         server.check(self.clients[0].machine, self.cfg.server.url, srv.cfg.expected_length())
         return srv
 
@@ -132,7 +133,8 @@ class Sweep:
         for attempt in range(1, s.retries + 2):
             since = samplers.offsets()
             loads = self._runs(point)
-            vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads), self.kvm_counters)
+            vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads), self.kvm_counters,
+                                        self.vcpu_waits)
             first = samplers.woken + 1
             runs, start, end = clients_mod.run_together(loads, s.margin, probe=True, on_go=_began(vcpus, samplers))
             samplers.wake()  # the snapshot after the load, which its window ends with, now

@@ -175,6 +175,7 @@ class Runner:
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: running.vcpu_seconds(b.guest),
+                                  vcpu_waits=lambda: running.vcpu_waits(b.guest),
                                   kvm_counters=(lambda: running.kvm_counters(b.guest)) if b.guest.kvm else None,
                                   host_on=for_uri(b.guest.uri), host_devices=g.bdf,
                                   before_point=self._capper(b, inst.vcpu_cap), shares=rides(self.cfg),

@@ -1,5 +1,6 @@
-"""A running guest, asked and steered: its libvirt domain, its vCPU threads' CPU time and cap, KVM's
-counters of its VM exits, the CPUs its QEMU threads may run on, and the tail of its console log."""
+"""A running guest, asked and steered: its libvirt domain, its vCPU threads' CPU time, the time they
+waited for a host CPU, and their cap, KVM's counters of its VM exits, the CPUs its QEMU threads may
+run on, and the tail of its console log."""
 
 from __future__ import annotations
 
@@ -35,6 +36,26 @@ def vcpu_seconds(guest: Guest) -> list[float]:
         return [float(t[2]) / 1e9 for t in dom.vcpus()[0]]
     finally:
         conn.close()
+
+
+# Each vCPU thread of the guest's QEMU ("CPU N/KVM", "CPU N/TCG"): N and the nanoseconds it has waited on a
+# runqueue for a CPU (the second figure of the kernel's schedstat). One process on the guest's machine.
+_WAITS = r"""
+{ read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0  # no newline in it
+for t in /proc/$pid/task/*; do
+  read -r name < "$t/comm" && read -r ran waited _ < "$t/schedstat" && echo "$name $waited"
+done 2>/dev/null
+"""
+_WAIT_LINE = re.compile(r"CPU (\d{1,4})/[A-Z]{1,8} (\d{1,20})")
+
+
+def vcpu_waits(guest: Guest) -> list[float]:
+    """The seconds each vCPU thread of the guest has waited on a runqueue for a host CPU (a CPU other
+    work held), in vCPU order; [] when its QEMU or the kernel's schedstat was not found, or a vCPU's
+    thread is missing: then no wait is known, and none is reported."""
+    res = guest.machine.run(["sh", "-c", _WAITS, "sh", domain_name(guest.name)], timeout=30, check=False)
+    waits = {int(m[1]): int(m[2]) / 1e9 for line in res.stdout.splitlines() if (m := _WAIT_LINE.fullmatch(line))}
+    return [waits[n] for n in range(len(waits))] if set(waits) == set(range(len(waits))) else []
 
 
 # KVM's own per-vCPU statistics (its binary stats file descriptor), which QEMU passes on (QMP

@@ -72,6 +72,7 @@ _SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read o
     (("samples", "*", "net", "*", "*"), 0, MOST, NUM),
     *_EVENTS,
     (("host", "vcpu_busy_percent", "*"), 0, ONE_CORE, NUM),
+    (("host", "vcpu_wait_percent", "*"), 0, ONE_CORE, NUM),
     (("host", "window_s"), 0, DAY, NUM),
     (("host", "kvm_exits", "*"), 0, MOST_COUNT, WHOLE),
     (("host", "vfio_interrupts_per_s", "*"), 0, MOST, NUM),

@@ -1,0 +1,105 @@
+"""A host whose CPUs other work holds: the vCPU threads' wait for a CPU is read beside their runtime,
+kept in the point's record, shown at the peak, and a positive control that misses its expectation
+there is said not to be judged instead of a false alarm (issue: the control judged fairly on a loaded
+machine); on a quiet host the same miss is still a warning that the run's intervals are in doubt."""
+
+from __future__ import annotations
+
+import math
+from itertools import count
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_variants import _facts, _manifest
+from vmharness.analysis import report, saturation, sides, variants
+from vmharness.bench import hostview
+from vmharness.rundir.store import RunDir
+from vmharness.stats import Change
+
+
+def _change(change: float, low: float, high: float) -> Change:
+    return Change(change, low, high, 0.05, 4, 0.95, "paired by boot")
+
+
+M = {"config": {"control": {"cap": 50, "name": "control"}}}
+MISSED = {"control": {"throughput": _change(-0.56, -0.60, -0.52)}}  # expected about -43%: outside
+
+
+def test_the_reader_gives_each_vcpus_share_waited_over_the_same_window() -> None:
+    seconds, waited = count(1), count(0)
+    reader = hostview.VcpuReader(lambda: [next(seconds) * 0.4, 0.1], 1.0, None,
+                                 lambda: [next(waited) * 0.2, 0.0])
+    reader.readings = [(10.0, [0.4, 0.1]), (11.0, [0.8, 0.1])]
+    reader.waited = [[0.0, 0.0], [0.2, 0.0]]
+    assert reader.result() == {"vcpu_busy_percent": [40.0, 0.0], "window_s": 1.0, "vcpu_wait_percent": [20.0, 0.0]}
+    reader.waited = [[0.0, 0.0]]  # a wait read missing: no wait is claimed, the runtime stands
+    assert reader.result() == {"vcpu_busy_percent": [40.0, 0.0], "window_s": 1.0}
+    reader.waited = [[0.0], [0.2]]  # a vCPU's thread not found the second time: no wait is claimed
+    assert "vcpu_wait_percent" not in reader.result()
+
+
+def test_a_miss_on_a_contended_host_cannot_be_judged() -> None:
+    c = variants.control(M, MISSED, [90.0], [10.0], None, [35.0, 4.0])
+    assert c is not None and not c.recovered and not c.judged and c.waited == 35.0
+    flag = variants.control_flag(c)
+    assert flag is not None and flag.startswith("the positive control cannot be judged on this run")
+    assert "waited up to 35% of the time for a host CPU" in flag and "not to be trusted" not in flag
+    assert variants.verdict(c).startswith("cannot be judged: ")
+    assert "cannot be judged" in variants.control_line(c)
+
+
+def test_the_same_miss_on_a_quiet_host_is_still_not_recovered() -> None:
+    """The negative control: a wait under the limit (or none recorded) leaves the alarm as it was."""
+    for waits in ([variants.WAIT_LIMIT - 0.1], None, []):
+        c = variants.control(M, MISSED, [90.0], [10.0], None, waits)
+        assert c is not None and c.judged and not c.recovered
+        flag = variants.control_flag(c)
+        assert flag is not None and "was not recovered" in flag and "not to be trusted" in flag, waits
+        assert variants.verdict(c) == "NOT recovered"
+
+
+def test_a_control_recovered_on_a_contended_host_is_recovered() -> None:
+    expected = variants.expected_change(50, [90.0], [10.0])[0]
+    near = {"control": {"throughput": _change(expected, expected - 0.05, expected + 0.05)}}
+    c = variants.control(M, near, [90.0], [10.0], None, [40.0])
+    assert c is not None and c.recovered and variants.control_flag(c) is None and variants.verdict(c) == "recovered"
+    one = variants.control(M, {"control": {"throughput": _change(-0.5, -math.inf, math.inf)}}, [90.0], None,
+                           None, [40.0])
+    assert one is not None and variants.verdict(one) == "one iteration, nothing to check"
+
+
+@pytest.mark.parametrize(("waits", "said"), [([12.0], " and waited 12% for a CPU"), (None, "")])
+def test_the_peak_line_says_what_the_vcpus_waited(waits: list[float] | None, said: str) -> None:
+    figures = sides.at_peak(sides.Sides(), None, [80.0], 1000.0, waits)
+    line = sides.line(figures, 32)
+    assert line is not None and line.endswith(f"its vCPU threads ran 80% of the time on the host{said}")
+    assert figures["vcpu_wait_percent"] == waits
+
+
+def test_a_run_on_a_contended_host_says_so_in_every_form(tmp_path: Path) -> None:
+    """Recorded points whose baseline vCPU waited 30% for its CPU, with a control 10 points beyond its
+    expectation: the report names the wait, and its JSON says the control was not judged."""
+    facts = {"base": _facts("mitigations=off"), "control": _facts("mitigations=off")}
+    run = RunDir.create(tmp_path / "run", {**_manifest(facts, {"cap": 50, "name": "control"}),
+                                           "machines": {"server": {"machine": "srv"}, "clients": []}})
+    for it in range(3):
+        for name, rps, vcpu, wait in (("base", 1000.0, 60.0, 30.0), ("control", 450.0, 50.0, 5.0)):
+            value = rps * ((1.0, 1.02, 0.98)[it] if name != "base" else 1.0)
+            run.append({"kind": "measurement", "key": f"{name}/8/{it}", "ok": True, "instance": name,
+                        "connections": 8, "iteration": it,
+                        "host": {"vcpu_busy_percent": [vcpu], "vcpu_wait_percent": [wait], "window_s": 5.0},
+                        "client": {"requests_per_s": value, "requests": 1000, "errors": {"total": 0},
+                                   "latency_us": {"percentiles": {"50": 1.0, "90": 2.0, "99": 3.0, "99.9": 4.0}}},
+                        "samples": {"srv": {"cpu": {"cpu": {"busy": 99.0}}}}})
+    a = saturation.analyse(run)
+    assert a.control is not None and not a.control.recovered and a.control.waited == 30.0
+    assert a.flags[0].startswith("the positive control cannot be judged on this run: control (vCPUs capped to 50%) "
+                                 "was expected to change throughput by -16.7% at the peak"), a.flags
+    assert any("ran 60% of the time on the host at the peak: of the rest they waited 30% for a host CPU" in f
+               for f in a.flags), a.flags
+    text = report.text(a)
+    assert "its vCPU threads ran 60% of the time on the host and waited 30% for a CPU" in text
+    js = report.to_json(a)["control"]
+    assert js["judged"] is False and js["baseline_vcpu_wait_percent"] == 30.0
+    assert js["verdict"].startswith("cannot be judged: the baseline's vCPU threads waited up to 30%")

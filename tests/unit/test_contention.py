@@ -14,6 +14,7 @@ import pytest
 from tests.unit.test_variants import _facts, _manifest
 from vmharness.analysis import report, saturation, sides, variants
 from vmharness.bench import hostview
+from vmharness.guest import running
 from vmharness.rundir.store import RunDir
 from vmharness.stats import Change
 
@@ -103,3 +104,16 @@ def test_a_run_on_a_contended_host_says_so_in_every_form(tmp_path: Path) -> None
     js = report.to_json(a)["control"]
     assert js["judged"] is False and js["baseline_vcpu_wait_percent"] == 30.0
     assert js["verdict"].startswith("cannot be judged: the baseline's vCPU threads waited up to 30%")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("CPU 0/TCG 2500000000\nCPU 1/TCG 0\n", [2.5, 0.0]),
+    ("qemu-system-x86 99\nCPU 1/KVM 1000000000\ncall_rcu 5\nCPU 0/KVM 3000000000\n", [3.0, 1.0]),  # any order
+    ("", []),  # QEMU not found (its pid file gone)
+    ("CPU 1/TCG 5\n", []),  # vCPU 0's thread missing: no wait is claimed for any
+    ("CPU 0/TCG 5\nCPU 0/TCG 6\n", []),  # a vCPU named twice (a name a process chose): none
+    ("CPU 0/TCG -5\n", []), ("CPU 0/TCG 5e9\n", []), ("CPU 0/TCG 1 2\n", []), ("CPU x/TCG 5\n", []),
+    ("CPU 0/TCG 123456789012345678901\n", []),  # more digits than any counter has
+])
+def test_the_threads_waits_are_read_only_from_whole_vcpu_lines(text: str, seconds: list[float]) -> None:
+    assert running.parse_waits(text) == seconds

@@ -54,7 +54,18 @@ def vcpu_waits(guest: Guest) -> list[float]:
     work held), in vCPU order; [] when its QEMU or the kernel's schedstat was not found, or a vCPU's
     thread is missing: then no wait is known, and none is reported."""
     res = guest.machine.run(["sh", "-c", _WAITS, "sh", domain_name(guest.name)], timeout=30, check=False)
-    waits = {int(m[1]): int(m[2]) / 1e9 for line in res.stdout.splitlines() if (m := _WAIT_LINE.fullmatch(line))}
+    return parse_waits(res.stdout)
+
+
+def parse_waits(text: str) -> list[float]:
+    """`_WAITS`'s lines ("CPU 0/TCG 123456789") as seconds in vCPU order; [] unless every vCPU from 0
+    up is there once (a line of anything else is not a vCPU's, and is left out)."""
+    waits: dict[int, float] = {}
+    for line in text.splitlines():
+        if (m := _WAIT_LINE.fullmatch(line)) is not None:
+            if int(m[1]) in waits:
+                return []
+            waits[int(m[1])] = int(m[2]) / 1e9
     return [waits[n] for n in range(len(waits))] if set(waits) == set(range(len(waits))) else []
 
 

@@ -16,6 +16,7 @@ a 95% interval holds the truth about 95% of the time):
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
@@ -28,8 +29,7 @@ LEVEL = 0.95
 POWER = 0.80  # the minimum detectable effect: seen 80% of the time by a test at 1 - LEVEL
 RESAMPLES = 2000
 SEED = 14  # fixed, so the same run gives the same report
-MOST_REPEATS = 20  # a plan's measurements per block, at most
-MOST_BLOCKS = 10_000
+MOST_REPEATS, MOST_BLOCKS = 20, 10_000  # a plan's measurements per block, and its blocks, at most
 
 K = TypeVar("K", bound=Hashable)
 
@@ -275,14 +275,20 @@ class Plan:
     seconds: float
 
 
+@functools.lru_cache(maxsize=4)
+def _blocks_t(level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every block count a plan may choose and its t quantile at `level`, computed once (10 ms)."""
+    b = np.arange(2, MOST_BLOCKS + 1)
+    return b, _special().stdtrit(b - 1, 0.5 + level / 2)
+
+
 def plan(s: Split, target: float, block_seconds: float, measure_seconds: float, level: float = LEVEL) -> Plan | None:
     """The cheapest blocks x repeats whose t-interval on one point's mean is within +-target:
     t(B - 1) * sqrt((between^2 + within^2 / R) / B) <= log(1 + target), cost B * (boot + R * measurement)
     (Kalibera and Jones: more repeats pay only while a block is dear and its shift small). None when
     not within MOST_BLOCKS x MOST_REPEATS."""
     width = math.log1p(target)
-    b = np.arange(2, MOST_BLOCKS + 1)
-    t = _special().stdtrit(b - 1, 0.5 + level / 2)
+    b, t = _blocks_t(level)
     best: Plan | None = None
     for r in range(1, MOST_REPEATS + 1):
         ok = t * np.sqrt((s.between ** 2 + s.within ** 2 / r) / b) <= width

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from vmharness.bench import plan, search
+from vmharness.bench import budget, plan, search
 from vmharness.experiment.boots import rides, sessions
 from vmharness.model import config, derived, sections
 
@@ -65,29 +65,33 @@ def _at(records: list[dict[str, Any]], name: str, count: int) -> list[float]:
             and r["ok"]]
 
 
-def test_iterations_go_only_to_the_peak_until_its_interval_is_narrow() -> None:
+def test_rounds_go_to_the_peak_as_many_as_the_pilots_noise_split_plans() -> None:
     cfg = _cfg(until_ci=0.02, max_iterations=8)
     records = _bench(cfg, _noisy(2, 0.01))
     counts = {r["connections"] for r in records}
     means = {c: float(np.mean(_at(records, "base", c))) for c in counts}
     peak = max(means, key=lambda c: means[c])
-    later = [r for r in records if r["iteration"] > 0]
-    assert later and peak in {r["connections"] for r in later}
-    assert len({r["connections"] for r in later}) <= 2  # the peak, and a neighbour that looked as high once
-    for c in {r["connections"] for r in later}:  # whole rounds: every instance in each
+    seen = sorted(plan.curve(cfg, records))
+    pilot = {r["connections"] for r in records if r["iteration"] == budget.PILOT}
+    assert peak in pilot and len(pilot) == 3 and pilot <= set(seen)  # the peak and its measured neighbours
+    assert pilot == set(budget.pilot_counts(seen, sorted(pilot)[1]))
+    later = [r for r in records if r["iteration"] > budget.PILOT]
+    assert later and {r["connections"] for r in later} == {peak}
+    for c in counts:  # whole rounds: every instance in each
         assert len(_at(records, "base", c)) == len(_at(records, "slow", c))
-    per = [_at(records, n, peak) for n in ("base", "slow")]
-    assert plan.stop_rule(cfg) == (5, 8) and all(5 <= len(v) <= 8 for v in per)
-    assert not any(search.more_iterations(v, 0.02, 5, 8) for v in per)  # it stopped when narrow
+    planned = plan.planned_budget(cfg, records)
+    # 1% noise within, none between rounds: +-2% takes four rounds of one (t(3) x 1% / 2 = 1.6%)
+    assert planned is not None and planned.reached and (planned.rounds, planned.repeats) == (4, 1)
+    assert [len(_at(records, n, peak)) for n in ("base", "slow")] == [planned.values] * 2 == [4, 4]
     # the order within each round rotates, as the grid's does
-    firsts = [next(r["instance"] for r in later if r["iteration"] == k) for k in (1, 2)]
+    firsts = [next(r["instance"] for r in records if r["iteration"] == k) for k in (1, 2)]
     assert firsts == ["slow", "base"]
 
 
-def test_a_ladder_point_high_by_luck_gets_iterations_until_the_focus_comes_back() -> None:
+def test_a_ladder_point_high_by_luck_gets_rounds_until_the_focus_comes_back() -> None:
     """A flat top (1000 req/s from 64 on) with noise ±1%; the first measurements at 128 and 256 are 10%
-    and 5% high. The search's best, 128, gets iterations and its mean falls below 256's one value:
-    the report would call 256 the peak on that value, so the plan measures 256 again too."""
+    and 5% high. The search's best, 128, gets the pilot with its neighbours; its mean falls below 256's,
+    and the rounds go where the highest mean then is: the report calls that count the peak."""
     cfg = _cfg(until_ci=0.02)
     rng = np.random.default_rng(5)
 
@@ -96,16 +100,24 @@ def test_a_ladder_point_high_by_luck_gets_iterations_until_the_focus_comes_back(
         lucky = luck.get((p.connections, p.iteration, p.instance), 1.0)
         return min(p.connections, 64) / 64 * 1000.0 * lucky * (1 + rng.normal(0, 0.01))
     records = _bench(cfg, measure)
-    assert len(_at(records, "base", 128)) >= 5 and len(_at(records, "base", 256)) >= 2
+    assert len(_at(records, "base", 128)) >= 2 and len(_at(records, "base", 256)) >= 2
     means = {c: float(np.mean(_at(records, "base", c))) for c in {r["connections"] for r in records}}
     top = max(means, key=lambda c: means[c])
-    assert len(_at(records, "base", top)) >= 5  # whatever holds the highest mean has its interval
+    planned = plan.planned_budget(cfg, records)
+    assert planned is not None and len(_at(records, "base", top)) >= planned.values
 
 
-def test_a_noisy_peak_that_never_narrows_stops_at_max_iterations() -> None:
-    cfg = _cfg(until_ci=0.001, max_iterations=5)
+def test_a_target_out_of_reach_stops_at_sweep_iterations_not_at_the_cap() -> None:
+    """±0.1% under 5% noise would need hundreds of rounds: chasing it to max_iterations would still
+    miss, so the search spends the grid's sweep.iterations rounds and says why."""
+    cfg = _cfg(until_ci=0.001, max_iterations=8)
     records = _bench(cfg, _noisy(3, 0.05))
-    assert max(r["iteration"] for r in records) == 4
+    assert max(r["iteration"] for r in records) == cfg.sweep.iterations - 1 == 2
+    planned = plan.planned_budget(cfg, records)
+    assert planned is not None and not planned.reached and planned.repeats == 1  # a round costs nothing here
+    todo, why = plan.after_round(cfg, [r for r in records if r["iteration"] <= budget.PILOT])
+    assert todo and why is not None and "±0.1% at the peak is out of reach within sweep.max_iterations" in why
+    assert why.startswith("the pilot round: rounds differ by ")
 
 
 def test_a_failed_point_is_not_asked_for_again_and_the_search_still_ends() -> None:

@@ -111,6 +111,12 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("unknown-kind", lines({"kind": "note", "text": "x"}), "", ("1 of an unknown kind", "kind 'note'")),
     ("no-kind", lines({"key": "a/2/2", "ok": True}), "", ("kind none",)),
     ("a-key-not-its-fields", lines({**point("a", 2, 2), "key": "a/2/7"}), "", ("its key 'a/2/7'", "'a/2/2'")),
+    # a further measurement in a round (bench/budget.py) is keyed by its repeat, within its bounds
+    ("a-repeat-not-in-its-key", lines({**point("a", 2, 2), "repeat": 1}), "", ("its key 'a/2/2'", "'a/2/2/r1'")),
+    ("a-repeat-beyond-any", lines({**point("a", 2, 2), "repeat": 5000, "key": "a/2/2/r5000"}), "",
+     ("repeat 5000 is above 19",)),
+    ("a-repeat-as-text", lines({**point("a", 2, 2), "repeat": "1", "key": "a/2/2/r1"}), "",
+     ("its key 'a/2/2/r1'", "'a/2/2/r?'")),
     ("cpu-share-out-of-range", lines(point(samples={"local": {"cpu": {"cpu": {"idle": -50.0}}}})), "",
      ("samples.local.cpu.cpu.idle -50 is below -0.05",)),
     ("vcpu-busy-out-of-range", lines(point(host={"vcpu_busy_percent": [1e6]})), "",

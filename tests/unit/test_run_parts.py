@@ -113,7 +113,7 @@ def test_sweep_pipeline_twins_every_instance_and_the_twins_ride_on_its_boots(tmp
     groups = boots.sessions(plan.points(cfg), boots.rides(cfg))
     assert [(s.iteration, s.instance) for s in groups] == [(0, "base"), (0, "pti"), (1, "pti"), (1, "base")]
     assert {p.instance for p in groups[0].points} == {"base", "base-p16", "control"}
-    assert plan.loaded(cfg) == ["base", "pti"]  # oha does not pipeline
+    assert derived.loaded(cfg) == ["base", "pti"]  # oha does not pipeline
     bench_cfg = tmp_path / "b.toml"
     bench_cfg.write_text('[[instance]]\nname = "a"\n[sweep]\npipeline = [4, 1]\n')
     assert [(i.name, i.pipeline) for i in config.load(bench_cfg).instance] == [("a", 4), ("a-p1", 1)]

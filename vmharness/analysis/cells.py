@@ -49,8 +49,13 @@ class Cell:
     errors: int = 0
     requests: int = 0
 
+    def values(self) -> list[float]:
+        """The throughput, one value per block (the mean of a block's repeated measurements): what the
+        intervals rest on, since measurements in one boot share its luck."""
+        return list(self.by_block(self.rps).values())
+
     def interval(self) -> Interval:
-        return mean_interval(self.rps, stats.LEVEL)
+        return mean_interval(self.values(), stats.LEVEL)
 
     def by_block(self, values: list[float]) -> dict[Block, float]:
         """One value per block (the mean, should a block hold several)."""

@@ -79,7 +79,7 @@ def _rows(a: Analysis) -> list[dict[str, Any]]:
         for count, c in sorted(by_count.items()):
             iv = c.interval()
             rows.append({
-                "instance": name, "connections": count, "iterations": len(c.rps),
+                "instance": name, "connections": count, "iterations": len(c.values()),
                 "requests_per_s": round(iv.mean, 1),
                 "ci_low": None if math.isinf(iv.low) else round(iv.low, 1),
                 "ci_high": None if math.isinf(iv.high) else round(iv.high, 1),

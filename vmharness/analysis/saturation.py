@@ -128,9 +128,18 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
 
 
 def fixed_peak(run: RunDir) -> int | None:
-    """The count a run measured its other instances at, when only its baseline swept (sweep.variants =
-    "peak"): its load_target's, as written once; None otherwise."""
-    sweep = run.manifest.get("config", {}).get("sweep", {})
+    """The count a run measured its other instances at, when only its baseline swept: with
+    sweep.variants = "peak", its load_target's, as written once; in an attribution study under the
+    adaptive search, the one count its variants were measured at; None otherwise."""
+    config = run.manifest.get("config", {})
+    sweep = config.get("sweep", {})
+    study = config.get("study", {})
+    if isinstance(sweep, dict) and sweep.get("search") == "adaptive" and isinstance(study, dict) \
+            and study.get("switches") and isinstance(config.get("instance"), list) and config["instance"]:
+        base = config["instance"][0].get("name") if isinstance(config["instance"][0], dict) else None
+        counts = {r.get("connections") for r in run.records() if r.get("kind") == "measurement"
+                  and r.get("ok") and r.get("instance") != base}
+        return next(iter(counts)) if len(counts) == 1 and isinstance(next(iter(counts)), int) else None
     if not isinstance(sweep, dict) or sweep.get("variants") != "peak":
         return None
     count = (load_target(run.records()) or {}).get("connections")
@@ -209,7 +218,7 @@ def analyse_table(table: dict[str, dict[int, Cell]], failed: int, baseline: str 
         return Analysis(base, None, None, [], {}, [f"the baseline {base!r} has no successful measurement", *flags],
                         table, failed, design=d)
     curve = {c: cell.interval() for c, cell in table[base].items()}
-    top = stats.peak({c: cell.rps for c, cell in table[base].items()}, LEVEL)
+    top = stats.peak({c: cell.values() for c, cell in table[base].items()}, LEVEL)
     peak = at if at is not None and at in table[base] else top.at
     if peak != top.at and not top.at_low <= peak <= top.at_high:
         flags.append(f"the others were measured at {peak} connections, where the baseline's first iteration "

@@ -10,16 +10,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from vmharness.bench.plan import (
-    Point,
-    counts_syscalls,
-    dropped,
-    explains,
-    loaded,
-    measurements,
-    order,
-    profiles,
-)
+from vmharness.bench.plan import Point, dropped, measurements, order
+from vmharness.model.derived import counts_syscalls, explains, loaded, profiles
 from vmharness.model.sections import BenchConfig
 from vmharness.rundir.record_check import load_target
 

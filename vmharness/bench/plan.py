@@ -11,12 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness.bench import search
+from vmharness.bench import budget, search
 from vmharness.model import derived, sections
 from vmharness.model.sections import BenchConfig
 from vmharness.rundir.record_check import load_target
-
-TARGET = 0.02  # the adaptive search's relative interval width at the peak, unless sweep.until_ci names one
 
 
 @dataclass(frozen=True)
@@ -27,9 +25,12 @@ class Point:
     percent: int = 0  # > 0: an open-loop point at this percentage of the baseline's peak (load_points)
     counted: bool = False  # a point at the baseline's peak whose server's system calls are counted
     profiled: bool = False  # a point at the baseline's peak during which the server's CPUs are profiled
+    repeat: int = 0  # > 0: a further measurement of the same point in the same round (bench/budget.py)
 
     @property
     def key(self) -> str:
+        if self.repeat:
+            return f"{self.instance}/{self.connections}/{self.iteration}/r{self.repeat}"
         if self.percent:
             return f"{self.instance}/@{self.percent}%/{self.iteration}"
         if self.counted:
@@ -74,9 +75,9 @@ def points(cfg: BenchConfig, target: int | None = None) -> list[Point]:
 def planned(cfg: BenchConfig) -> int | None:
     """How many points the sweep plans at its start: the grid's and the open-loop load's; None for the
     adaptive search, which decides as it goes."""
-    load = len(loaded(cfg)) * len(cfg.load.percents) * cfg.sweep.iterations
-    counted = len(cfg.instance) * cfg.sweep.iterations if counts_syscalls(cfg) else 0
-    profiled = len(cfg.instance) if profiles(cfg) else 0
+    load = len(derived.loaded(cfg)) * len(cfg.load.percents) * cfg.sweep.iterations
+    counted = len(cfg.instance) * cfg.sweep.iterations if derived.counts_syscalls(cfg) else 0
+    profiled = len(cfg.instance) if derived.profiles(cfg) else 0
     return len(points(cfg, cfg.counts[0])) + load + counted + profiled if cfg.sweep.search == "grid" else None
 
 
@@ -139,11 +140,13 @@ def curve(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> dict[int, floa
 def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]:
     """What the adaptive search measures next. While the search goes on: every instance at its next
     count (iteration 0; in a run, the baseline's boot walks the ladder and the others follow in theirs).
-    Once the peak is located: every instance at every count the search measured, then further
-    iterations of every instance at the baseline's highest mean, round by round, while any instance's
-    interval there is wider than the target (stop_rule). Points already tried (even if they failed)
-    are not offered again. With an attribution study ([study]), only the baseline walks the ladder and
-    the other instances are measured at its highest mean alone: the point where the cost is read."""
+    Once the peak is located: every instance at every count the search measured, then the pilot round
+    (the baseline also at the measured counts beside its highest mean), then further rounds of every
+    instance at that highest mean, as many and each with as many measurements as bench/budget.py plans
+    from the pilot's noise split (or, when it cannot be split, while any instance's interval there is
+    wider than the target: stop_rule). Points already tried (even if they failed) are not offered
+    again. With an attribution study ([study]), only the baseline walks the ladder and the other
+    instances are measured at its highest mean alone: the point where the cost is read."""
     s = cfg.sweep
     records = list(records)
     measured = measurements(records)
@@ -168,7 +171,7 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     if left := [p for p in first if p.key not in tried]:
         return left
     values: dict[tuple[str, int], list[float]] = {}
-    rounds: dict[int, set[int]] = {}  # count -> the iterations tried there
+    rounds: dict[int, set[int]] = {}  # count -> the rounds tried there
     for r in measured:
         rounds.setdefault(r["connections"], set()).add(r["iteration"])
         if r.get("ok"):
@@ -176,23 +179,51 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     means = {c: statistics.fmean(values[(base, c)]) for c in seen if (base, c) in values}
     if not means:
         return []
-    # The count with the highest mean gets the iterations. A ladder point measured once may be there by
-    # luck; its iterations then bring its mean down and the focus back, where it already stopped.
+    # The count with the highest mean gets the rounds. A ladder point measured once may be there by
+    # luck; its further rounds then bring its mean down and the focus back, where it already stopped.
     focus = min(means, key=lambda c: (-means[c], c))
+    # once a study's variants are measured at the baseline's peak, it stays where they are (the pilot's
+    # second values beside it may now be higher): their rounds are paired there, where the report reads them
+    if (study := _study(cfg)) is not None and not study.neighbours:
+        focus = next((r["connections"] for r in measured if r["instance"] not in walk), focus)
     near = _near(cfg, sorted(seen), focus)
+    planned = planned_budget(cfg, records)
+    repeats = planned.repeats if planned is not None else 1
+
+    def round_of(k: int, c: int) -> list[Point]:  # a round's points at a count: after the pilot, repeated
+        names = [n for n in turn(k) if n in walk or c in near]
+        return [Point(k, c, n, repeat=j) for j in range(repeats if k > budget.PILOT else 1) for n in names]
+
     # a round begun at a count is finished first: every instance (a study's: at the focus, and its
-    # neighbours if asked) has the same iterations there
+    # neighbours if asked) has the same rounds there
     for c, its in sorted(rounds.items()):
         for k in sorted(its):
-            if left := [p for n in turn(k) if (n in walk or c in near)
-                        and (p := Point(k, c, n)).key not in tried]:
+            if left := [p for p in round_of(k, c) if p.key not in tried]:
                 return left
-    if len(rounds[focus]) >= s.max_iterations or not any(
-            search.more_iterations(values.get((n, focus), []), s.until_ci or TARGET, *stop_rule(cfg))
-            for n in turn(0)):
-        return []
+    pilot = _pilot(seen)  # the round that also measures the baseline beside round 0's best
+    if any(budget.PILOT in its for its in rounds.values()) and (
+            left := [p for c in pilot for p in round_of(budget.PILOT, c) if p.key not in tried]):
+        return left  # a pilot begun is finished at all its counts, whatever the focus is now
     k = max(rounds[focus]) + 1
-    return [Point(k, c, n) for c in near for n in turn(k)]
+    counts = near
+    if planned is None and k == budget.PILOT:
+        counts = sorted(set(near) | set(pilot))
+    elif (len(rounds[focus]) >= planned.rounds) if planned is not None else (
+            len(rounds[focus]) >= s.max_iterations or not any(
+                search.more_iterations(values.get((n, focus), []), s.until_ci or budget.TARGET, *stop_rule(cfg))
+                for n in turn(0))):
+        return []
+    return [p for c in counts for p in round_of(k, c) if p.key not in tried]
+
+
+def _pilot(seen: dict[int, float]) -> list[int]:
+    """The counts of the pilot round: round 0's best and its measured neighbours."""
+    return budget.pilot_counts(sorted(seen), search.peak_count(seen)) if seen else []
+
+
+def planned_budget(cfg: BenchConfig, records: list[dict[str, Any]]) -> budget.Budget | None:
+    """The adaptive search's rounds and repeats at its peak, once its pilot is measured (bench/budget.py)."""
+    return budget.plan(cfg, records, _pilot(curve(cfg, measurements(records))))
 
 
 def _study(cfg: BenchConfig) -> sections.StudySection | None:
@@ -221,7 +252,10 @@ def after_round(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> tuple[li
     line that says so."""
     records = list(records)
     if cfg.sweep.search == "adaptive":
-        return adaptive(cfg, records), None
+        todo, planned = adaptive(cfg, records), planned_budget(cfg, records)
+        begins = todo and planned and not any(r["iteration"] > budget.PILOT for r in measurements(records))
+        block = "boot" if isinstance(cfg, sections.RunConfig) else "round"
+        return todo, planned.line(block) if begins and planned else None
     if cfg.sweep.variants == "peak" and (left := _grid(cfg, records, {r["key"] for r in measurements(records)})):
         return left, None
     more = [p for p in unsettled(cfg, records) if p.instance not in dropped(records)]
@@ -249,24 +283,3 @@ def todo(cfg: BenchConfig, records: Iterable[dict[str, Any]], done: set[str]) ->
         return adaptive(cfg, records)
     return _grid(cfg, records, done) or [p for p in unsettled(cfg, records) if p.instance not in dropped(records)]
 
-
-def loaded(cfg: BenchConfig) -> list[str]:
-    """The instances the open-loop load measures: all but a run's positive control (whose cap is a known
-    cost at saturation, not a latency to compare) and pipelined ones (oha does not pipeline)."""
-    control = cfg.control if isinstance(cfg, sections.RunConfig) and cfg.control.cap else None
-    return [i.name for i in cfg.instance if (control is None or i.name != control.name) and i.pipeline == 1]
-
-
-def counts_syscalls(cfg: BenchConfig) -> bool:
-    """A run whose [explain] asks for the server's system calls (bench/syscalls.py)."""
-    return isinstance(cfg, sections.RunConfig) and cfg.explain.syscalls
-
-
-def profiles(cfg: BenchConfig) -> bool:
-    """A run whose [explain] asks for a profile of the server's CPUs (bench/profile.py)."""
-    return isinstance(cfg, sections.RunConfig) and cfg.explain.profile
-
-
-def explains(cfg: BenchConfig) -> bool:
-    """A run with points at the baseline's peak that explain a cost (bench/explained.py)."""
-    return counts_syscalls(cfg) or profiles(cfg)

@@ -20,6 +20,7 @@ from vmharness.bench.plan import Point
 from vmharness.bench.sampler import Samplers
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
+from vmharness.model import derived
 from vmharness.model.sections import BenchConfig, InstanceSection, RunConfig
 from vmharness.rundir import record_check
 from vmharness.rundir.store import RunDir
@@ -193,7 +194,7 @@ class Sweep:
         srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
         self._warm_up(samplers)
         where = {"key": point.key, "instance": point.instance, "connections": point.connections,
-                 "iteration": point.iteration}
+                 "iteration": point.iteration, **({"repeat": point.repeat} if point.repeat else {})}
         if point.counted or point.profiled:
             extra = explained.profiled if point.profiled else explained.counted
             return extra(self, samplers, point, srv, where, label)
@@ -249,7 +250,7 @@ class Sweep:
         """The points at the baseline's peak (at_peak.after_sweep), once the sweep is done (or, given
         `only`, what `loads` offers: a run's session asks for its iteration's); the peak is fixed first
         if it is not yet."""
-        if not (self.cfg.load.percents or plan.explains(self.cfg) or self.cfg.sweep.variants == "peak") \
+        if not (self.cfg.load.percents or derived.explains(self.cfg) or self.cfg.sweep.variants == "peak") \
                 or not self._fix_target():
             return []
         if only is None:

@@ -1,8 +1,9 @@
 """What a configuration implies beyond what it says: an attribution study's instances ([study]:
 model/switches.py), the positive control's instance (`run --control`), the twin of every instance at each
-pipelining depth (sweep.pipeline) and the order instances take turns in (sweep.interleave = auto). Loading
-(model/config.py) applies the first three, so that everything after it sees the instances that are measured; a
-resumed run's configuration already holds them and is returned as it is."""
+pipelining depth (sweep.pipeline), the order instances take turns in (sweep.interleave = auto), and which
+instances the points at the peak are for (the open-loop load, [explain]). Loading (model/config.py)
+applies the first three, so that everything after it sees the instances that are measured; a resumed
+run's configuration already holds them and is returned as it is."""
 
 from __future__ import annotations
 
@@ -118,3 +119,25 @@ def interleave(cfg: BenchConfig) -> str:
     if cfg.sweep.interleave != "auto":
         return cfg.sweep.interleave
     return "iteration" if isinstance(cfg, RunConfig) else "point"
+
+
+def loaded(cfg: BenchConfig) -> list[str]:
+    """The instances the open-loop load measures: all but a run's positive control (whose cap is a known
+    cost at saturation, not a latency to compare) and pipelined ones (oha does not pipeline)."""
+    control = cfg.control if isinstance(cfg, RunConfig) and cfg.control.cap else None
+    return [i.name for i in cfg.instance if (control is None or i.name != control.name) and i.pipeline == 1]
+
+
+def counts_syscalls(cfg: BenchConfig) -> bool:
+    """A run whose [explain] asks for the server's system calls (bench/syscalls.py)."""
+    return isinstance(cfg, RunConfig) and cfg.explain.syscalls
+
+
+def profiles(cfg: BenchConfig) -> bool:
+    """A run whose [explain] asks for a profile of the server's CPUs (bench/profile.py)."""
+    return isinstance(cfg, RunConfig) and cfg.explain.profile
+
+
+def explains(cfg: BenchConfig) -> bool:
+    """A run with points at the baseline's peak that explain a cost (bench/explained.py)."""
+    return counts_syscalls(cfg) or profiles(cfg)

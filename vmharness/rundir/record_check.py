@@ -31,6 +31,7 @@ from typing import Any
 from vmharness.model.connections import MAX_CONNECTIONS
 from vmharness.model.sections import DAY, LoadSection, SweepSection
 from vmharness.rundir.histogram import MOST_COUNT, MOST_US, PERCENTILES
+from vmharness.stats import MOST_REPEATS
 
 MOST = 2**63  # beyond any counter or figure the harness writes
 MAX_RATE = 1e9  # requests/s: 400 Gb/s carries about 5e8 of the smallest request and answer
@@ -80,7 +81,7 @@ _SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read o
     (("client", "clients_detail", "*", "threads_cpu", "percent_of_one", "*"), 0, ONE_CORE, NUM),
 ]
 RULES: dict[str, list[Rule]] = {
-    "measurement": _POINT + _CLIENT + _SIDES,
+    "measurement": _POINT + _CLIENT + _SIDES + [(("repeat",), 1, MOST_REPEATS - 1, WHOLE)],
     "load": _POINT + _CLIENT + _SIDES + [(("percent",), 1, MAX_PERCENT, WHOLE), (("rate",), 0, MAX_RATE, NUM)],
     "load_target": [(("connections",), 1, MAX_CONNECTIONS, WHOLE), (("requests_per_s",), 0, MAX_RATE, NUM),
                     (("rates", "*"), 0, MAX_RATE, NUM), (("iterations",), 0, MAX_ITERATIONS, WHOLE)],
@@ -192,7 +193,10 @@ def point_key(rec: dict[str, Any]) -> str | None:
         return f"{inst}/@{pct}%/{it}" if isinstance(pct, int) and not isinstance(pct, bool) else None
     if rec.get("kind") in ("syscalls", "profile"):
         return f"{inst}/{rec['kind']}/{it}"
-    return f"{inst}/{conns}/{it}"
+    repeat = rec.get("repeat", 0)
+    if not isinstance(repeat, int) or isinstance(repeat, bool):
+        return f"{inst}/{conns}/{it}/r?"  # not a whole number: no key the harness writes
+    return f"{inst}/{conns}/{it}" + (f"/r{repeat}" if repeat else "")
 
 
 @dataclasses.dataclass

@@ -42,7 +42,7 @@ def views(table: dict[str, dict[int, Cell]], peak: int, baseline: str, block: st
         changes = {} if name == baseline or base is None else {
             k: ratio_change(_by_block(base, k), _by_block(cell, k), block, LEVEL) for k in names
             if _by_block(base, k)}
-        out.append(View(name, means, len(cell.events), changes, cell.idle_events))
+        out.append(View(name, means, len({b for b, _ in cell.events}), changes, cell.idle_events))  # blocks
     return out
 
 

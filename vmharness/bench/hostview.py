@@ -80,23 +80,29 @@ class VcpuReader:
             raise self.error
         busy = vcpu_busy(self.readings)
         exits = exit_deltas(self.counts) if busy and len(self.counts) == len(self.readings) else {}
-        waited = vcpu_busy([(t, w) for (t, _), w in zip(self.readings, self.waited, strict=True)]) \
-            if busy and len(self.waited) == len(self.readings) else {}
-        if waited and len(waited["vcpu_busy_percent"]) == len(busy["vcpu_busy_percent"]):
-            busy = {**busy, "vcpu_wait_percent": waited["vcpu_busy_percent"]}
+        waited = shares([(t, w) for (t, _), w in zip(self.readings, self.waited, strict=True)]) \
+            if busy and len(self.waited) == len(self.readings) else []
+        if waited and len(waited) == len(busy["vcpu_busy_percent"]):
+            busy = {**busy, "vcpu_wait_percent": waited}
         return {**busy, "kvm_exits": exits} if exits else busy
 
 
-def vcpu_busy(readings: list[tuple[float, list[float]]]) -> dict[str, Any]:
-    """Each vCPU thread's busy percent between the first and last reading (time, CPU seconds; or
-    seconds waited for a CPU, its share waited)."""
+def shares(readings: list[tuple[float, list[float]]]) -> list[float]:
+    """Each thread's seconds (run, or waited for a CPU) between the first and the last reading (time,
+    seconds per thread), as a percent of the time between them; [] without two matching readings."""
     if len(readings) < 2:
-        return {}
+        return []
     (t0, a), (t1, b) = readings[0], readings[-1]
     if t1 <= t0 or len(a) != len(b) or not a:
-        return {}
-    return {"vcpu_busy_percent": [round(100 * (y - x) / (t1 - t0), 1) for x, y in zip(a, b, strict=True)],
-            "window_s": round(t1 - t0, 3)}
+        return []
+    return [round(100 * (y - x) / (t1 - t0), 1) for x, y in zip(a, b, strict=True)]
+
+
+def vcpu_busy(readings: list[tuple[float, list[float]]]) -> dict[str, Any]:
+    """Each vCPU thread's busy percent between the first and last reading (time, CPU seconds), and the
+    window's length; {} without two matching readings."""
+    busy = shares(readings)
+    return {"vcpu_busy_percent": busy, "window_s": round(readings[-1][0] - readings[0][0], 3)} if busy else {}
 
 
 def exit_deltas(counts: list[dict[str, int]]) -> dict[str, int]:

@@ -38,11 +38,14 @@ def vcpu_seconds(guest: Guest) -> list[float]:
         conn.close()
 
 
+# The guest's QEMU process, from the pid file libvirt keeps for domain $1 (no newline in it): $pid, or
+# an end with nothing printed. The start of each script below, one process on the guest's machine.
+_QEMU_PID = r"""
+{ read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0
+"""
 # Each vCPU thread of the guest's QEMU ("CPU N/KVM", "CPU N/TCG"): N and the nanoseconds it has waited on a
-# runqueue for a CPU (the second figure of the kernel's schedstat). One process on the guest's machine.
-_WAITS = r"""
-{ read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0  # no newline in it
-for t in /proc/$pid/task/*; do
+# runqueue for a CPU (the second figure of the kernel's schedstat).
+_WAITS = _QEMU_PID + r"""for t in /proc/$pid/task/*; do
   read -r name < "$t/comm" && read -r ran waited _ < "$t/schedstat" && echo "$name $waited"
 done 2>/dev/null
 """
@@ -130,8 +133,7 @@ def console_tail(guest_or_log: Guest | str, machine: Machine | None = None, line
 
 # The CPUs each thread of the guest's QEMU may run on, as the kernel has them (libvirt names vCPU
 # threads "CPU N/KVM" or "CPU N/TCG"). One process on the guest's machine.
-_AFFINITY = r"""
-{ read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0  # no newline in it
+_AFFINITY = _QEMU_PID + r"""
 allowed() { while read -r key value; do [ "$key" = Cpus_allowed_list: ] && echo "$value $2"; done < "$1"; }
 allowed "/proc/$pid/status" emulator
 for t in /proc/$pid/task/*; do read -r name < "$t/comm" && allowed "$t/status" "$name"; done 2>/dev/null

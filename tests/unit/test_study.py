@@ -71,6 +71,12 @@ def test_an_instance_already_named_as_a_study_variant_is_refused() -> None:
     assert [i.name for i in one.instance] == ["on", "no-pti", "all-off"]
 
 
+def _measured(p: plan.Point, rps: float) -> dict[str, Any]:
+    """A successful measurement record of the point, as the sweep writes it."""
+    return {"kind": "measurement", "key": p.key, "instance": p.instance, "ok": True, "connections": p.connections,
+            "iteration": p.iteration, **({"repeat": p.repeat} if p.repeat else {}), "client": {"requests_per_s": rps}}
+
+
 def _curve(c: int) -> float:
     return 100_000.0 * math.exp(-0.5 * (math.log(c / 700) / 0.8) ** 2)
 
@@ -167,9 +173,7 @@ def test_with_neighbours_the_variants_are_measured_beside_the_peak_too() -> None
     todo = plan.todo(cfg, records, set())
     while todo:
         assert len(records) < 300, "the plan does not end"
-        records += [{"kind": "measurement", "key": p.key, "instance": p.instance, "ok": True,
-                     "connections": p.connections, "iteration": p.iteration,
-                     "client": {"requests_per_s": _curve(p.connections)}} for p in todo]
+        records += [_measured(p, _curve(p.connections)) for p in todo]
         todo, _ = plan.after_round(cfg, records)
     ladder = sorted({r["connections"] for r in records if r["instance"] == "on"})
     focus = max(ladder, key=_curve)
@@ -194,11 +198,7 @@ def test_the_variants_stay_at_one_count_when_the_pilot_moves_the_baselines_highe
         todo = plan.todo(cfg, records, set())
         while todo:
             assert len(records) < 500, "the plan does not end"
-            records += [{"kind": "measurement", "key": p.key, "instance": p.instance, "ok": True,
-                         "connections": p.connections, "iteration": p.iteration,
-                         **({"repeat": p.repeat} if p.repeat else {}),
-                         "client": {"requests_per_s": min(p.connections, 8) * 100.0 * (1 + rng.normal(0, 0.03))}}
-                        for p in todo]
+            records += [_measured(p, min(p.connections, 8) * 100.0 * (1 + rng.normal(0, 0.03))) for p in todo]
             todo = plan.adaptive(cfg, records)
         at = {r["connections"] for r in records if r["instance"] != "on"}
         planned = plan.planned_budget(cfg, records)

@@ -7,7 +7,6 @@ first. The methods are in vmharness/stats.py and docs/statistics.md."""
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
 from vmharness.analysis.variants import Control, Diff
+from vmharness.bench import budget
 from vmharness.errors import HarnessError
 from vmharness.rundir.record_check import load_target
 from vmharness.rundir.store import RECORDS, RunDir, left_out_line
@@ -76,13 +76,12 @@ class Analysis:
 def design(runs: list[RunDir]) -> Design:
     """Boots or plain iterations, what a boot and a measurement cost, and the width a plan aims for:
     from the runs' records and configuration (the first run's, for the costs)."""
-    boots = [float(r["boot_seconds"]) for run in runs for r in run.records()
-             if r.get("kind") == "session" and r.get("ok") and isinstance(r.get("boot_seconds"), int | float)]
+    boot = budget.block_seconds(r for run in runs for r in run.records())
     booted = any(r.get("kind") == "session" for run in runs for r in run.records())
     sweep = runs[0].manifest.get("config", {}).get("sweep", {}) if runs else {}
     duration, wait, until = (sweep.get(k) for k in ("duration", "wait", "until_ci"))
     number = (int, float)
-    return Design("boot" if booted else "iteration", statistics.fmean(boots) if boots else 0.0,
+    return Design("boot" if booted else "iteration", boot,
                   (duration if isinstance(duration, number) else 30.0) + (wait if isinstance(wait, number) else 1.0),
                   until if isinstance(until, number) and 0 < until < 1 else TARGET)
 

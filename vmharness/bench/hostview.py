@@ -19,7 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from vmharness.bench import threads
+from vmharness.bench.sampler import Samplers
 
+IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # the idle reading: after the samplers' first snapshot, over 3 s
 Probe = Callable[[], list[float]]  # each vCPU thread's CPU seconds so far
 Counters = Callable[[], dict[str, int]]  # KVM's counters of the guest's VM exits so far, by kind
 
@@ -125,3 +127,24 @@ def vfio(summary: dict[str, Any], devices: tuple[str, ...]) -> dict[str, Any]:
     return {"vfio_interrupts_per_s": {d: float(rates.get(d, 0.0)) for d in devices},
             "vfio_vectors": {d: int(vectors.get(d, 0)) for d in devices},
             "vfio_window": summary.get("window")}
+
+
+def idle(probe: Probe, samplers: Samplers, key: str) -> dict[str, Any]:
+    """The guest with no load, its samplers running, over IDLE_S after their start-up: its vCPU time
+    on the host, which a cap does not shrink (docs/statistics.md, "The positive control"), and its
+    kernel's events each second on machine `key` (timers, samplers, agent), left out of the events per
+    request; {} without two readings."""
+    time.sleep(IDLE_SETTLE_S)
+    readings, since, start = [], samplers.offsets(), time.time()
+    samplers.wake()
+    first = samplers.woken
+    for pause in (0.0, IDLE_S):
+        time.sleep(pause)
+        readings.append((time.monotonic(), probe()))
+    busy = vcpu_busy(readings)
+    if not busy:
+        return {}
+    end = time.time()
+    samplers.wake()
+    got = samplers.summaries(since, start, end, {}, (first, samplers.woken)).get(key)
+    return {**busy, **({"samples": {key: got}} if got else {})}

@@ -165,6 +165,21 @@ class Server:
             time.sleep(0.1)
         raise HarnessError(f"nginx wrote no PID file on {self.machine.label}", f"see {self.cfg.prefix}/error.log")
 
+    def drain(self, port: int, timeout: float) -> str | None:
+        """Wait until the server holds no connection on `port` that a client opened (open, closed by
+        the client but not yet by the server, or being accepted), so that what an open-loop generator
+        sent faster than it was answered is answered before the next point begins; why not, if not."""
+        deadline = time.monotonic() + timeout * self.machine.patience
+        argv = ["ss", "-Htn", *(w for state in ("established", "close-wait", "syn-recv") for w in ("state", state)),
+                f"( sport = :{port} )"]
+        while (res := self.machine.run(argv, timeout=30, check=False)).ok and res.stdout.strip():
+            if time.monotonic() > deadline:
+                return (f"the server on {self.machine.label} still held {len(res.stdout.splitlines())} connections "
+                        f"{timeout:.0f} s after the load: the next point begins with its backlog")
+            time.sleep(0.2)
+        return None if res.ok else f"cannot tell whether the server on {self.machine.label} is idle: " \
+                                   f"ss: {res.stderr.strip()[-200:] or 'failed'}"
+
     def stop(self, root: HostRoot, grace: float = 10) -> None:
         """Stop it and remove its folder (a signal meanwhile waits until that is done)."""
         with shielded():

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from vmharness import progress
 from vmharness.bench import at_peak, capacity, explained, hostview, plan, server
@@ -27,8 +28,6 @@ from vmharness.rundir.store import RunDir
 from vmharness.signals import shielded
 from vmharness.system.machine import Machine
 from vmharness.system.root import HostRoot
-
-IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # a run's idle reading: after the samplers' first snapshot, over 3 s
 
 
 def rest(wait: float, end: Any, now: float) -> float:
@@ -159,25 +158,12 @@ class Sweep:
         return {"ok": False, "attempts": len(attempts), "failed_attempts": attempts}
 
     def _idle(self, samplers: Samplers) -> None:
-        """The guest with no load, its samplers running, over IDLE_S after their start-up: its vCPU time
-        on the host, which a cap does not shrink (docs/statistics.md, "The positive control"), and its
-        kernel's events each second (timers, samplers, agent), left out of the events per request."""
-        if self.idle_of is None or self.vcpu_probe is None:
-            return
-        time.sleep(IDLE_SETTLE_S)
-        readings, since, start = [], samplers.offsets(), time.time()
-        samplers.wake()
-        first = samplers.woken
-        for pause in (0.0, IDLE_S):
-            time.sleep(pause)
-            readings.append((time.monotonic(), self.vcpu_probe()))
-        if busy := hostview.vcpu_busy(readings):
-            key, end = self.server_machine.key, time.time()
-            samplers.wake()
-            got = samplers.summaries(since, start, end, {}, (first, samplers.woken)).get(key)
-            self.run.append({"kind": "idle", **self.idle_of, **busy, **({"samples": {key: got}} if got else {})})
-            self.say(f"the guest's vCPUs without load: {', '.join(f'{b:.1f}%' for b in busy['vcpu_busy_percent'])} "
-                     f"busy over {busy['window_s']:.1f} s")
+        """The guest's vCPU time and kernel events with no load (hostview.idle), recorded as its boot's."""
+        if self.idle_of is not None and self.vcpu_probe is not None and \
+                (got := hostview.idle(self.vcpu_probe, samplers, self.server_machine.key)):
+            self.run.append({"kind": "idle", **self.idle_of, **got})
+            self.say(f"the guest's vCPUs without load: {', '.join(f'{b:.1f}%' for b in got['vcpu_busy_percent'])} "
+                     f"busy over {got['window_s']:.1f} s")
 
     def _warm_up(self, samplers: Samplers) -> None:
         s = self.cfg.sweep
@@ -200,13 +186,15 @@ class Sweep:
             return extra(self, samplers, point, srv, where, label)
         result = self.measure(samplers, point, srv)
         if point.percent:
-            rate = self._rate(point.percent)
+            rate, s = self._rate(point.percent), self.cfg.sweep
             self.run.append({"kind": "load", **where, "percent": point.percent, "rate": rate, **result})
             got = result["client"] if result["ok"] else None
             said = (f"{got['requests_per_s']:,.0f} req/s, p99 {got['latency_us']['percentiles'].get('99', '-')} us"
                     if got else "FAILED")
             self.say(f"{label} {point.instance} at {point.percent}% of the peak ({rate:,.0f} req/s) "
                      f"it={point.iteration}: {said}")
+            if why := srv.drain(urlsplit(self.cfg.server.url).port or 80, s.timeout + s.margin):
+                self.say(f"    {why}")
         else:
             self.run.append({"kind": "measurement", **where, **result})
             rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"

@@ -58,6 +58,7 @@ def _records(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.usefixtures("quiet_machine")  # pti's cost read from a guest that has the machine (test_experiment.py)
 def test_a_study_under_tcg_finds_ptis_cost_and_drops_what_does_nothing(daemon: None, tmp_path: Path) -> None:
     cfg = tmp_path / "study.toml"
     cfg.write_text(CONFIG)

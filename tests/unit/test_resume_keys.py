@@ -53,6 +53,7 @@ def fake_sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     monkeypatch.setattr(sampler.Samplers, "start", lambda self, machines: None)
     monkeypatch.setattr(sampler.Samplers, "stop", lambda self: None)
     monkeypatch.setattr(sweep.Sweep, "_serve", lambda self, name, restart: None)
+    monkeypatch.setattr(sweep.Sweep, "drain", lambda self, srv: None)
 
     def measure(self: sweep.Sweep, samplers: Any, point: plan.Point, srv: Any) -> dict[str, Any]:
         fails = point.key in state["fails"] and point.key not in state["failed"]

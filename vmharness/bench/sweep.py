@@ -186,21 +186,26 @@ class Sweep:
             return extra(self, samplers, point, srv, where, label)
         result = self.measure(samplers, point, srv)
         if point.percent:
-            rate, s = self._rate(point.percent), self.cfg.sweep
+            rate = self._rate(point.percent)
             self.run.append({"kind": "load", **where, "percent": point.percent, "rate": rate, **result})
             got = result["client"] if result["ok"] else None
             said = (f"{got['requests_per_s']:,.0f} req/s, p99 {got['latency_us']['percentiles'].get('99', '-')} us"
                     if got else "FAILED")
             self.say(f"{label} {point.instance} at {point.percent}% of the peak ({rate:,.0f} req/s) "
                      f"it={point.iteration}: {said}")
-            if why := srv.drain(urlsplit(self.cfg.server.url).port or 80, s.timeout + s.margin):
-                self.say(f"    {why}")
+            self.drain(srv)
         else:
             self.run.append({"kind": "measurement", **where, **result})
             rps = f"{result['client']['requests_per_s']:,.0f} req/s" if result["ok"] else "FAILED"
             self.say(f"{label} {point.instance} c={point.connections} it={point.iteration}: {rps}")
         self.pause(result)
         return bool(result["ok"])
+
+    def drain(self, srv: server.Server) -> None:
+        """The server left to answer what the last load sent it (Server.drain), or said why not."""
+        s = self.cfg.sweep
+        if why := srv.drain(urlsplit(self.cfg.server.url).port or 80, s.timeout + s.margin):
+            self.say(f"    {why}")
 
     def pause(self, result: dict[str, Any]) -> None:
         """sweep.wait from the point's load's end to the next point's start."""

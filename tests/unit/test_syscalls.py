@@ -149,6 +149,45 @@ def test_a_variant_that_makes_more_calls_shows_the_change(tmp_path: Path) -> Non
     assert v.rows[1].change.change == pytest.approx(0.2, abs=0.01) and v.rows[1].change.low > 0.15
 
 
+def _two_loads(inst: str, it: int, rps: float, per_request: float, fixed: int) -> dict[str, Any]:
+    """A counted point of two loads (1 s, then 2 s), each costing `fixed` calls beyond its requests."""
+    r = _counted(inst, it, rps, per_request)
+    shorter = int(rps)
+    r["syscalls"]["server"] += fixed
+    r["syscalls"]["by_call"]["recvfrom"] += fixed
+    calls = round(per_request * shorter) + fixed
+    r["shorter"] = {"seconds": 1, "requests": shorter, "server": calls,
+                    "by_call": {"recvfrom": calls - round(per_request * shorter) // 2,
+                                "writev": round(per_request * shorter) - round(per_request * shorter) // 2},
+                    "all": calls + 50, "dropped": 0}
+    return r
+
+
+def test_what_a_load_costs_beyond_its_requests_falls_out_of_the_difference(tmp_path: Path) -> None:
+    """Known answer: each load costs 400 calls beyond its requests (accepts, closes, the answers wrk stopped
+    waiting for), and both instances make 5 calls per request; pti serves a third as many. Over its own
+    load alone pti would read 8% more calls per request (the artefact); over the difference, the same."""
+    records = []
+    for it, (b, p) in enumerate(((1000.0, 330.0), (1100.0, 360.0), (950.0, 310.0))):
+        records += [_measurement("base", 8, it, b), _measurement("pti", 8, it, p)]
+        records += [_two_loads("base", it, b, 5.0, 400), _two_loads("pti", it, p, 5.0, 400)]
+    v = view_of.view(records, "base", tmp_path / "records.jsonl")
+    assert v is not None and v.left_out == 0
+    base, pti = v.rows
+    assert base.per_request == pytest.approx(5.0, abs=0.01) and pti.per_request == pytest.approx(5.0, abs=0.01)
+    assert pti.change is not None and abs(pti.change.change) < 0.003
+    assert dict(pti.top)["recvfrom"] == pytest.approx(2.5, abs=0.01)  # each call less the shorter load's
+    # the negative control: the same records without the shorter loads show the artefact
+    alone = [{k: v for k, v in r.items() if k != "shorter"} for r in records]
+    v = view_of.view(alone, "base", tmp_path / "records.jsonl")
+    assert v is not None and v.rows[1].change is not None and v.rows[1].change.change > 0.07
+    # a shorter load that served as many requests says nothing: left out, and said
+    bad = [*records, {**_two_loads("base", 3, 900.0, 5.0, 400), "shorter": {**records[2]["shorter"],
+                                                                         "requests": 5000}}]
+    v = view_of.view(bad, "base", tmp_path / "records.jsonl")
+    assert v is not None and v.left_out == 1 and "the shorter load before served as many" in view_of.lines(v)[-1]
+
+
 def test_an_overflowed_histogram_is_left_out_and_said(tmp_path: Path) -> None:
     records = [*_run_records(), {**_counted("base", 3, 900.0, 9.0, dropped=12)}]
     v = view_of.view(records, "base", tmp_path / "records.jsonl")

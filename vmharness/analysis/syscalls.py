@@ -43,6 +43,24 @@ class View:
     left_out: int  # counted points whose histogram overflowed (a lower bound, not a count)
 
 
+def _per_request(r: dict[str, Any]) -> tuple[float, dict[str, float]] | None:
+    """A counted point's server calls per request, and by call: the calls of its load less those of the
+    shorter load before it, over the requests of the one less those of the other (what a load costs
+    beyond its requests, the same in both, falls out); in a run recorded before the shorter loads, over
+    its load's requests alone. None for a point that cannot say: a histogram that overflowed, or a
+    shorter load that served as many requests."""
+    calls, requests = r["syscalls"], int(r["client"]["requests"])
+    server, by_call = int(calls["server"]), {str(k): int(v) for k, v in calls["by_call"].items()}
+    if (less := r.get("shorter")) is not None:
+        requests -= int(less["requests"])
+        server -= int(less["server"])
+        fewer = {str(k): int(v) for k, v in less["by_call"].items()}
+        by_call = {k: v - fewer.get(k, 0) for k, v in by_call.items()}
+    if int(calls["dropped"]) > 0 or requests <= 0:
+        return None
+    return server / requests, {k: v / requests for k, v in by_call.items()}
+
+
 def view(records: Iterable[dict[str, Any]], baseline: str, where: Path) -> View | None:
     """None for a run without counted points."""
     records = list(records)
@@ -53,14 +71,13 @@ def view(records: Iterable[dict[str, Any]], baseline: str, where: Path) -> View 
         if r.get("kind") != "syscalls" or not r.get("ok"):
             continue
         try:
-            calls, requests = r["syscalls"], int(r["client"]["requests"])
-            if int(calls["dropped"]) > 0 or requests <= 0:
+            found = _per_request(r)
+            if found is None:
                 left_out += 1
                 continue
             name, it = str(r["instance"]), int(r["iteration"])
             conns = int(r["connections"])
-            per.setdefault(name, {})[it] = (int(calls["server"]) / requests,
-                                            {str(k): int(v) / requests for k, v in calls["by_call"].items()})
+            per.setdefault(name, {})[it] = found
             rps.setdefault(name, {})[it] = float(r["client"]["requests_per_s"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise damaged(where, "syscalls", r.get("key"), exc) from exc
@@ -119,7 +136,8 @@ def lines(v: View | None) -> list[str]:
         calls = ", ".join(f"{k} {x:.2f}" for k, x in r.top)
         out.append(f"  {r.instance}: {r.per_request:.2f}{_pct(r.change)} over {r.boots} boot(s): {calls}")
     if v.left_out:
-        out.append(f"  {v.left_out} counted point(s) left out: the kernel's histogram overflowed (a lower bound)")
+        out.append(f"  {v.left_out} counted point(s) left out: the kernel's histogram overflowed (a lower bound), or "
+                   f"the shorter load before served as many requests")
     return out
 
 

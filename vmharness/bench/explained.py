@@ -7,6 +7,7 @@ the report sets their throughput beside the uninstrumented one (the instrument's
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Protocol
 
 from vmharness import progress
@@ -27,39 +28,55 @@ class Sweep(Protocol):
     @property
     def say(self) -> progress.Say: ...
 
-    def measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]: ...
+    def measure(self, samplers: Samplers, point: Point, srv: server.Server,
+                seconds: float | None = None) -> dict[str, Any]: ...
+
+    def drain(self, srv: server.Server) -> None: ...
 
     def pause(self, result: dict[str, Any]) -> None: ...
 
+SHORTER = 1.0  # seconds: the load a counted point's own is set against (wrk's shortest)
 COLLAPSE = "inferno-collapse-perf"  # `make inferno` installs it beside this Python, as oha
 
 
 def counted(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, where: dict[str, Any],
             label: str) -> bool:
-    """A point whose server's system calls are counted: the trigger on around it, the calls of nginx's
-    processes (its master and their descendants) kept by system call."""
+    """A point whose server's system calls are counted: the trigger on around two loads at its count,
+    one of SHORTER seconds and then its own, the server left to answer each before the histogram is
+    read (bench/syscalls.py says why). The calls of nginx's processes (its master and their
+    descendants) in its own load are kept by system call, and those of the shorter load with its
+    requests (`shorter`)."""
+    m = sw.server_machine
     try:
-        syscalls.start(sw.server_machine)
+        syscalls.start(m)
     except HarnessError as exc:  # a kernel that cannot count: this point fails, the session goes on
         return _failed(sw, "syscalls", where, label, "counted", exc.message)
     try:
-        result = sw.measure(samplers, point, srv)
-    except BaseException:
-        with contextlib.suppress(HarnessError):  # the point's own error is the one to say
-            syscalls.stop(sw.server_machine)
-        raise
-    try:
-        counts, stats = syscalls.stop(sw.server_machine)
+        shorter = sw.measure(samplers, point, srv, SHORTER)
+        sw.drain(srv)
+        before = syscalls.read(m) if shorter["ok"] else syscalls.Counts({}, 0, 0)
+        result = sw.measure(samplers, point, srv) if shorter["ok"] else shorter
+        sw.drain(srv)
+        counts, stats = syscalls.stop(m)
     except HarnessError as exc:
+        _quietly_stop(m)
         return _failed(sw, "syscalls", where, label, "counted", exc.message)
-    if result["ok"] and result["attempts"] > 1:  # a failed attempt's calls are in the count
+    except BaseException:
+        _quietly_stop(m)
+        raise
+    if result["ok"] and result["attempts"] + shorter["attempts"] > 2:  # a failed attempt's calls are in the count
         result = {**result, "ok": False, "error": "counted over more than one attempt: not a count per request"}
-    by_call = syscalls.of(counts, syscalls.tree(stats, srv.pid))
-    sw.run.append({"kind": "syscalls", **where, **result, "syscalls": {
-        "server": sum(by_call.values()), "by_call": by_call, "all": counts.hits, "dropped": counts.dropped}})
+    nginx = syscalls.tree(stats, srv.pid)
+    mine, less = syscalls.between(before, counts), before
+    by_call, fewer = syscalls.of(mine, nginx), syscalls.of(less, nginx)
     got = result["client"] if result["ok"] else None
-    said = (f"{got['requests_per_s']:,.0f} req/s, {sum(by_call.values()) / max(got['requests'], 1):.2f} "
-            f"system calls per request in the server" if got else "FAILED")
+    sw.run.append({"kind": "syscalls", **where, **result, "syscalls": {
+        "server": sum(by_call.values()), "by_call": by_call, "all": mine.hits, "dropped": mine.dropped},
+        **({"shorter": {"seconds": SHORTER, "requests": shorter["client"]["requests"], "server": sum(fewer.values()),
+                        "by_call": fewer, "all": less.hits, "dropped": less.dropped}} if got else {})})
+    served = got["requests"] - shorter["client"]["requests"] if got else 0
+    per = (sum(by_call.values()) - sum(fewer.values())) / served if served > 0 else math.nan
+    said = f"{got['requests_per_s']:,.0f} req/s, {per:.2f} system calls per request in the server" if got else "FAILED"
     sw.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
     sw.pause(result)
     return bool(result["ok"])
@@ -86,6 +103,11 @@ def profiled(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, wh
     sw.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, profiled: {said}")
     sw.pause(result)
     return bool(result["ok"])
+
+
+def _quietly_stop(m: Machine) -> None:
+    with contextlib.suppress(HarnessError):  # the point's own error is the one to say
+        syscalls.stop(m)
 
 
 def _failed(sw: Sweep, kind: str, where: dict[str, Any], label: str, done: str, error: str) -> bool:

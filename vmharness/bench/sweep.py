@@ -101,12 +101,13 @@ class Sweep:
             self.current.stop(self.root)
             self.current, self.serving = None, None
 
-    def _runs(self, point: Point) -> list[clients_mod.ClientRun]:
+    def _runs(self, point: Point, seconds: float | None = None) -> list[clients_mod.ClientRun]:
         s, url = self.cfg.sweep, self.cfg.server.url
         if not point.percent:
             depth = next(i.pipeline for i in self.cfg.instance if i.name == point.instance)
             explains = point.counted or point.profiled
-            seconds = self.cfg.explain.duration if explains and isinstance(self.cfg, RunConfig) else s.duration
+            seconds = seconds or (self.cfg.explain.duration if explains and isinstance(self.cfg, RunConfig)
+                                  else s.duration)
             return clients_mod.wrk_runs(self.clients, url, point.connections, seconds, s.timeout, depth)
         return clients_mod.open_runs(self.clients, url, point.connections, self._rate(point.percent),
                                      self.cfg.load.duration or s.duration, s.timeout)
@@ -123,16 +124,17 @@ class Sweep:
                                "load.percents changed since the run began: resume with the configuration "
                                "it began with") from exc
 
-    def measure(self, samplers: Samplers, point: Point, srv: server.Server) -> dict[str, Any]:
-        """One point, retried as configured. Every machine's figures cover what the generator measured:
-        from the release for wrk's own duration (its start-up is part of that; its done() hook and the
-        ssh teardown after are not), `measured_end` in the record; the host's vCPU threads and the
-        client's generator threads are read at two instants inside it."""
+    def measure(self, samplers: Samplers, point: Point, srv: server.Server,
+                seconds: float | None = None) -> dict[str, Any]:
+        """One point (its load `seconds` long, if given), retried as configured. Every machine's figures
+        cover what the generator measured: from the release for wrk's own duration (its start-up is part
+        of that; its done() hook and the ssh teardown after are not), `measured_end` in the record; the
+        host's vCPU threads and the client's generator threads are read at two instants inside it."""
         s = self.cfg.sweep
         attempts: list[dict[str, Any]] = []
         for attempt in range(1, s.retries + 2):
             since = samplers.offsets()
-            loads = self._runs(point)
+            loads = self._runs(point, seconds)
             vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads), self.kvm_counters,
                                         self.vcpu_waits)
             first = samplers.woken + 1

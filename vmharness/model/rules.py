@@ -65,6 +65,9 @@ def _validate_run(cfg: RunConfig) -> None:
     checks = [
         (not (len(cfg.instance) > 1 and cfg.sweep.interleave == "point"),
          "sweep.interleave = point cannot be: a guest boots one instance at a time (use iteration)"),
+        (not cfg.explain.syscalls or cfg.explain.duration >= 2,
+         f"explain.duration {cfg.explain.duration:g} is too short to count system calls: each counted load is set "
+         "against one of 1 s before it, so at least 2"),
     ]
     for ok, message in checks:
         if not ok:

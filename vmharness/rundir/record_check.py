@@ -92,8 +92,10 @@ RULES: dict[str, list[Rule]] = {
     "session": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE), (("boot_seconds",), 0, DAY, NUM)],
     "warmup": [],
     "dropped": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a study's switch that changed nothing
-    "syscalls": _POINT + _CLIENT + _SIDES + [(("syscalls", "*"), 0, MOST_COUNT, WHOLE),
-                                             (("syscalls", "by_call", "*"), 0, MOST_COUNT, WHOLE)],
+    "syscalls": _POINT + _CLIENT + _SIDES + [
+        (("syscalls", "*"), 0, MOST_COUNT, WHOLE), (("syscalls", "by_call", "*"), 0, MOST_COUNT, WHOLE),
+        # the shorter load before the point's own: its seconds (wrk's are whole), requests and calls
+        (("shorter", "*"), 0, MOST_COUNT, WHOLE), (("shorter", "by_call", "*"), 0, MOST_COUNT, WHOLE)],
     # a profiled point ([explain] profile): its stacks in the file it names (analysis/folded.py checks that)
     "profile": _POINT + _CLIENT + _SIDES + [(("profile", "bytes"), 1, MOST, WHOLE),
                                             (("profile", "frequency"), 1, MAX_FREQUENCY, WHOLE)],

@@ -1,5 +1,6 @@
 """The machinery of the hostile tables (tests/unit/test_hostile*.py): a case is a command line run for
-real (`python -m vmharness.cli`) in a fresh working folder laid out by its `build`; it must end in its
+real (`python -m vmharness.cli`, in a process forked from one that imported it: tests/forked_cli.py) in
+a fresh working folder laid out by its `build`; it must end in its
 exit code (2: exactly one `error:` line naming what is wrong, then one `hint:` line), with no traceback,
 within a time limit, and with nothing changed outside what it may write: its working folder (canary files
 and link targets placed there by `build` included) byte for byte, a `--host-root` tree inside it, the
@@ -20,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked_cli
 from tests.fakehost import FakeHost
 from tests.rig import leftovers
 
@@ -214,13 +214,12 @@ def _run(case: Case, base: Path) -> Outcome:
     before = {**_tree(cwd), **_outside(case)}
     env = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_")}
     env.update(case.env)
-    try:
-        cp = subprocess.run([sys.executable, "-m", "vmharness.cli", *case.argv], cwd=cwd, env=env, timeout=TIMEOUT,
-                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        code, out, err = cp.returncode, cp.stdout, cp.stderr
-    except subprocess.TimeoutExpired:
-        code, out, err = -1, "", f"hung for {TIMEOUT:g} s"
-    return Outcome(code, out, err, before, {**_tree(cwd), **_outside(case)})
+    out, err = base / f"{case.id}.stdout", base / f"{case.id}.stderr"
+    code = forked_cli.run(case.argv, cwd, env, TIMEOUT, out, err)
+    said = (out.read_text(errors="replace"), err.read_text(errors="replace"))
+    if code is None:
+        code, said = -1, (said[0], said[1] + f"hung for {TIMEOUT:g} s")
+    return Outcome(code, *said, before, {**_tree(cwd), **_outside(case)})
 
 
 @dataclass

@@ -1,0 +1,148 @@
+"""`python -m vmharness.cli ARGV`, each command in a process of its own, forked from a server that
+imported the harness once (the CLI and the report's drawing). The hostile tables (tests/hostile_kit.py)
+run about 400 commands that mostly end at their first check; a fresh interpreter spent most of each
+one importing (0.6 s for `--help`, 2 s for a refused `report`, which imports matplotlib, on a quiet
+2-core machine; three times that beside the rig's stream). Written here because multiprocessing's
+forkserver, tried first, now and then lost a child's exit status when two threads started children
+(exit code 255 for a command that had said its error and returned 2; 2 of 150 here), and it runs the
+caller's main module again in each child.
+
+What a child does is what `python -m vmharness.cli` does: `main()` with the words in `sys.argv`, so
+with the command's own signal handling and escaped terminal; its exit status what `sys.exit(main())`
+makes of the result; an exception that escapes printed with its traceback, status 1. It runs in the
+case's working folder with the case's environment alone, stdin from /dev/null, stdout and stderr into
+files the caller names. Unlike a fresh interpreter it does not wait for threads the command left
+running (the harness leaves none). Each server serves one command at a time; `run` takes an idle one
+or starts another, so two threads run two commands at once. tests/unit/test_forked_cli.py holds this
+to a real `python -m vmharness.cli` on the same commands.
+
+    python -m tests.forked_cli     # a server: one JSON request a line on stdin, one JSON answer on stdout
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+PRELOAD = ("vmharness.cli.main", "vmharness.analysis.publish")
+
+
+def _child(req: dict[str, Any]) -> None:
+    """In the forked child: the command, then the process's end with its status."""
+    code = 1
+    try:
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        sys.stdin = open(os.devnull)  # noqa: SIM115 (the process ends without closing it, as any would)
+        for fd, path in ((1, req["out"]), (2, req["err"])):
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(f, fd)
+            os.close(f)
+        import vmharness.cli
+        from vmharness.cli.main import main
+
+        sys.argv = [str(Path(vmharness.cli.__file__).with_name("__main__.py")), *req["argv"]]  # as -m sets it
+        try:
+            code = main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+            if not isinstance(exc.code, int | None):
+                print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code & 0xFF)
+
+
+def serve() -> None:
+    """The server: the harness imported once, then a child forked for each request, waited for at most
+    its timeout (killed through its pidfd, so never another process that got its PID)."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(req)
+        fd = os.pidfd_open(pid)
+        ready, _, _ = select.select([fd], [], [], req["timeout"])
+        if not ready:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        print(json.dumps({"code": os.waitstatus_to_exitcode(status), "hung": not ready}), flush=True)
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.p = subprocess.Popen([sys.executable, "-m", "tests.forked_cli"], cwd=REPO, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+
+    def ask(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.p.stdin is not None and self.p.stdout is not None
+        self.p.stdin.write(json.dumps(req) + "\n")
+        self.p.stdin.flush()
+        answer = self.p.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the command server (pid {self.p.pid}) ended: {self.p.wait()}")
+        got: dict[str, Any] = json.loads(answer)
+        return got
+
+    def close(self) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.close()
+        self.p.wait(timeout=30)
+
+
+_idle: queue.SimpleQueue[_Server] = queue.SimpleQueue()
+_all: list[_Server] = []
+
+
+@atexit.register
+def _close_all() -> None:
+    for s in _all:
+        s.close()
+
+
+def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float,
+        out: Path, err: Path) -> int | None:
+    """The command's exit status (negative: the signal that killed it), or None if it ran longer than
+    `timeout` seconds (it is killed). Its output is in `out` and `err`."""
+    try:
+        server = _idle.get_nowait()
+    except queue.Empty:
+        server = _Server()
+        _all.append(server)
+    try:
+        got = server.ask({"argv": list(argv), "cwd": str(cwd), "env": dict(env), "timeout": timeout,
+                          "out": str(out), "err": str(err)})
+    finally:
+        _idle.put(server)
+    return None if got["hung"] else int(got["code"])
+
+
+if __name__ == "__main__":
+    serve()

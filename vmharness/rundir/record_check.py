@@ -94,8 +94,10 @@ RULES: dict[str, list[Rule]] = {
     "dropped": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a study's switch that changed nothing
     "syscalls": _POINT + _CLIENT + _SIDES + [
         (("syscalls", "*"), 0, MOST_COUNT, WHOLE), (("syscalls", "by_call", "*"), 0, MOST_COUNT, WHOLE),
-        # the shorter load before the point's own: its seconds (wrk's are whole), requests and calls
-        (("shorter", "*"), 0, MOST_COUNT, WHOLE), (("shorter", "by_call", "*"), 0, MOST_COUNT, WHOLE)],
+        # the shorter load before the point's own: its seconds, requests and calls
+        (("shorter", "seconds"), 0, DAY, NUM), (("shorter", "requests"), 0, MOST_COUNT, WHOLE),
+        (("shorter", "server"), 0, MOST_COUNT, WHOLE), (("shorter", "all"), 0, MOST_COUNT, WHOLE),
+        (("shorter", "dropped"), 0, MOST_COUNT, WHOLE), (("shorter", "by_call", "*"), 0, MOST_COUNT, WHOLE)],
     # a profiled point ([explain] profile): its stacks in the file it names (analysis/folded.py checks that)
     "profile": _POINT + _CLIENT + _SIDES + [(("profile", "bytes"), 1, MOST, WHOLE),
                                             (("profile", "frequency"), 1, MAX_FREQUENCY, WHOLE)],

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from vmharness.analysis import flame
 from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
@@ -132,15 +133,23 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert len(counted) == 12 and all(r["ok"] and r["connections"] == report["load"]["connections"] for r in counted)
     calls = report["syscalls"]["instances"]
     assert set(calls) == {"baseline", "pti", "control"} and all(c["boots"] == 4 for c in calls.values())
-    assert 3 < calls["baseline"]["per_request"] < 30 and "recvfrom" in calls["baseline"]["top"], calls
+    # counted by the difference of two loads, each call nginx makes per keep-alive request comes out whole
+    # (7.01 in a clean clone's run: newfstatat 2, close, openat, pread64, recvfrom and writev 1 each; over
+    # one whole load, before, the answers wrk no longer waited for and each connection's close added
+    # fractions to several, most where fewest requests were served: the capped control read 17% more)
+    assert 3 < calls["baseline"]["per_request"] < 30 and calls["baseline"]["top"], calls
+    assert all(x >= 0.9 and abs(x - round(x)) < 0.1 for x in calls["baseline"]["top"].values()), calls
     assert all(abs(calls[n]["change"]["change"]) < 0.05 for n in ("pti", "control")), calls
     assert "\n  pti: the same system calls per request (" in res.stdout and \
         "each call costs more, which explains the cost" in res.stdout
     # why, from one more point per instance with the server's CPUs profiled by perf: pti's time grew in the
     # function that enables interrupts after the system call entry's switch of page tables (under TCG the
     # switch's cost lands there); the control, whose cost is outside the guest, grows nothing in its kernel
-    profiled = [r for r in got if r["kind"] == "profile"]
-    assert sorted(r["instance"] for r in profiled) == ["baseline", "control", "pti"] and all(r["ok"] for r in profiled)
+    # one per instance; a profiled point that failed (perf in a guest held off its CPU) again in a later boot
+    profiled = [r for r in got if r["kind"] == "profile" and r["ok"]]
+    assert sorted(r["instance"] for r in profiled) == ["baseline", "control", "pti"], profiled
+    assert all(any(p["instance"] == r["instance"] and p["iteration"] > r["iteration"] for p in profiled)
+               for r in got if r["kind"] == "profile" and not r["ok"])
     assert all((run / r["profile"]["file"]).stat().st_size == r["profile"]["bytes"] for r in profiled)
     prof = report["profiles"]
     assert "syscall_enter_from_user_mode" in [g["function"] for g in prof["growers"]["pti"]], prof["growers"]
@@ -154,7 +163,16 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert grown or "\n  control: no function of the guest's kernel grew per request" in res.stdout
     assert all(-0.9 < p["profiling_cost"] < 0.2 for p in prof["instances"].values()), prof["instances"]
     assert 'src="flame-pti.svg"' in (run / "report" / "report.html").read_text()
-    assert (run / "report" / "flame-pti.svg").read_text().count("syscall_enter_from_user_mode") >= 1
+    # drawn where its frames are wide enough: inferno leaves out those under flame.MINWIDTH percent (beside
+    # the rig, a clean clone's pti spread the function's 2.6% over 45 call paths, none over 0.34%)
+    paths: dict[str, int] = {}
+    pti_folded = next(run / r["profile"]["file"] for r in profiled if r["instance"] == "pti")
+    for line in pti_folded.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        paths[stack] = paths.get(stack, 0) + int(n)
+    widest = max(n for stack, n in paths.items() if "syscall_enter_from_user_mode" in stack) / sum(paths.values())
+    drawn = "syscall_enter_from_user_mode" in (run / "report" / "flame-pti.svg").read_text()
+    assert drawn or widest * 100 < float(flame.MINWIDTH), widest
     # only a detected cost is explained: on a loaded machine (CI's rig beside it) the control's interval
     # has held no change too; the run then says so first, and the control gets no why
     print("control:", report["control"])

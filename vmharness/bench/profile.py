@@ -33,9 +33,12 @@ _START = ('command -v perf >/dev/null || { echo "perf is not installed" >&2; exi
           '-e cpu-clock -a -g -o "$1/perf.data" -- sleep 86400 >"$1/perf.log" 2>&1 </dev/null & echo $!; }')
 # bash: $1 the folder, $2 enable or disable, $3 perf's PID. The FIFOs are opened without waiting for perf
 # to open them, the word written, and perf's `ack` waited for while perf lives: one that exited (a perf
-# that cannot run) is said at once instead of at the timeout
-_SAY = ('exec 3<>"$1/ctl" 4<>"$1/ack"; echo "$2" >&3; '
-        'until read -r -t 0.2 got <&4; do kill -0 "$3" 2>/dev/null || exit 4; done; [ "$got" = ack ]')
+# that cannot run) is said at once instead of at the timeout. A read that times out keeps what it had
+# read of the line (bash reads a FIFO a byte at a time: a guest held off its CPU can time out between
+# "a" and "ck"), so the parts are joined: a clean clone's demo beside the rig lost a profile to that.
+_SAY = ('exec 3<>"$1/ctl" 4<>"$1/ack"; echo "$2" >&3; got=; '
+        'until read -r -t 0.2 part <&4; do got="$got$part"; kill -0 "$3" 2>/dev/null || exit 4; done; '
+        '[ "$got$part" = ack ]')
 # $1 the folder, $2 perf's PID: perf stopped as ^C stops it (it writes its file), waited for
 _STOP = 'kill -INT "$2" 2>/dev/null; while kill -0 "$2" 2>/dev/null; do sleep 0.1; done; tail -c 2000 "$1/perf.log"'
 _SCRIPT = 'perf script -i "$1/perf.data" 2>/dev/null | head -c "$2"'

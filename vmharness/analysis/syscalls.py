@@ -19,6 +19,7 @@ from typing import Any
 
 from vmharness.analysis.change_json import change_json
 from vmharness.analysis.loadcurve import damaged
+from vmharness.bench import syscalls as counting
 from vmharness.stats import LEVEL, Change, ratio_change
 
 TOP = 4  # the calls named per instance
@@ -43,24 +44,6 @@ class View:
     left_out: int  # counted points whose histogram overflowed (a lower bound, not a count)
 
 
-def _per_request(r: dict[str, Any]) -> tuple[float, dict[str, float]] | None:
-    """A counted point's server calls per request, and by call: the calls of its load less those of the
-    shorter load before it, over the requests of the one less those of the other (what a load costs
-    beyond its requests, the same in both, falls out); in a run recorded before the shorter loads, over
-    its load's requests alone. None for a point that cannot say: a histogram that overflowed, or a
-    shorter load that served as many requests."""
-    calls, requests = r["syscalls"], int(r["client"]["requests"])
-    server, by_call = int(calls["server"]), {str(k): int(v) for k, v in calls["by_call"].items()}
-    if (less := r.get("shorter")) is not None:
-        requests -= int(less["requests"])
-        server -= int(less["server"])
-        fewer = {str(k): int(v) for k, v in less["by_call"].items()}
-        by_call = {k: v - fewer.get(k, 0) for k, v in by_call.items()}
-    if int(calls["dropped"]) > 0 or requests <= 0:
-        return None
-    return server / requests, {k: v / requests for k, v in by_call.items()}
-
-
 def view(records: Iterable[dict[str, Any]], baseline: str, where: Path) -> View | None:
     """None for a run without counted points."""
     records = list(records)
@@ -71,7 +54,7 @@ def view(records: Iterable[dict[str, Any]], baseline: str, where: Path) -> View 
         if r.get("kind") != "syscalls" or not r.get("ok"):
             continue
         try:
-            found = _per_request(r)
+            found = counting.per_request(r)
             if found is None:
                 left_out += 1
                 continue

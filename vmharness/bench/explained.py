@@ -67,15 +67,15 @@ def counted(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, whe
     if result["ok"] and result["attempts"] + shorter["attempts"] > 2:  # a failed attempt's calls are in the count
         result = {**result, "ok": False, "error": "counted over more than one attempt: not a count per request"}
     nginx = syscalls.tree(stats, srv.pid)
-    mine, less = syscalls.between(before, counts), before
-    by_call, fewer = syscalls.of(mine, nginx), syscalls.of(less, nginx)
+    mine = syscalls.between(before, counts)
+    by_call, fewer = syscalls.of(mine, nginx), syscalls.of(before, nginx)
     got = result["client"] if result["ok"] else None
-    sw.run.append({"kind": "syscalls", **where, **result, "syscalls": {
+    record = {"kind": "syscalls", **where, **result, "syscalls": {
         "server": sum(by_call.values()), "by_call": by_call, "all": mine.hits, "dropped": mine.dropped},
         **({"shorter": {"seconds": SHORTER, "requests": shorter["client"]["requests"], "server": sum(fewer.values()),
-                        "by_call": fewer, "all": less.hits, "dropped": less.dropped}} if got else {})})
-    served = got["requests"] - shorter["client"]["requests"] if got else 0
-    per = (sum(by_call.values()) - sum(fewer.values())) / served if served > 0 else math.nan
+                        "by_call": fewer, "all": before.hits, "dropped": before.dropped}} if got else {})}
+    sw.run.append(record)
+    per = (syscalls.per_request(record) or (math.nan, {}))[0] if got else math.nan
     said = f"{got['requests_per_s']:,.0f} req/s, {per:.2f} system calls per request in the server" if got else "FAILED"
     sw.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, counted: {said}")
     sw.pause(result)

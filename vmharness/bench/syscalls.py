@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from vmharness.errors import HarnessError
 from vmharness.system.machine import Machine
@@ -110,6 +111,23 @@ def between(first: Counts, second: Counts) -> Counts:
     calls = {k: n - first.calls.get(k, 0) for k, n in second.calls.items() if n > first.calls.get(k, 0)}
     return Counts(calls, second.hits - first.hits, second.dropped - first.dropped)
 
+
+def per_request(r: dict[str, Any]) -> tuple[float, dict[str, float]] | None:
+    """A counted point's server calls per request, and by call: the calls of its load less those of the
+    shorter load before it, over the requests of the one less those of the other (what a load costs
+    beyond its requests, the same in both, falls out); in a run recorded before the shorter loads, over
+    its load's requests alone. None for a point that cannot say: a histogram that overflowed, or a
+    shorter load that served as many requests."""
+    calls, requests = r["syscalls"], int(r["client"]["requests"])
+    server, by_call = int(calls["server"]), {str(k): int(v) for k, v in calls["by_call"].items()}
+    if (less := r.get("shorter")) is not None:
+        requests -= int(less["requests"])
+        server -= int(less["server"])
+        fewer = {str(k): int(v) for k, v in less["by_call"].items()}
+        by_call = {k: v - fewer.get(k, 0) for k, v in by_call.items()}
+    if int(calls["dropped"]) > 0 or requests <= 0:
+        return None
+    return server / requests, {k: v / requests for k, v in by_call.items()}
 
 def stop(m: Machine) -> tuple[Counts, str]:
     """The histogram and every process's stat line, read together; then the trigger removed."""

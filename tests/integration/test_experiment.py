@@ -132,7 +132,12 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     counted = [r for r in got if r["kind"] == "syscalls"]
     assert len(counted) == 12 and all(r["ok"] and r["connections"] == report["load"]["connections"] for r in counted)
     calls = report["syscalls"]["instances"]
-    assert set(calls) == {"baseline", "pti", "control"} and all(c["boots"] == 4 for c in calls.values())
+    # a point whose shorter load served as many requests says nothing and is left out, said (under TCG pti's
+    # counted load once served fewer requests in 3 s than in the 1 s before it, its rate down to a third)
+    assert set(calls) == {"baseline", "pti", "control"} and all(c["boots"] >= 2 for c in calls.values())
+    left = report["syscalls"]["left_out"]
+    assert sum(c["boots"] for c in calls.values()) + left == 12
+    assert not left or "counted point(s) left out" in res.stdout
     # counted by the difference of two loads, each call nginx makes per keep-alive request comes out whole
     # (7.01 in a clean clone's run: newfstatat 2, close, openat, pread64, recvfrom and writev 1 each; over
     # one whole load, before, the answers wrk no longer waited for and each connection's close added

@@ -1,8 +1,9 @@
 """The harness killed at every step of `bench` and `run`: SIGTERM (it must give everything back by
-itself), or SIGKILL (it cannot: the journal must hold all it took). Either way the next command
-works, reclaiming what a dead run left, and after `host-restore` the host is exactly as it was: no
+itself), or SIGKILL (it cannot: the journal must hold all it took). After SIGKILL the next command
+works, reclaiming what the dead run left, and after `host-restore` the host is exactly as it was: no
 journal, no vmh-r* domain, no nginx, wrk or QEMU the harness started, the same /tmp/vmharness*
-entries, mounts, hugepages and tuned values.
+entries, mounts, hugepages and tuned values. After SIGTERM that must hold at once, so the next command
+is run only after SIGKILL, where it has a dead run's leftovers to reclaim.
 
 The steps are found from the harness's own progress lines on stderr. To stay within the budget on a
 2-core TCG machine, `run` is killed with SIGTERM at some steps and SIGKILL at the others (each step
@@ -113,9 +114,12 @@ def pristine(daemon: None) -> Iterator[dict[str, object]]:
 
 
 def _after_the_kill(before: dict[str, object], sig: signal.Signals, next_argv: list[str], said: str) -> None:
-    """The next command works; then host-restore leaves the host as it was."""
+    """After SIGTERM the host is as it was at once; after SIGKILL the next command works, reclaiming what
+    the dead one left, and then host-restore leaves the host as it was. (After SIGTERM the next command
+    would start from the host as it was, which every other test does: its boot is not run again.)"""
     if sig != signal.SIGKILL:  # it gave everything back itself
         assert fingerprint() == before, said[-3000:] + (JOURNAL.read_text() if JOURNAL.exists() else "")
+        return
     res = vmh(*next_argv)
     assert res.returncode == 0, res.stderr[-3000:]
     restored = vmh("host-restore")

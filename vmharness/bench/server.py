@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from vmharness import data, userfile
 from vmharness.bench import ports
@@ -164,6 +165,14 @@ class Server:
                 return pid
             time.sleep(0.1)
         raise HarnessError(f"nginx wrote no PID file on {self.machine.label}", f"see {self.cfg.prefix}/error.log")
+
+    def port(self, url: str) -> int:
+        """The port its clients' connections arrive on: the template's `listen`, or with the
+        researcher's own nginx.conf, whose listen the harness does not read, the port of `url` (which
+        may instead be a proxy's in front of it)."""
+        if self.cfg.config is None:
+            return int(self.cfg.listen.rpartition(":")[2])
+        return urlsplit(url).port or 80
 
     def drain(self, port: int, timeout: float) -> str | None:
         """Wait until the server holds no connection on `port` that a client opened (open, closed by

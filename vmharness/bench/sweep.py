@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from vmharness import progress
 from vmharness.bench import at_peak, capacity, explained, hostview, plan, server
@@ -206,7 +205,7 @@ class Sweep:
     def drain(self, srv: server.Server) -> None:
         """The server left to answer what the last load sent it (Server.drain), or said why not."""
         s = self.cfg.sweep
-        if why := srv.drain(urlsplit(self.cfg.server.url).port or 80, s.timeout + s.margin):
+        if why := srv.drain(srv.port(self.cfg.server.url), s.timeout + s.margin):
             self.say(f"    {why}")
 
     def pause(self, result: dict[str, Any]) -> None:

@@ -16,11 +16,12 @@ What the two share is set up first, once, so that they do not race for it: the g
 concurrent builds would each build it; `image build` also takes a lock), the harness's ssh key, and
 what an earlier, killed session left in the host's journal (given back by `host-restore`, which must
 not run while the host stream measures). Tests that time what they measure (the open-loop rate held
-within 2%, percentiles against an injected delay) and the attribution study (pti's marginal cost
-from two boots each, which a shared CPU hid) take the rig's lock exclusively (`quiet_machine`), so
-they wait until the rig's tests are done instead of measuring a shared CPU. Whatever takes it adds its
-whole time to the suite's (the rig's stream is the longer), so the built-in experiment, the longest,
-does not: its assertions hold beside the rig (tests/integration/test_experiment.py).
+within 2%, percentiles against an injected delay) take the rig's lock exclusively (`quiet_machine`),
+so they wait until the rig's tests are done instead of measuring a shared CPU. Whatever takes it can
+add its whole time to the suite's, so the built-in experiment and the attribution study, the longest,
+do not: what they assert holds beside the rig, or their run says first why it could not
+(tests/integration/test_experiment.py, test_study.py). The project's CI ran the host stream into its
+deadline with the study waiting there (docs/testing.md).
 
     python -m tests.streams [PYTEST ARGS...]     # the extra arguments go to every pytest
 
@@ -46,10 +47,9 @@ LOGS = REPO / ".cache" / "test-streams"
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 RIG = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.py"]]
 # The unit tier, then the host's integration tests, the longest first; last, those that need the
-# machine to themselves (quiet_machine: the study's answer, the timed load), where they wait for the
-# rig least.
-HOST_FIRST = ("test_experiment.py", "test_kill.py", "test_guest.py")
-HOST_LAST = ("test_study.py", "test_load.py")
+# machine to themselves (quiet_machine: the timed load), where they wait for the rig least.
+HOST_FIRST = ("test_experiment.py", "test_study.py", "test_kill.py", "test_guest.py")
+HOST_LAST = ("test_load.py",)
 ENV = {"VMHARNESS_TEST_STREAMS": "1"}  # tests/integration/conftest.py: the set-up below is done
 
 

@@ -173,14 +173,18 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
                for r in got if r["kind"] == "profile" and not r["ok"])
     assert all((run / r["profile"]["file"]).stat().st_size == r["profile"]["bytes"] for r in profiled)
     prof = report["profiles"]
-    assert "syscall_enter_from_user_mode" in [g["function"] for g in prof["growers"]["pti"]], prof["growers"]
     # the control's kernel grows nothing, or (a machine loaded beside the run) the report warns that the
     # profiles cannot tell a cost from noise, naming what grew: never a silent false explanation
     grown = prof["control"]["kernel_growers"]
     print("control's kernel growers:", grown)
     assert prof["control"]["instance"] == "control" and (not grown or any(
         w.startswith(f"control: {grown[0]}") and "cannot tell" in w for w in report["warnings"])), prof
-    assert "\n  pti: grew most per request: " in res.stdout and "syscall_enter_from_user_mode (kernel) +" in res.stdout
+    # pti's time grew in that function, unless that negative control failed and the report said so: beside
+    # the rig a clean clone's pti grew nothing while the control's kernel grew _raw_spin_unlock_irqrestore
+    pti_grew = "syscall_enter_from_user_mode" in [g["function"] for g in prof["growers"]["pti"]]
+    assert pti_grew or grown, prof["growers"]
+    assert not pti_grew or ("\n  pti: grew most per request: " in res.stdout and
+                            "syscall_enter_from_user_mode (kernel) +" in res.stdout)
     assert grown or "\n  control: no function of the guest's kernel grew per request" in res.stdout
     assert all(-0.9 < p["profiling_cost"] < 0.2 for p in prof["instances"].values()), prof["instances"]
     assert 'src="flame-pti.svg"' in (run / "report" / "report.html").read_text()
@@ -191,19 +195,22 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     for line in pti_folded.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         paths[stack] = paths.get(stack, 0) + int(n)
-    widest = max(n for stack, n in paths.items() if "syscall_enter_from_user_mode" in stack) / sum(paths.values())
+    widest = max((n for stack, n in paths.items() if "syscall_enter_from_user_mode" in stack), default=0) \
+        / sum(paths.values())
     drawn = "syscall_enter_from_user_mode" in (run / "report" / "flame-pti.svg").read_text()
     assert drawn or widest * 100 < float(flame.MINWIDTH), widest
     # only a detected cost is explained: on a loaded machine (CI's rig beside it) the control's interval
-    # has held no change too; the run then says so first, and the control gets no why
+    # has held no change too; the run then says so first (not detected, or, where the baseline's vCPU
+    # waited for a CPU, not to be judged), and the control gets no why
     print("control:", report["control"])
     why = res.stdout.split("\nwhy, from the counted points:\n")[1].split("\ncontrol vs baseline")[0]
     if report["control"]["change"]["significant"]:
         assert "\n  control: the same system calls per request (" in "\n" + why and \
             "most of the cost lies outside the guest's work" in why, why
     else:
-        assert res.stdout.startswith("WARNING: ") and "\nWARNING: the positive control was not " in \
-            "\n" + res.stdout and ("  pti: " in why) == found and "  control: " not in why, res.stdout
+        said = ("\nWARNING: the positive control was not ", "\nWARNING: the positive control cannot be judged ")
+        assert res.stdout.startswith("WARNING: ") and any(w in "\n" + res.stdout for w in said) and \
+            ("  pti: " in why) == found and "  control: " not in why, res.stdout
     assert re.search(r"\nANSWER at baseline's (saturation point|peak as its first boot found it), ", res.stdout)
     assert "\n  pti: throughput -" in res.stdout
     assert report["variants"]["pti"]["seen"] and "CPU flag + pti" in report["variants"]["pti"]["differs"]

@@ -75,14 +75,15 @@ def test_a_study_under_tcg_finds_ptis_cost_and_drops_what_does_nothing(daemon: N
     assert "no-spec_store_bypass_disable" not in {n for _, n in sessions}  # shut down at its boot, unmeasured
     assert sorted(sessions) == [(k, n) for k in (0, 1) for n in ("all-off", "no-pti", "no-spectre_v2", "on")]
     measured = {(r["instance"], r["connections"]) for r in recs if r["kind"] == "measurement" and r["ok"]}
-    peak = json.loads(res.stdout)["peak_connections"]
+    out = json.loads(res.stdout)
+    peak = out["peak_connections"]
     for name in ("no-pti", "no-spectre_v2", "all-off"):
         assert {c for n, c in measured if n == name} == {peak}, name  # at the baseline's peak alone
     manifest = json.loads((run / "manifest.json").read_text())
     facts = manifest["instances"]
     assert "pti=off" in facts["no-pti"]["cmdline"].split() and "pti=on" not in facts["no-pti"]["cmdline"].split()
     assert facts["no-spectre_v2"]["vulnerabilities"]["spectre_v2"] != facts["on"]["vulnerabilities"]["spectre_v2"]
-    study = json.loads(res.stdout)["attribution"]
+    study = out["attribution"]
     assert study["switches"] == ["pti", "spectre_v2"]
     assert study["left_out"] == {"spec_store_bypass_disable": "dropped before it was measured: its guest "
                                                               "reported the same mitigations"}
@@ -90,8 +91,8 @@ def test_a_study_under_tcg_finds_ptis_cost_and_drops_what_does_nothing(daemon: N
     # about -48% in the demo (docs/run.md); beside the rig's stream this study read -13.7% from two boots in
     # a clean clone, and once +0%: a cost found, or the run said first that more than the server bounded it
     assert pti["switch"] == "pti", pti
-    print("pti:", pti["change"], "warnings:", json.loads(res.stdout)["warnings"])
-    assert pti["change"]["change"] < -0.05 or bounded_elsewhere(json.loads(res.stdout)["warnings"]), res.stdout
+    print("pti:", pti["change"], "warnings:", out["warnings"])
+    assert pti["change"]["change"] < -0.05 or bounded_elsewhere(out["warnings"]), res.stdout
     assert [s["step"] for s in study["waterfall"]][-1] == "interaction"
     assert (run / "report" / "attribution.svg").exists()
     text = (run / "report" / "report.txt").read_text()

@@ -9,6 +9,15 @@
 set -eu
 root="$1"
 cp -a "$VMH_OVERLAY/." "$root/"
+# The initramfs without udev: the root is /dev/vda, whose node devtmpfs makes as soon as virtio_blk
+# (loaded from the overlay's module list) finds the disk; udev's start and coldplug there took 4.7 s of
+# a 16 s TCG boot (1.3 s without). The booted root's own udev (init = "systemd") is left as it is.
+# Diverted out of initramfs-tools' folders: mkinitramfs copies every script file it finds there.
+aside=/usr/local/share/initramfs-tools-unused
+for f in hooks/udev scripts/init-top/udev scripts/init-bottom/udev; do
+    mkdir -p "$root$aside/${f%/*}"
+    chroot "$root" dpkg-divert --quiet --local --rename --divert "$aside/$f" --add "/usr/share/initramfs-tools/$f"
+done
 # The overlay's initramfs configuration (virtio and ext4 only) for the distribution's kernel.
 chroot "$root" update-initramfs -u -k all >/dev/null
 

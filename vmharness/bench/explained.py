@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from vmharness import progress
@@ -24,6 +25,8 @@ class Sweep(Protocol):
 
     server_machine: Machine
     run: RunDir
+    before_point: Callable[[Point], None] | None  # a run's: the guest set up for the point's instance
+    as_booted: Callable[[], None] | None  # a run's: the guest as it booted again
 
     @property
     def say(self) -> progress.Say: ...
@@ -52,11 +55,12 @@ def counted(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, whe
     except HarnessError as exc:  # a kernel that cannot count: this point fails, the session goes on
         return _failed(sw, "syscalls", where, label, "counted", exc.message)
     try:
-        shorter = sw.measure(samplers, point, srv, SHORTER)
-        sw.drain(srv)
-        before = syscalls.read(m) if shorter["ok"] else syscalls.Counts({}, 0, 0)
-        result = sw.measure(samplers, point, srv) if shorter["ok"] else shorter
-        sw.drain(srv)
+        with _loading(sw, point):
+            shorter = sw.measure(samplers, point, srv, SHORTER)
+            sw.drain(srv)
+            before = syscalls.read(m) if shorter["ok"] else syscalls.Counts({}, 0, 0)
+            result = sw.measure(samplers, point, srv) if shorter["ok"] else shorter
+            sw.drain(srv)
         counts, stats = syscalls.stop(m)
     except HarnessError as exc:
         _quietly_stop(m)
@@ -87,8 +91,8 @@ def profiled(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, wh
     """A point during which the server's CPUs are profiled: its folded stacks kept in the run folder's
     profiles/, named in the record with their digest and size."""
     try:
-        result, folded = profile.take(sw.server_machine, lambda: sw.measure(samplers, point, srv),
-                                      openloop.local_binary(COLLAPSE))
+        result, folded = profile.take(sw.server_machine, lambda: _loaded(sw, point, lambda: sw.measure(
+            samplers, point, srv)), openloop.local_binary(COLLAPSE))
     except HarnessError as exc:  # no perf in the guest, or it did not answer: this point fails, the session goes on
         return _failed(sw, "profile", where, label, "profiled", exc.message)
     kept: dict[str, Any] = {}
@@ -103,6 +107,25 @@ def profiled(sw: Sweep, samplers: Samplers, point: Point, srv: server.Server, wh
     sw.say(f"{label} {point.instance} c={point.connections} it={point.iteration}, profiled: {said}")
     sw.pause(result)
     return bool(result["ok"])
+
+
+@contextlib.contextmanager
+def _loading(sw: Sweep, point: Point) -> Iterator[None]:
+    """The guest set up for the point's instance during its loads, as it booted after: what an
+    explaining point does around them (perf's start and script, the histogram's trigger) runs at the
+    booted guest's speed, not at a riding control's capped one."""
+    if sw.before_point is not None:
+        sw.before_point(point)
+    try:
+        yield
+    finally:
+        if sw.as_booted is not None:
+            sw.as_booted()
+
+
+def _loaded(sw: Sweep, point: Point, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    with _loading(sw, point):
+        return measure()
 
 
 def _quietly_stop(m: Machine) -> None:

@@ -60,6 +60,7 @@ class Sweep:
     host_on: Machine | None = None  # a run's: the machine that runs the guest, sampled too
     host_devices: tuple[str, ...] = ()  # a run's: the NICs passed through to the guest (BDFs)
     before_point: Callable[[Point], None] | None = None  # a run's: set the guest up for the point's instance
+    as_booted: Callable[[], None] | None = None  # a run's: the guest as it booted again (a rider's cap lifted)
     shares: dict[str, str] = field(default_factory=dict)  # a run's riders: the instance whose server each
     # one is served by, as it is (experiment/boots.rides: the same guest and nginx), never restarted for it
     idle_of: dict[str, Any] | None = None  # a run's baseline session ({"instance", "iteration"}) whose
@@ -176,7 +177,7 @@ class Sweep:
         self.warmed = True
 
     def _one(self, samplers: Samplers, point: Point, label: str) -> bool:
-        if self.before_point is not None:
+        if self.before_point is not None and not (point.counted or point.profiled):
             self.before_point(point)
         srv = self._serve(point.instance, self.cfg.sweep.restart_server_between_runs)
         self._warm_up(samplers)

@@ -60,19 +60,20 @@ class Runner:
             out.append(tuning.Place(host, access.ssh_target(host), t.client_iface or None))
         return out
 
-    def _capper(self, b: session.Booted, booted_cap: int) -> Callable[[plan.Point], None]:
+    def _capper(self, b: session.Booted, booted: str) -> tuple[Callable[[plan.Point], None], Callable[[], None]]:
         """Before each point: the guest's vCPUs capped as the point's instance wants (a riding control's
-        cap set live, and lifted again for its host's points; a riding twin's depth is the client's)."""
-        state = {"cap": booted_cap}
+        cap set live, and lifted again for its host's points; a riding twin's depth is the client's); and
+        the guest's vCPUs as the booted instance has them (after an explaining point's loads)."""
+        state = {"cap": self._instance(booted).vcpu_cap}
 
-        def before(point: plan.Point) -> None:
-            want = self._instance(point.instance).vcpu_cap
+        def to(want: int, name: str) -> None:
             if want != state["cap"]:
                 running.cap_vcpus(b.guest, want)
-                self.say(f"vCPUs of the guest {'capped to ' + str(want) + '%' if want else 'uncapped'} for "
-                         f"{point.instance}")
+                self.say(f"vCPUs of the guest {'capped to ' + str(want) + '%' if want else 'uncapped'} for {name}")
                 state["cap"] = want
-        return before
+
+        return (lambda point: to(self._instance(point.instance).vcpu_cap, point.instance),
+                lambda: to(self._instance(booted).vcpu_cap, booted))
 
     def _off_vcpus(self, b: session.Booted) -> tuple[int, ...]:
         """This machine's CPUs that hold no vCPU of the guest, where a local wrk is kept: a wrk the
@@ -172,13 +173,14 @@ class Runner:
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
                                  "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs,
                                  **({"host_knobs": b.knobs.report} if b.knobs and b.knobs.report else {})})
+                cap_for, cap_booted = self._capper(b, s.instance)
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: running.vcpu_seconds(b.guest),
                                   vcpu_waits=lambda: running.vcpu_waits(b.guest),
                                   kvm_counters=(lambda: running.kvm_counters(b.guest)) if b.guest.kvm else None,
                                   host_on=for_uri(b.guest.uri), host_devices=g.bdf,
-                                  before_point=self._capper(b, inst.vcpu_cap), shares=rides(self.cfg),
+                                  before_point=cap_for, as_booted=cap_booted, shares=rides(self.cfg),
                                   idle_of=self._idle_of(s)).execute(list(s.points), self._more(s),
                                                                                         self._loads(s))
             self.tally["ok"] += got["ok"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from vmharness.analysis import flame, folded
+from vmharness.analysis import flame, profiles
 from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
@@ -52,17 +52,6 @@ def bounded_elsewhere(warnings: list[str]) -> bool:
     """The report's warnings that the throughput was held by the client or by the host's other work, not
     by the guest's server alone (analysis/sides.py, analysis/flags.py): a cost the run could not see."""
     return any(w.startswith("client-bound: ") or "for a host CPU other work held" in w for w in warnings)
-
-
-def leaf_share(path: Path, function: str) -> float:
-    """`function`'s own share of the server's work in a folded profile (analysis/folded.py's served stacks)."""
-    work: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if folded.served(stack):
-            leaf = stack.split(";")[-1]
-            work[leaf] = work.get(leaf, 0) + int(n)
-    return sum(n for leaf, n in work.items() if leaf.startswith(function)) / max(sum(work.values()), 1)
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +184,10 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # clones' pti grew nothing while the control's kernel grew _raw_spin_unlock_irqrestore; and the
     # function's share rose 1.1% -> 2.2% over 1,370 work samples, too few for p < 0.001
     pti_grew = "syscall_enter_from_user_mode" in [g["function"] for g in prof["growers"]["pti"]]
-    share = {r["instance"]: leaf_share(run / r["profile"]["file"], "syscall_enter_from_user_mode")
-             for r in profiled if r["instance"] in ("baseline", "pti")}
+    read = profiles.view(got, "baseline", run)  # the report's own reading of the folded profiles
+    assert read is not None
+    share = {p.instance: sum(ns for leaf, ns in p.leaves.items() if leaf.startswith("syscall_enter_from_user_mode"))
+             / sum(p.work.values()) for p in read.profiles}
     assert pti_grew or grown or share["pti"] > share["baseline"], (prof["growers"], share)
     assert not pti_grew or ("\n  pti: grew most per request: " in res.stdout and
                             "syscall_enter_from_user_mode (kernel) +" in res.stdout)

@@ -1,6 +1,6 @@
 """A riding control's explaining points (bench/explained.py): its cap holds while its loads run, and
 what comes before and after them (perf's start and script, the histogram's trigger and its read-out)
-runs with the guest as it booted, uncapped. A plain point is capped before it, as before."""
+runs with the guest as it booted, uncapped."""
 
 from __future__ import annotations
 

@@ -48,10 +48,13 @@ def assert_nothing_left() -> None:
     assert not JOURNAL.exists(), JOURNAL.read_text()
 
 
-def bounded_elsewhere(warnings: list[str]) -> bool:
-    """The report's warnings that the throughput was held by the client or by the host's other work, not
-    by the guest's server alone (analysis/sides.py, analysis/flags.py): a cost the run could not see."""
-    return any(w.startswith("client-bound: ") or "for a host CPU other work held" in w for w in warnings)
+def cannot_judge(warnings: list[str]) -> bool:
+    """The report's warnings that the run could not see a cost: its throughput was held by the client or
+    by the host's other work, not by the guest's server alone (analysis/sides.py, analysis/flags.py), or
+    its peak's interval was too wide to tell one (flags.py's "noisy": beside the rig a run read pti at
+    -34% [-66%, +28%], its peak's interval ±54%, with neither of the others said)."""
+    return any(w.startswith(("client-bound: ", "noisy: ")) or "for a host CPU other work held" in w
+               for w in warnings)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +128,7 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # 97% busy: the cost is found, or the run says why it could not be (and, below, does not explain it)
     pti = report["changes_at_peak"]["pti"]["throughput"]
     found = pti["significant"] and pti["high"] < 0
-    assert pti["change"] < 0 and (found or bounded_elsewhere(report["warnings"])), pti
+    assert pti["change"] < 0 and (found or cannot_judge(report["warnings"])), pti
     assert report["peak_connections"] in (2, 8, 32) and {"pti", "control"} <= set(report["changes_at_peak"])
     fixed = next(r["connections"] for r in got if r["kind"] == "load_target")
     assert report["peak_connections"] == fixed and {r["connections"] for r in points if r["instance"] != "baseline"} \

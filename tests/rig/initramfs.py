@@ -132,6 +132,7 @@ def _init_script(kernel: Kernel, modules: list[str]) -> str:
         "NIC0_ADDR": topology.NIC0_ADDR,
         "GATEWAY": topology.GATEWAY,
         "AGENT_PORT": topology.AGENT_PORT,
+        "CACHED_TAG": topology.CACHED_TAG,
     }
     text = INIT_TEMPLATE.read_text()
     for key, value in values.items():

@@ -75,6 +75,14 @@ for k in $keep_paths; do
     fi
     i=$((i + 1))
 done
+# The trees nothing changes while the rig runs (rig_cached=, topology.CACHED_TAG), over the
+# uncached mount's: read through a mount that keeps what it read.
+must mkdir -p /cached
+must mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=@MSIZE@ @CACHED_TAG@ /cached
+for c in $(echo "$rig_cached" | tr : ' '); do
+    [ -d "/host$c" ] || fatal "rig_cached: $c is not a directory in L0's root"
+    must mount -o bind "/cached$c" "/host$c"
+done
 
 # /lib/modules/<release> for the chroot. L0 need not have /lib/modules at all, and
 # a read-only tree cannot grow a mount point, so /lib (usr/lib on merged-/usr

@@ -4,9 +4,11 @@ multiqueue vmxnet3, which sees L0's root read-only and runs commands through the
 from __future__ import annotations
 
 import atexit
+import compileall
 import logging
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +40,16 @@ for d in /sys/class/net/*; do
     echo "${d##*/} $(cat "$d/address") $(basename "$(readlink -f "$d/device")")"
 done
 """
+
+
+def cached_trees() -> list[Path]:
+    """What L1 reads through its caching mount (topology.CACHED_TAG): /usr, the interpreter's own
+    prefix (pyenv's, outside /usr, on the CI machine), the venv and the package."""
+    found: list[Path] = []
+    for tree in (Path("/usr"), Path(sys.base_prefix).resolve(), REPO / ".venv", REPO / "vmharness"):
+        if tree.is_dir() and not any(tree.is_relative_to(t) for t in found):
+            found.append(tree)
+    return found
 
 
 class RigError(HarnessError):
@@ -96,9 +108,13 @@ class Rig:
         covers the boot; fetching and building the kernel and initramfs have their own."""
         kern = kernel.obtain()
         initrd = initramfs.build(kern)
+        # L1 reads the package from L0's read-only root and cannot write its bytecode: compiled here,
+        # or every command there compiles each module again (under TCG, a third of its start).
+        compileall.compile_dir(REPO / "vmharness", quiet=1, workers=1)
         leftovers.reap()
         files = topology.Files(leftovers.new_dir())
-        append = topology.cmdline(kern.modules, keep=(REPO, cache_dir()))
+        cached = cached_trees()
+        append = topology.cmdline(kern.modules, keep=(REPO, cache_dir()), cached=cached)
         argv = topology.qemu_argv(kern.boot_image, initrd, append, files)
         argv += ["-pidfile", str(files.tmp / leftovers.QEMU_PID)]
         began = time.monotonic()

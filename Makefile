@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox
                 mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client \
                 ethtool chromium libhugetlbfs-bin linux-perf
 
-.PHONY: deps venv oha inferno test check lint bench demo clean
+.PHONY: deps venv oha inferno image test check lint bench demo clean
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -47,9 +47,15 @@ $(VENV)/bin/inferno-flamegraph: | $(VENV)/.installed
 inferno: $(VENV)/bin/inferno-flamegraph
 
 # The suite as two streams side by side (tests/streams.py: the nested-VM rig's tests beside the rest);
-# PYTEST_ARGS go to every pytest. `$(VENV)/bin/pytest` alone runs it all one test at a time.
-test: deps venv oha inferno
+# PYTEST_ARGS go to every pytest. `$(VENV)/bin/pytest` alone runs it all one test at a time. The guest
+# image is built while cargo builds the tools: mmdebstrap waits mostly on the mirror and the disk, cargo
+# on the CPUs (tests.streams then finds the image built).
+test: deps venv
+	$(MAKE) --no-print-directory -j3 --output-sync=target oha inferno image
 	$(PY) -m tests.streams $(PYTEST_ARGS)
+
+image: venv
+	$(PY) -m vmharness.cli image build
 
 # The fast tier, for every edit (about 3 minutes on 2 cores): the unit tests, ruff, mypy, the import
 # contracts and the size check; no VM, no daemon.

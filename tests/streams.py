@@ -2,7 +2,7 @@
 most of its time is spent in two kinds of work that each leave a CPU idle:
 
 - **rig**: the tests that boot the nested-VM rig (tests/rig, the `l1` fixture) and run the harness
-  inside it, an L2 under double TCG among them. L1 has two vCPUs but, while an L2 or the harness
+  inside it, an L2 under double TCG among them. L1 has four vCPUs but, while an L2 or the harness
   runs in it, mostly keeps one busy. Then the linters.
 - **host**: everything that changes this machine, one at a time as before: the unit tier (its hostile
   cases check that nothing appears in /run/vmharness or /tmp, which the harness's own runs would
@@ -26,11 +26,12 @@ deadline with the study waiting there (docs/testing.md).
     python -m tests.streams [PYTEST ARGS...]     # the extra arguments go to every pytest
 
 Each stream's output is printed as it comes, each line headed by the stream's name (a CI that stops
-the run shows where each stream was), and kept in .cache/test-streams/. A deadline
-(VMHARNESS_TEST_DEADLINE minutes, 75 by default: CI allows 90 for everything) interrupts what still
-runs as Ctrl-C would, so pytest tears its fixtures down and prints its summary; pytest itself dumps
-every thread's stack when one test runs longer than `faulthandler_timeout` (pyproject.toml). The exit
-code is the first failing stream's (0 when all passed)."""
+the run shows where each stream was), and kept in .cache/test-streams/, beside each pytest's JUnit XML
+(every test's time). A deadline (VMHARNESS_TEST_DEADLINE minutes, 75 by default: CI allows 90 for
+everything) interrupts what still runs as Ctrl-C would, so pytest tears its fixtures down and prints
+its summary; pytest itself dumps every thread's stack when one test runs longer than
+`faulthandler_timeout` (pyproject.toml). The exit code is the first failing stream's (0 when all
+passed)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,9 @@ def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[s
     LOGS.mkdir(parents=True, exist_ok=True)
     code = 0
     with (LOGS / f"{name}.log").open("wb") as log:
-        for cmd in commands:
+        for i, cmd in enumerate(commands):
+            # every test's time, not only the slowest 25 the log prints: where the next minutes are
+            cmd = [*cmd, f"--junitxml={LOGS / f'{name}-{i}.xml'}"]
             # SIGINT at its default in the child: a launcher started in the background by a shell script
             # (CI) has it ignored, children inherit that, and the deadline's SIGINT would do nothing
             p = subprocess.Popen(["env", "--default-signal=INT", *cmd, *extra], cwd=REPO, stdout=subprocess.PIPE,

@@ -48,8 +48,7 @@ inferno: $(VENV)/bin/inferno-flamegraph
 
 # The suite as two streams side by side (tests/streams.py: the nested-VM rig's tests beside the rest);
 # PYTEST_ARGS go to every pytest. `$(VENV)/bin/pytest` alone runs it all one test at a time. The guest
-# image is built while cargo builds the tools: mmdebstrap waits mostly on the mirror and the disk, cargo
-# on the CPUs (tests.streams then finds the image built).
+# image is built while cargo builds the tools, instead of after them (tests.streams then finds it built).
 test: deps venv
 	$(MAKE) --no-print-directory -j3 --output-sync=target oha inferno image
 	$(PY) -m tests.streams $(PYTEST_ARGS)

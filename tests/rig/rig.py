@@ -44,7 +44,7 @@ done
 
 def cached_trees() -> list[Path]:
     """What L1 reads through its caching mount (topology.CACHED_TAG): /usr, the interpreter's own
-    prefix (pyenv's, outside /usr, on the CI machine), the venv and the package."""
+    prefix (pyenv's, outside /usr, on this machine), the venv and the package."""
     found: list[Path] = []
     for tree in (Path("/usr"), Path(sys.base_prefix).resolve(), REPO / ".venv", REPO / "vmharness"):
         if tree.is_dir() and not any(tree.is_relative_to(t) for t in found):

@@ -70,7 +70,7 @@ def cmdline(modules_on_l0: Path, keep: Sequence[Path] = (), cached: Sequence[Pat
     """`keep`: L0 directories that must stay visible in L1 even under /tmp, /run or /var/tmp,
     which L1 covers with its own tmpfs (the repository and the cache, wherever CI cloned them).
     `cached`: L0 directories nothing changes while the rig runs, which L1 reads through a second
-    9p mount that keeps what it read (cache=loose; see CACHED)."""
+    9p mount that keeps what it read (cache=loose; see CACHED_TAG)."""
     for path in (modules_on_l0, *keep, *cached):
         if any(c.isspace() or c == ":" for c in str(path)):
             raise ValueError(f"the kernel command line cannot carry {path!r}")

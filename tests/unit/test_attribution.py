@@ -1,8 +1,9 @@
 """The attribution study on simulated studies of known truth: exact answers without noise, the coverage
 of every interval an attribution prints (test_coverage.py's rule: 2,000 studies from tests/coverage_kit.py's
-seed, 93-97% at 95%, and the check fails at 90%), the family-wise error of Holm's step-down against
-unadjusted tests, its power, and damaged data. SEED was chosen before any of these ran and was not
-used to choose the method; every other test draws from it, so the tests are deterministic.
+seed, 93-97% at 95%, and the check fails at 90%), the family-wise error of Holm's step-down over 4,000
+studies of the same seed against a Holm at 7% and unadjusted tests, its power, and damaged data. SEED
+was chosen before any of these ran and was not used to choose the method; every other test draws from
+it, so the tests are deterministic.
 
 The simulation: per block a boot effect (log-normal, sd 0.05) shared by every variant, per variant and
 block a noise (sd 0.02); each switch s has a log-additive effect e_s from all_off, and all_on alone gets
@@ -126,16 +127,35 @@ def test_each_bonferroni_interval_holds_its_cost_at_the_adjusted_level_and_holm_
     assert power > 0.90
 
 
-def test_holm_holds_the_family_wise_error_where_unadjusted_tests_do_not() -> None:
+def fwer_shown_above(rejected: np.ndarray, alpha: float = 0.05) -> tuple[bool, str]:
+    """Whether a family-wise error rate above `alpha` is shown: the one-sided 99% lower bound
+    (Clopper-Pearson) of the share of studies with any rejection lies above it. Holm's rate is at most
+    alpha by the Bonferroni inequality and close to it here (the marginals share all_on's noise, which
+    lowers it little at five blocks: 4.8-5.9% over 2,000 studies on five seeds of this file's), so a
+    point estimate over any finite number of studies falls above 5% about as often as not; what can be
+    asked of a simulation is that it does not show the rate above 5%, and that it would show 7%."""
+    from scipy import stats as sps
+
+    k, n = int(np.sum(rejected)), len(rejected)
+    low = sps.binomtest(k, n, alternative="greater").proportion_ci(0.99, method="exact").low
+    return low > alpha, f"family-wise error {k / n:.2%} of {n} studies (99% lower bound {low:.2%})"
+
+
+def test_holm_holds_the_family_wise_error_at_5_percent_where_unadjusted_tests_do_not() -> None:
     null = (0.0,) * 8
-    studies = [at.study("throughput", t, switches(null)) for t in simulate(rng(4), 400, costs=null, k=0.0)]
-    holm = np.mean([any(m.holm_rejects for m in s.marginals) for s in studies])
-    unadjusted = np.mean([any(m.p <= 0.05 for m in s.marginals) for s in studies])
-    print(f"family-wise error: Holm {holm:.3f}, unadjusted {unadjusted:.3f}")
-    assert holm <= 0.075
-    assert unadjusted > 0.2
+    studies = [at.study("throughput", t, switches(null)) for t in simulate(kit.rng(21), 4000, costs=null, k=0.0)]
+    ps = [[m.p for m in s.marginals] for s in studies]
+    holm = np.array([any(m.holm_rejects for m in s.marginals) for s in studies])
+    above, said = fwer_shown_above(holm)
+    print(f"Holm: {said}")
+    assert not above, said
+    # the check can tell: Holm asked for a 7% family-wise error is shown above 5%, unadjusted tests far above
+    loose = np.array([any(at.holm(p, 0.07)) for p in ps])
+    assert fwer_shown_above(loose)[0], fwer_shown_above(loose)[1]
+    unadjusted = np.array([any(x <= 0.05 for x in p) for p in ps])
+    assert unadjusted.mean() > 0.2, fwer_shown_above(unadjusted)[1]
     # the simultaneous intervals agree: every one holds zero as often as Holm rejects none, or more
-    assert np.mean([all(covers(m.change, 0.0) for m in s.marginals) for s in studies]) >= 1 - holm
+    assert np.mean([all(covers(m.change, 0.0) for m in s.marginals) for s in studies]) >= 1 - holm.mean()
 
 
 def test_holm_steps_down_and_stops_at_the_first_p_it_keeps() -> None:

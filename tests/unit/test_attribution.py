@@ -138,7 +138,7 @@ def fwer_shown_above(rejected: np.ndarray, alpha: float = 0.05) -> tuple[bool, s
 
     k, n = int(np.sum(rejected)), len(rejected)
     low = sps.binomtest(k, n, alternative="greater").proportion_ci(0.99, method="exact").low
-    return low > alpha, f"family-wise error {k / n:.2%} of {n} studies (99% lower bound {low:.2%})"
+    return bool(low > alpha), f"family-wise error {k / n:.2%} of {n} studies (99% lower bound {low:.2%})"
 
 
 def test_holm_holds_the_family_wise_error_at_5_percent_where_unadjusted_tests_do_not() -> None:

@@ -100,7 +100,7 @@ def test_the_built_in_experiment_prints_its_domains_from_the_installed_package(i
     res = installed.run(installed.venv / "bin" / "vmharness", "run", "--print-xml", "--host-root", host.base)
     assert res.ok, res.stderr
     assert "Traceback" not in res.stderr
-    assert res.stdout.count("<domain ") == 3, "the built-in experiment's three instances (the control too)"
+    assert res.stdout.count("<domain ") == 5, "the built-in study's five instances (the control too)"
     assert f'image="{load_recipe().key()}"' in res.stdout, "the shipped recipe names the image"
 
 

@@ -153,7 +153,7 @@ def test_run_print_xml_on_a_host_host_prepare_set_up_uses_its_nic_and_pages(
     assert code == 0, out.err
     assert out.err.splitlines()[0].startswith("  using what host-prepare set up: 0000:b3:00.0 (vfio-pci")
     assert "nothing to change: the host is already prepared" in out.out
-    assert out.out.count("<domain ") == 3 and out.out.count("<hostdev ") == 3  # the control too
+    assert out.out.count("<domain ") == 5 and out.out.count("<hostdev ") == 5  # the study's and the control
 
 
 # 2. the wire's addresses --------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_print_xml_on_an_unprepared_snapshot_shows_the_plan_and_the_domain_and_c
     assert "0000:b3:00.1  mlx5_core -> vfio-pci  (same IOMMU group: comes along" in plan
     assert "hugepages: node 1, 2M pages 0 -> 512; 512 free for the guest (1024 MiB)" in plan
     domains = [ET.fromstring(part.split("-->", 1)[1]) for part in out.out.split("<!--")[1:]]
-    assert len(domains) == 3  # baseline, pti and the control
+    assert len(domains) == 5  # the study's four instances and the control
     for dom in domains:
         (hostdev,) = dom.findall("devices/hostdev")
         assert hostdev.find("source/address").get("bus") == "0xb3"  # type: ignore[union-attr]

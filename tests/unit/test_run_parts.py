@@ -3,7 +3,6 @@ and the partial undo that gives back only what a run took."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -23,17 +22,25 @@ from vmharness.system.root import HostRoot
 
 def test_the_embedded_experiment() -> None:
     cfg = config.load_run(None)
+    # a small attribution study: the reference with pti forced on, each switch off in its own instance
+    # (all-off with both), and the positive control
     assert [(i.name, i.cmdline, i.vcpu_cap) for i in cfg.instance] == [
-        ("baseline", "mitigations=off", 0), ("pti", "mitigations=off pti=on", 0), ("control", "mitigations=off", 50)]
-    assert cfg.control.cap == 50
+        ("on", "pti=on", 0), ("no-pti", "pti=off", 0),
+        ("no-spec_store_bypass_disable", "pti=on spec_store_bypass_disable=off", 0),
+        ("all-off", "pti=off spec_store_bypass_disable=off", 0), ("control", "pti=on", 50)]
+    assert cfg.control.cap == 50 and cfg.study.switches == ("pti", "spec_store_bypass_disable")
+    # once spec_store_bypass_disable is found to change nothing, all-off is no-pti's: no-pti stands for it
+    assert derived.stand_ins(cfg.study.switches, cfg.study.one_on, {"spec_store_bypass_disable"}, "on") == \
+        {"all-off": "no-pti"}
     assert cfg.tuning.profile == "seeds" and cfg.guest.bdf == () and cfg.client[0].host == "local"
     assert derived.interleave(cfg) == "iteration"
     assert config.run_from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
 
 
 def test_run_sessions_follow_the_rotated_order() -> None:
-    embedded = config.load_run(None)  # every instance swept, over five iterations
-    cfg = dataclasses.replace(embedded, sweep=dataclasses.replace(embedded.sweep, variants="sweep", iterations=5))
+    cfg = config.run_from_json({  # every instance swept, over five iterations
+        "instance": [{"name": "baseline", "cmdline": "mitigations=off"}, {"name": "pti", "cmdline": "pti=on"}],
+        "control": {"cap": 50}, "sweep": {"connections": "2,8,32", "iterations": 5}})
     assert [(s.iteration, s.instance) for s in boots.sessions(plan.points(cfg))] == [
         (0, "baseline"), (0, "pti"), (0, "control"), (1, "pti"), (1, "control"), (1, "baseline"),
         (2, "control"), (2, "baseline"), (2, "pti"), (3, "baseline"), (3, "pti"), (3, "control"),
@@ -65,38 +72,43 @@ def _measured(keys: list[str], ok: bool = True) -> list[dict[str, object]]:
 def test_only_the_baseline_sweeps_and_the_others_follow_at_the_peak_its_first_boot_fixed() -> None:
     cfg = config.load_run(None)  # the embedded experiment: sweep.variants = "peak"
     assert cfg.sweep.variants == "peak" and cfg.sweep.iterations == 4 and cfg.counts == (2, 8, 32)
-    # before the peak is fixed: the baseline's first boot alone, its control riding without points yet
+    # before the peak is fixed: the reference's first boot alone, its control riding without points yet
     first = plan.todo(cfg, [], set())
-    assert [p.key for p in first] == ["baseline/2/0", "baseline/8/0", "baseline/32/0"]
-    assert [(s.iteration, s.instance) for s in boots.sessions(first, boots.rides(cfg))] == [(0, "baseline")]
+    assert [p.key for p in first] == ["on/2/0", "on/8/0", "on/32/0"]
+    assert [(s.iteration, s.instance) for s in boots.sessions(first, boots.rides(cfg))] == [(0, "on")]
     records: list[dict[str, object]] = [*_measured([p.key for p in first])]
     assert at_peak.after_sweep(cfg, records, 0) == []  # nothing at a peak not yet written
     records.append(at_peak.new_target(cfg, records) or {})
     assert records[-1]["connections"] == 32  # the highest of the first boot's three
     # that boot's riders are measured there once its sweep is done: the control, before the load
-    after = [p for p in at_peak.after_sweep(cfg, records, 0) if p.instance != "pti"]  # the baseline's boot's
-    assert [p.key for p in after][:2] == ["control/32/0", "baseline/@25%/0"]
+    after = [p for p in at_peak.after_sweep(cfg, records, 0) if p.instance in ("on", "control")]
+    assert [p.key for p in after][:2] == ["control/32/0", "on/@25%/0"]
     records += _measured(["control/32/0"])
-    # then every other boot, rotated: the baseline over every count, pti and the control at 32 alone
+    # then every other boot, rotated: the reference over every count, the study's variants and the control
+    # at 32 alone (the runner skips those a study dropped since the round began)
     rest, why = plan.after_round(cfg, records)
     assert why is None
     groups = boots.sessions(rest, boots.rides(cfg))
+    ssbd = "no-spec_store_bypass_disable"
     assert [(s.iteration, s.instance) for s in groups] == [
-        (0, "pti"), (1, "pti"), (1, "baseline"), (2, "baseline"), (2, "pti"), (3, "baseline"), (3, "pti")]
-    assert [p.key for p in groups[0].points] == ["pti/32/0"]
-    assert [p.key for p in groups[2].points] == ["control/32/1", "baseline/2/1", "baseline/8/1", "baseline/32/1"]
-    assert {p.connections for p in rest if p.instance != "baseline"} == {32}
+        (0, "no-pti"), (0, ssbd), (0, "all-off"), (1, "no-pti"), (1, ssbd), (1, "all-off"), (1, "on"),
+        (2, ssbd), (2, "all-off"), (2, "on"), (2, "no-pti"), (3, "all-off"), (3, "on"), (3, "no-pti"), (3, ssbd)]
+    assert [p.key for p in groups[0].points] == ["no-pti/32/0"]
+    assert [p.key for p in groups[6].points] == ["control/32/1", "on/2/1", "on/8/1", "on/32/1"]
+    assert {p.connections for p in rest if p.instance != "on"} == {32}
     # a point tried and failed is not offered again by the round (the run's last offer takes it)
-    assert "pti/32/0" not in {p.key for p in plan.after_round(cfg, records + _measured(["pti/32/0"], ok=False))[0]}
-    assert plan.planned(cfg) == 4 * 3 + 4 * 2 + 4 * 2 * 3 + 4 * 3 + 3  # sweep, the others, load, counted, profiled
+    tried = records + _measured(["no-pti/32/0"], ok=False)
+    assert "no-pti/32/0" not in {p.key for p in plan.after_round(cfg, tried)[0]}
+    # sweep, the others at the peak, load (not the control), counted, profiled: before any switch is dropped
+    assert plan.planned(cfg) == 4 * 3 + 4 * 4 + 4 * 4 * 3 + 4 * 5 + 5
 
 
 def test_without_a_successful_first_boot_the_baseline_boots_again_before_the_others() -> None:
     cfg = config.load_run(None)
-    failed = _measured(["baseline/2/0", "baseline/8/0", "baseline/32/0"], ok=False)
+    failed = _measured(["on/2/0", "on/8/0", "on/32/0"], ok=False)
     assert at_peak.new_target(cfg, failed) is None
     nxt, _ = plan.after_round(cfg, failed)
-    assert [p.key for p in nxt] == ["baseline/2/1", "baseline/8/1", "baseline/32/1"]
+    assert [p.key for p in nxt] == ["on/2/1", "on/8/1", "on/32/1"]
 
 
 def test_sweep_pipeline_twins_every_instance_and_the_twins_ride_on_its_boots(tmp_path: Path) -> None:

@@ -103,3 +103,29 @@ def test_the_waterfall_is_drawn_beside_the_other_figures_and_embedded(tmp_path: 
     assert {"attribution.png", "attribution.svg"} <= names
     html = (tmp_path / "report/report.html").read_text()
     assert "From all mitigations off to all on, at 16 connections" in html
+
+
+def test_a_switch_that_changes_nothing_leaves_all_off_to_the_leave_one_out_of_the_other(tmp_path: Path) -> None:
+    """pti and mds studied, mds dropped at its boot: all-off (pti and mds off) is then no-pti in all but
+    a switch that changes nothing, and is dropped with it (experiment/runner.py); no-pti stands for it,
+    so the total is pti's own cost and nothing is left to interact."""
+    cfg = config.run_from_json({"instance": [{"name": "on", "cmdline": "pti=on"}],
+                                "study": {"switches": ["pti", "mds"]}})
+    facts = {"on": _facts("pti=on", log=("pti: enabled",)), "no-pti": _facts("pti=off")}
+    run = RunDir.create(tmp_path / "run", {"config": cfg.to_json(), "instances": facts,
+                                           "machines": {"server": {"machine": "srv"}, "clients": []}})
+    run.append({"kind": "dropped", "instance": "no-mds", "iteration": 0, "reason": "the same"})
+    run.append({"kind": "dropped", "instance": "all-off", "iteration": 0, "reason": "no-pti stands for it"})
+    for it, luck in enumerate(NOISE):
+        for name, rps in (("on", 1000.0), ("no-pti", 1250.0)):
+            run.append({"kind": "measurement", "key": f"{name}/16/{it}", "ok": True, "instance": name,
+                        "connections": 16, "iteration": it,
+                        "client": {"requests_per_s": rps * luck, "requests": 1000, "errors": {"total": 0},
+                                   "latency_us": {"percentiles": {"50": 1e3, "90": 1e3, "99": 2e3, "99.9": 3e3}}}})
+    a = saturation.analyse(run)
+    assert a.study is not None and a.study.switches == ("pti",) and set(a.study.left_out) == {"mds"}
+    thr = a.study.studies[0]
+    assert math.isclose(thr.marginals[0].change.change, -0.2) and thr.marginals[0].holm_rejects
+    assert thr.total is not None and math.isclose(thr.total.change, -0.2)
+    assert thr.interaction is not None and math.isclose(thr.interaction.change, 0.0, abs_tol=1e-12)
+    assert [s[0] for s in a.study.waterfall] == ["pti", "interaction"]

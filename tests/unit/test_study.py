@@ -213,3 +213,17 @@ def test_the_variants_stay_at_one_count_when_the_pilot_moves_the_baselines_highe
     for r in records:
         run.append(r)
     assert saturation.fixed_peak(run) == next(iter(at))
+
+
+def test_switches_that_change_nothing_leave_all_off_and_only_x_standing_for_another_instance() -> None:
+    from vmharness.model.derived import stand_ins
+
+    names = ["pti", "mds", "retbleed"]
+    assert stand_ins(names, True, set(), "on") == {}  # every variant measures what no other does
+    # mds changes nothing: only-pti (mds and retbleed off) is no-retbleed, only-retbleed is no-pti
+    assert stand_ins(names, True, {"mds"}, "on") == {"only-pti": "no-retbleed", "only-retbleed": "no-pti"}
+    # mds and retbleed: all-off is no-pti, only-pti the reference; only-mds and only-retbleed are no-pti
+    assert stand_ins(names, True, {"mds", "retbleed"}, "on") == {
+        "all-off": "no-pti", "only-pti": "on", "only-mds": "no-pti", "only-retbleed": "no-pti"}
+    assert stand_ins(names, False, {"mds", "retbleed", "pti"}, "on") == {"all-off": "on"}
+    assert stand_ins(["pti"], False, {"pti"}, "on") == {}  # one switch: no all-off to stand for

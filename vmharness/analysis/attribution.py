@@ -69,11 +69,12 @@ class Study:
         return plain
 
     def lines(self) -> list[str]:
-        """One line a switch, then the total and the interaction, in words."""
+        """One line a switch, then the total and the interaction, in words (with one switch, the total is
+        its cost and nothing is left to interact: neither is said)."""
         out = [f"{m.switch}{suffix}: {describe(m.change, self.higher_is_better)}, "
                f"{'a change' if m.holm_rejects else 'not told from none'} by Holm"
                for family, suffix in ((self.marginals, ""), (self.alone, " alone")) for m in family]
-        if self.total is not None and self.interaction is not None:
+        if self.total is not None and self.interaction is not None and len(self.marginals) > 1:
             out.append(f"all together: {describe(self.total, self.higher_is_better)}")
             out.append(f"interaction: {describe(self.interaction, self.higher_is_better)}, "
                        f"{_pct(self.interaction_share)} of the total's log")
@@ -180,8 +181,8 @@ def study(metric: str, table: Mapping[str, Mapping[K, float]], switches: Sequenc
                                   "left out (a variant missing, or not finite and positive)")
         if blocks and whole.mean() != 0:
             share = float(d.mean() / whole.mean())
-    method = (f"Bonferroni-adjusted {level:.0%} intervals over {m} switches; Holm's step-down for which switches "
-              f"cost (family-wise {1 - level:.0%}); interaction and total at {level:.0%}, not adjusted")
+    method = (f"Bonferroni-adjusted {level:.0%} intervals over {m} switch{'es' * (m != 1)}; Holm's step-down for "
+              f"which switches cost (family-wise {1 - level:.0%}); interaction and total at {level:.0%}, not adjusted")
     return Study(metric, higher_is_better, marginals, alone, total, interaction, share, left, method)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vmharness import userfile
 from vmharness.analysis.profiles import Profile, View
+from vmharness.analysis.switch_why import Why
 from vmharness.bench.openloop import local_binary
 from vmharness.errors import HarnessError
 from vmharness.system import proc
@@ -46,6 +47,11 @@ def file_name(instance: str) -> str:
     return f"flame-{instance}.svg"
 
 
+def switch_file(switch: str) -> str:
+    """A study's switch's graph: named apart from every instance's (file_name's begin with flame-)."""
+    return f"switch-flame-{switch}.svg"
+
+
 def scaled(p: Profile) -> str:
     """The profile's work as folded text, each count in nanoseconds per PER requests (none of 0)."""
     out = []
@@ -55,16 +61,21 @@ def scaled(p: Profile) -> str:
     return "".join(out)
 
 
-def draw(v: View | None, folder: Folder) -> list[Path]:
-    """Each variant's graph against the baseline, written into the report's folder; none without inferno."""
+def draw(v: View | None, folder: Folder, switches: tuple[Why, ...] = ()) -> list[Path]:
+    """Each variant's graph against the baseline, and in a study each explained switch's (its reference
+    against the switch turned off: red where the switch's time grew), written into the report's folder;
+    none without inferno."""
     tools = found()
-    if v is None or not v.growers or tools is None:
+    if v is None or tools is None:
         return []
-    base, written = v.profiles[0], []
-    for p in v.profiles[1:]:
+    by = {p.instance: p for p in v.profiles}
+    pairs = [(v.profiles[0], p, file_name(p.instance)) for p in v.profiles[1:]] if v.growers else []
+    pairs += [(by[w.against], by[w.reference], switch_file(w.switch)) for w in switches if w.grew is not None]
+    written = []
+    for base, p, name in pairs:
         svg = _svg(tools, base, p, f"{p.instance} against {base.instance}: time per {PER} requests "
                                    f"(red: grew, blue: shrank; the server's work alone)")
-        written.append(folder.write(file_name(p.instance), svg))
+        written.append(folder.write(name, svg))
     return written
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from vmharness.analysis import variants
+from vmharness.analysis import switch_why, variants
 from vmharness.analysis.saturation import Analysis
 from vmharness.stats import Change
 
@@ -45,7 +45,8 @@ def lines(a: Analysis) -> list[str]:
         if a.control is not None and name == a.control.instance:
             line += f"; the positive control, expected {a.control.expected:+.1%}: {variants.verdict(a.control)}"
         line += "".join(f"; why: {r.verdict}" for r in a.why if r.instance == name)
-        grew = a.profiles.growers.get(name, ()) if a.profiles is not None and ch["throughput"].significant else ()
+        cost = ch["throughput"].significant and ch["throughput"].change < 0  # a gain's growers explain no cost
+        grew = a.profiles.growers.get(name, ()) if a.profiles is not None and cost else ()
         if grew:
             line += f"; its time grew most in {grew[0].name}"
         out.append(line)
@@ -58,5 +59,6 @@ def lines(a: Analysis) -> list[str]:
                    f"{len(thr.marginals)}): "
                    + ("; ".join(named) or "no switch told from none")
                    + (f"; {rest} not told from none" if named and rest else "")
-                   + (f"; {len(a.study.left_out)} left out" if a.study.left_out else ""))
+                   + (f"; {len(a.study.left_out)} left out" if a.study.left_out else "")
+                   + switch_why.headline(a.switch_why))
     return out

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from vmharness import userfile
-from vmharness.analysis import events, flame, headline, loadcurve, profiles, report
+from vmharness.analysis import events, flame, headline, loadcurve, profiles, report, switch_why
 from vmharness.analysis.saturation import Analysis
 from vmharness.stats import Change
 from vmharness.textsafe import line as one_line
@@ -54,31 +54,34 @@ def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | No
                    for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{answer}{svgs}"
-            f"{_profiles(a.profiles, flames or [])}{method}"
+            f"{_profiles(a.profiles, flames or [], a.switch_why)}{method}"
             f"{_counters(a)}<h2>All points</h2>{points}{load_table}<p>{ALL_COLUMNS}</p>"
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
 
 
-def _profiles(v: profiles.View | None, flames: list[Path]) -> str:
+def _profiles(v: profiles.View | None, flames: list[Path], switches: tuple[switch_why.Why, ...]) -> str:
     """Each variant's growers as a table, and its differential flame graph (flame.py) in an <img>: the
-    SVG's own JavaScript never runs there, and it is not inlined."""
-    if v is None or not v.growers:
+    SVG's own JavaScript never runs there, and it is not inlined; then each explained switch's in a study."""
+    if v is None or not (v.growers or any(w.grew is not None for w in switches)):
         return ""
     drawn = {f.name for f in flames}
     out = [f"<h2>What grew per request in the profiles</h2><p>{_text(profiles.TEST)}</p>"]
-    for name, grew in v.growers.items():
-        out.append(f"<h3>{_text(name)} against {_text(v.baseline)}</h3>")
+    shown = [(name, v.baseline, grew, flame.file_name(name), name) for name, grew in v.growers.items()]
+    shown += [(w.reference, w.against, w.grew, flame.switch_file(w.switch), f"{w.switch}: {w.reference}")
+              for w in switches if w.grew is not None]
+    for name, base, grew, svg, title in shown:
+        out.append(f"<h3>{_text(title)} against {_text(base)}</h3>")
         if grew:
-            out.append(f"<table><tr><th>function</th><th>µs/request, {_text(v.baseline)}</th><th>{_text(name)}</th>"
-                       f"<th>share, {_text(v.baseline)}</th><th>{_text(name)}</th><th>p</th></tr>" + "".join(
+            out.append(f"<table><tr><th>function</th><th>µs/request, {_text(base)}</th><th>{_text(name)}</th>"
+                       f"<th>share, {_text(base)}</th><th>{_text(name)}</th><th>p</th></tr>" + "".join(
                            f"<tr><td>{_text(g.name)}</td><td>{g.us[0]:.3f}</td><td>{g.us[1]:.3f}</td>"
                            f"<td>{g.share[0]:.1%}</td><td>{g.share[1]:.1%}</td><td>{g.p:.1e}</td></tr>" for g in grew)
                        + "</table>")
         else:
             out.append("<p>nothing grew</p>")
-        if (svg := flame.file_name(name)) in drawn:
-            out.append(f'<figure><img src="{html.escape(svg)}" alt="differential flame graph of {_text(name)}" '
-                       f'style="max-width:100%"><figcaption>{_text(name)} against {_text(v.baseline)}, per '
+        if svg in drawn:
+            out.append(f'<figure><img src="{html.escape(svg)}" alt="differential flame graph of {_text(title)}" '
+                       f'style="max-width:100%"><figcaption>{_text(name)} against {_text(base)}, per '
                        "request (the server's work: the idle loop and the guest's other processes left out): widths "
                        "are its time, red where a function's time per request grew, blue where it shrank; open the "
                        "SVG alone to search and zoom</figcaption>"

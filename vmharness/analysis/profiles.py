@@ -188,6 +188,10 @@ def _us(x: float) -> str:
     return f"{x:+,.0f}" if abs(x) >= 100 else f"{x:+.1f}" if abs(x) >= 1 else f"{x:+.3f}"
 
 
+def said_grower(g: Grower) -> str:
+    return f"{g.name} {_us(g.us[1] - g.us[0])} µs (share {g.share[0]:.1%} -> {g.share[1]:.1%})"
+
+
 def lines(v: View | None) -> list[str]:
     if v is None:
         return []
@@ -200,8 +204,7 @@ def lines(v: View | None) -> list[str]:
     elif not v.growers:
         out.append(f"  only {v.baseline} was profiled: no variant to compare with it")
     for name, grew in v.growers.items():
-        said = ", ".join(f"{g.name} {_us(g.us[1] - g.us[0])} µs (share {g.share[0]:.1%} -> {g.share[1]:.1%})"
-                         for g in grew[:SHOWN])
+        said = ", ".join(said_grower(g) for g in grew[:SHOWN])
         out.append(f"  {name}: " + (f"grew most per request: {said}" if grew else "nothing grew"))
     costs = [f"{p.instance} {p.cost:+.1%}" for p in v.profiles if p.cost is not None]
     if costs:
@@ -216,7 +219,7 @@ def lines(v: View | None) -> list[str]:
     return out
 
 
-def _grower_json(g: Grower) -> dict[str, Any]:
+def grower_json(g: Grower) -> dict[str, Any]:
     return {"function": folded.shown(g.function), "kernel": g.kernel,
             "us_per_request": [round(x, 4) for x in g.us], "share": [round(x, 5) for x in g.share], "p": g.p}
 
@@ -237,6 +240,6 @@ def to_json(v: View | None) -> dict[str, Any] | None:
         return None
     return {"baseline": v.baseline, "connections": v.connections, "test": TEST,
             "instances": {p.instance: _instance_json(p) for p in v.profiles},
-            "growers": {n: [_grower_json(g) for g in grew] for n, grew in v.growers.items()},
+            "growers": {n: [grower_json(g) for g in grew] for n, grew in v.growers.items()},
             "control": None if v.control is None else {
                 "instance": v.control, "kernel_growers": [folded.shown(g.function) for g in control_growers(v)]}}

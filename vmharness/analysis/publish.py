@@ -62,7 +62,7 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             figures += plots.latency(a, folder) + plots.ccdf(a, folder) + plots.waterfall(a, folder)
         if a.load is not None and a.load.rows:
             figures += plots.latency_vs_load(a.load, folder)
-        flames = flame.draw(a.profiles, folder)  # extra files, only of a run with profiles
+        flames = flame.draw(a.profiles, folder, a.switch_why)  # extra files, only of a run with profiles
         html = folder.write("report.html", page.render(a, title, figures, flames).encode())
     except OSError as exc:
         raise HarnessError(f"{flag} {out}: cannot write there: {exc.strerror}",

@@ -10,7 +10,18 @@ import statistics
 from typing import Any
 
 from vmharness import table
-from vmharness.analysis import events, exits, headline, loadcurve, profiles, sides, studies, syscalls, variants
+from vmharness.analysis import (
+    events,
+    exits,
+    headline,
+    loadcurve,
+    profiles,
+    sides,
+    studies,
+    switch_why,
+    syscalls,
+    variants,
+)
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
 from vmharness.analysis.change_json import change_json, finite
 from vmharness.analysis.headline import pct
@@ -145,7 +156,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "at_peak": a.at_peak, "vm_exits": exits.to_json(a.exits, a.exits_note),
             "kernel_events": events.to_json(a.events), "syscalls": syscalls.to_json(a.calls),
             **({} if a.profiles is None else {"profiles": profiles.to_json(a.profiles)}),  # a run without: as before
-            "attribution": studies.to_json(a.study),
+            "attribution": None if a.study is None else {**(studies.to_json(a.study) or {}),
+                                                          "why": switch_why.to_json(a.switch_why)},
             "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
             "capacity": a.capacity}
 
@@ -159,7 +171,8 @@ def _variant_lines(a: Analysis) -> list[str]:
 
 
 def _calls(a: Analysis) -> list[str]:
-    return syscalls.lines(a.calls) + profiles.lines(a.profiles) + syscalls.why(a.why)
+    return (syscalls.lines(a.calls) + profiles.lines(a.profiles) + syscalls.why(a.why)
+            + switch_why.lines(a.switch_why, a.baseline))
 
 
 def answer(a: Analysis) -> list[str]:
@@ -238,7 +251,8 @@ def markdown(a: Analysis) -> str:
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             lines += [f"{said[0].upper()}{said[1:]}.", ""]
         for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak),
-                       syscalls.lines(a.calls), profiles.lines(a.profiles), syscalls.why(a.why)):
+                       syscalls.lines(a.calls), profiles.lines(a.profiles), syscalls.why(a.why),
+                       switch_why.lines(a.switch_why, a.baseline)):
             if viewed:
                 lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
         if a.changes:

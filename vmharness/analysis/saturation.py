@@ -17,6 +17,7 @@ from vmharness.analysis import events, exits, flame, hostdiff, loadcurve, profil
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
+from vmharness.analysis.switch_why import Why, explain
 from vmharness.analysis.variants import Control, Diff
 from vmharness.bench import budget
 from vmharness.errors import HarnessError
@@ -71,6 +72,7 @@ class Analysis:
     work_us: dict[str, float | None] = field(default_factory=dict)  # vCPU host time per request less idle's
     why: list[syscalls.Reason] = field(default_factory=list)  # what explains each variant's cost
     profiles: profiles.View | None = None  # what grew per request in the server's profile ([explain] profile)
+    switch_why: tuple[Why, ...] = ()  # what explains each switch's cost, in a study
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -117,6 +119,7 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     a.profiles = profiles.view(records, a.baseline, run.path, name if isinstance(name, str) else None,
                                flame.found() is not None)
     a.flags += [f for f in [profiles.control_flag(a.profiles)] if f]
+    a.switch_why = explain(a.study, records, run.path / RECORDS, a.work_us, a.profiles, a.baseline)
     a.capacity = [r for r in records if r.get("kind") == "capacity"]
     peak = a.peak_interval.mean if a.peak_interval is not None else 0.0
     highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0

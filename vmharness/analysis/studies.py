@@ -12,7 +12,9 @@ from typing import Any
 from vmharness.analysis import attribution as attr
 from vmharness.analysis.cells import Cell
 from vmharness.analysis.variants import Diff
+from vmharness.model import derived
 
+DROPPED = "dropped before it was measured: its guest reported the same mitigations"
 METRICS = (("throughput", True), ("p50", False), ("p99", False))  # (metric, higher is better)
 
 
@@ -45,7 +47,7 @@ def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[st
     for r in records:
         name = r.get("instance")
         if r.get("kind") == "dropped" and isinstance(name, str) and name.removeprefix("no-") in names:
-            left[name.removeprefix("no-")] = "dropped before it was measured: its guest reported the same mitigations"
+            left[name.removeprefix("no-")] = DROPPED
     unseen = {d.instance.removeprefix("no-") for d in found if d.instance.startswith("no-") and not d.seen}
     for s in names:
         if s not in left and s in unseen:
@@ -53,9 +55,14 @@ def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[st
         elif s not in left and peak not in table.get(f"no-{s}", {}):
             left[s] = f"not measured at {peak} connections"
     compared = tuple(s for s in names if s not in left)
+    # all-off and only-X that the switches dropped at their boot left standing for another instance
+    # (model/derived.py): that one's points are theirs
+    study = manifest.get("config", {}).get("study")
+    gone = {s for s, why in left.items() if why == DROPPED}
+    stand = derived.stand_ins(names, isinstance(study, dict) and study.get("one_on") is True, gone, baseline)
     variants = {attr.ALL_ON: baseline, **{attr.leave_one_out(s): f"no-{s}" for s in compared},
-                **{attr.one_on(s): f"only-{s}" for s in compared}}
-    variants[attr.ALL_OFF] = "all-off" if len(names) > 1 else f"no-{names[0]}"
+                **{attr.one_on(s): stand.get(f"only-{s}", f"only-{s}") for s in compared}}
+    variants[attr.ALL_OFF] = stand.get("all-off", "all-off") if len(names) > 1 else f"no-{names[0]}"
     cells = {k: table[v][peak] for k, v in variants.items() if peak in table.get(v, {})}
     if not compared:
         return View((), left, (), [])

@@ -137,6 +137,20 @@ class Runner:
         return (f"its guest reports the same vulnerabilities, boot-log mitigations and CPU flags as {ref}'s: "
                 f"{s.instance.removeprefix('no-')} changes nothing on this CPU and kernel")
 
+    def _drop(self, name: str, iteration: int, why: str) -> None:
+        """`name` measured no more: recorded (the plan offers none of its points again), and with it
+        each study instance that the switches dropped so far leave standing for another."""
+        st = self.cfg.study
+        gone = plan.dropped(self.run.records()) | {name}
+        off = {n.removeprefix("no-") for n in gone if n.startswith("no-")}
+        more = [(other, f"it differs from {same} only in switches that change nothing here ({', '.join(sorted(off))}): "
+                        f"{same}'s points stand for it")
+                for other, same in derived.stand_ins(st.switches, st.one_on, off, self.cfg.instance[0].name).items()
+                if other not in gone]
+        for n, reason in [(name, why), *more]:
+            self.say(f"{n} dropped before it is measured: {reason}")
+            self.run.append({"kind": "dropped", "instance": n, "iteration": iteration, "reason": reason})
+
     def _session(self, s: Session, label: str) -> None:
         self.say(f"{label} {s.instance}, iteration {s.iteration}: booting its guest")
         inst = self._instance(s.instance)
@@ -149,8 +163,7 @@ class Runner:
             for name in dict.fromkeys([s.instance, *(p.instance for p in s.points)]):
                 note_guest(self.run, self.cfg, b, name, s.instance)
             if why := self._changes_nothing(s, b):
-                self.say(f"{s.instance} dropped before it is measured: {why}")
-                self.run.append({"kind": "dropped", "instance": s.instance, "iteration": s.iteration, "reason": why})
+                self._drop(s.instance, s.iteration, why)
                 return
             if b.pinning["ok"] is False:
                 self.say(f"WARNING: the guest's QEMU threads are not held to the planned CPUs: {b.pinning}")
@@ -203,8 +216,10 @@ class Runner:
                 groups = sessions(todo, rides(self.cfg))
                 bar.grow(len(groups))
                 for n, s in enumerate(groups, before + 1):
-                    tried = {r["key"] for r in self.run.records() if r.get("kind") in POINTS}
-                    if all(p.key in tried for p in s.points):  # an earlier session measured them
+                    records = list(self.run.records())
+                    tried = {r["key"] for r in records if r.get("kind") in POINTS}
+                    # an earlier session measured them, or a study dropped the instance since the round began
+                    if all(p.key in tried for p in s.points) or s.instance in plan.dropped(records):
                         bar.advance()
                         continue
                     self._session(s, f"[{n}/{before + len(groups)}]")

@@ -8,6 +8,7 @@ run's configuration already holds them and is returned as it is."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TypeVar
 
 from vmharness.errors import HarnessError
@@ -40,12 +41,35 @@ def with_control(cfg: RunConfig, where: str = "control.cap") -> RunConfig:
 
 def study_variants(cfg: RunConfig) -> dict[str, list[str]]:
     """The study's instances after the reference, each by the switches it turns off, in order."""
-    names = list(cfg.study.switches)
+    return _variants(cfg.study.switches, cfg.study.one_on)
+
+
+def _variants(switches: Sequence[str], one_on: bool) -> dict[str, list[str]]:
+    names = list(switches)
     out = {f"no-{s}": [s] for s in names}
     if len(names) > 1:  # with one switch, all off is its leave-one-out
         out[sw.ALL_OFF] = names
-    if cfg.study.one_on:
+    if one_on:
         out.update({f"only-{s}": [o for o in names if o != s] for s in names})
+    return out
+
+
+def stand_ins(switches: Sequence[str], one_on: bool, gone: set[str], reference: str) -> dict[str, str]:
+    """The study's instances that switches found to change nothing (`gone`: their leave-one-out was
+    dropped at its boot) leave with nothing of their own to measure: all-off, or only-X, when the
+    switches it turns off less those are none (it is the reference) or one switch X (it is no-X).
+    Each such instance -> the one it stands for. With two or more switches left it measures something
+    no other instance does, and is kept."""
+    out: dict[str, str] = {}
+    variants = _variants(switches, one_on)
+    for name, off in variants.items():
+        if name.startswith("no-"):
+            continue
+        left = [s for s in off if s not in gone]
+        if not left:
+            out[name] = reference
+        elif len(left) == 1:
+            out[name] = f"no-{left[0]}"
     return out
 
 

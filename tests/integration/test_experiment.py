@@ -149,7 +149,7 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # no-pti stands for all-off: the total is pti's cost, and nothing is left to interact
     total = study["by_metric"]["throughput"]["total"]
     assert total["change"] == pytest.approx(pti["change"]["change"])
-    assert [s["step"] for s in study["waterfall"]] == ["pti", "interaction"]
+    assert [s["step"] for s in study["waterfall"]] == ["pti"]
     assert (run / "report" / "attribution.svg").exists()
     text = (run / "report" / "report.txt").read_text()
     assert "attribution at" in text and "spec_store_bypass_disable: left out: dropped" in text

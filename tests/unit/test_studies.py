@@ -128,4 +128,5 @@ def test_a_switch_that_changes_nothing_leaves_all_off_to_the_leave_one_out_of_th
     assert math.isclose(thr.marginals[0].change.change, -0.2) and thr.marginals[0].holm_rejects
     assert thr.total is not None and math.isclose(thr.total.change, -0.2)
     assert thr.interaction is not None and math.isclose(thr.interaction.change, 0.0, abs_tol=1e-12)
-    assert [s[0] for s in a.study.waterfall] == ["pti", "interaction"]
+    assert [s[0] for s in a.study.waterfall] == ["pti"]  # no step for an interaction that cannot be
+    assert math.isclose(a.study.waterfall[0][2], 1000.0 * math.exp(sum(map(math.log, NOISE)) / len(NOISE)))

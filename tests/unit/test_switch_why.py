@@ -52,7 +52,7 @@ def test_the_switch_that_costs_is_explained_against_its_leave_one_out_and_the_on
     assert pti.reason.reading.startswith("the same system calls per request (")
     assert "+43% (400 against 280 µs) predicts -30% of the measured -30%" in pti.reason.reading
     assert pti.grew is not None and pti.grew[0].function == "syscall_enter_from_user_mode_[k]"
-    said = switch_why.lines(found, "on")
+    said = switch_why.lines(found)
     assert said[0].startswith("why each switch costs what it does (on against the switch turned off")
     assert said[1].startswith("  pti (on against no-pti): the same system calls per request (")
     assert "; grew most per request: syscall_enter_from_user_mode (kernel) +" in said[1]
@@ -66,9 +66,9 @@ def test_the_switch_that_costs_is_explained_against_its_leave_one_out_and_the_on
 def test_a_cost_whose_profile_grew_nothing_says_so_and_nothing_without_readings_is_guessed(tmp_path: Path) -> None:
     records, view = _records(tmp_path, on_enter=1.0)
     found = switch_why.explain(_study(), records, tmp_path / "records.jsonl", dict(WORK), view, "on")
-    assert found[0].grew == () and "; nothing grew in its profile" in switch_why.lines(found, "on")[1]
+    assert found[0].grew == () and "; nothing grew in its profile" in switch_why.lines(found)[1]
     assert switch_why.headline(found) == "; why pti: each call costs more, which explains the cost"
     # without counted points or profiles, or without a study, nothing is said
     assert switch_why.explain(_study(), [], tmp_path / "records.jsonl", dict(WORK), None, "on") == ()
     assert switch_why.explain(None, records, tmp_path / "records.jsonl", dict(WORK), view, "on") == ()
-    assert switch_why.lines((), "on") == [] and switch_why.headline(()) == ""
+    assert switch_why.lines(()) == [] and switch_why.headline(()) == ""

@@ -189,7 +189,8 @@ def study(metric: str, table: Mapping[str, Mapping[K, float]], switches: Sequenc
 def waterfall(table: Mapping[str, Mapping[K, float]], switches: Sequence[str]) -> list[tuple[str, float, float]]:
     """The steps from all off to all on, for a figure: (label, start, end), on the blocks holding every
     variant. Starts at all_off's geometric mean, one step a switch by its marginal cost (largest first),
-    then the interaction, which ends at all_on's geometric mean. Empty without such a block."""
+    then the interaction, which ends at all_on's geometric mean (with one switch all off is its leave-one-out,
+    and there is nothing to interact: no such step). Empty without such a block."""
     names = [ALL_ON, ALL_OFF, *(leave_one_out(s) for s in switches)]
     if any(v not in table for v in names):
         return []
@@ -202,5 +203,6 @@ def waterfall(table: Mapping[str, Mapping[K, float]], switches: Sequence[str]) -
     for s, c in costs:
         steps.append((s, math.exp(level), math.exp(level + c)))
         level += c
-    steps.append(("interaction", math.exp(level), math.exp(mean[ALL_ON])))
+    if len(switches) > 1:
+        steps.append(("interaction", math.exp(level), math.exp(mean[ALL_ON])))
     return steps

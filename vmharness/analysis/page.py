@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from vmharness import userfile
 from vmharness.analysis import events, flame, headline, loadcurve, profiles, report, switch_why
@@ -59,6 +60,16 @@ def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | No
             f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
 
 
+class _Grown(NamedTuple):
+    """One profile read against another on the page: a variant against the baseline, or a study's
+    reference against a switch's leave-one-out."""
+    name: str
+    base: str
+    grew: tuple[profiles.Grower, ...]
+    svg: str  # its flame graph's file name, drawn or not
+    title: str
+
+
 def _profiles(v: profiles.View | None, flames: list[Path], switches: tuple[switch_why.Why, ...]) -> str:
     """Each variant's growers as a table, and its differential flame graph (flame.py) in an <img>: the
     SVG's own JavaScript never runs there, and it is not inlined; then each explained switch's in a study."""
@@ -66,8 +77,8 @@ def _profiles(v: profiles.View | None, flames: list[Path], switches: tuple[switc
         return ""
     drawn = {f.name for f in flames}
     out = [f"<h2>What grew per request in the profiles</h2><p>{_text(profiles.TEST)}</p>"]
-    shown = [(name, v.baseline, grew, flame.file_name(name), name) for name, grew in v.growers.items()]
-    shown += [(w.reference, w.against, w.grew, flame.switch_file(w.switch), f"{w.switch}: {w.reference}")
+    shown = [_Grown(name, v.baseline, grew, flame.file_name(name), name) for name, grew in v.growers.items()]
+    shown += [_Grown(w.reference, w.against, w.grew, flame.switch_file(w.switch), f"{w.switch}: {w.reference}")
               for w in switches if w.grew is not None]
     for name, base, grew, svg, title in shown:
         out.append(f"<h3>{_text(title)} against {_text(base)}</h3>")

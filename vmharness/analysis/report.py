@@ -172,7 +172,7 @@ def _variant_lines(a: Analysis) -> list[str]:
 
 def _calls(a: Analysis) -> list[str]:
     return (syscalls.lines(a.calls) + profiles.lines(a.profiles) + syscalls.why(a.why)
-            + switch_why.lines(a.switch_why, a.baseline))
+            + switch_why.lines(a.switch_why))
 
 
 def answer(a: Analysis) -> list[str]:
@@ -252,7 +252,7 @@ def markdown(a: Analysis) -> str:
             lines += [f"{said[0].upper()}{said[1:]}.", ""]
         for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak),
                        syscalls.lines(a.calls), profiles.lines(a.profiles), syscalls.why(a.why),
-                       switch_why.lines(a.switch_why, a.baseline)):
+                       switch_why.lines(a.switch_why)):
             if viewed:
                 lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
         if a.changes:

@@ -12,6 +12,7 @@ from typing import Any
 from vmharness.analysis import attribution as attr
 from vmharness.analysis.cells import Cell
 from vmharness.analysis.variants import Diff
+from vmharness.bench import plan
 from vmharness.model import derived
 
 DROPPED = "dropped before it was measured: its guest reported the same mitigations"
@@ -26,10 +27,13 @@ class View:
     waterfall: list[tuple[str, float, float]]  # throughput, from all off to all on
 
 
-def _switches(manifest: dict[str, Any]) -> list[str]:
+def _study(manifest: dict[str, Any]) -> tuple[list[str], bool]:
+    """The configured study's switches, in order, and whether it asked for each one on alone."""
     study = manifest.get("config", {}).get("study")
-    names = study.get("switches") if isinstance(study, dict) else None
-    return [s for s in names if isinstance(s, str)] if isinstance(names, list) else []
+    if not isinstance(study, dict):
+        return [], False
+    names = study.get("switches")
+    return [s for s in names if isinstance(s, str)] if isinstance(names, list) else [], study.get("one_on") is True
 
 
 def _values(cell: Cell, metric: str) -> dict[Any, float]:
@@ -39,15 +43,12 @@ def _values(cell: Cell, metric: str) -> dict[Any, float]:
 def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[str, dict[int, Cell]],
          peak: int | None, baseline: str, found: list[Diff]) -> View | None:
     """None for a run without a study, or a report whose baseline is not the study's reference."""
-    names = _switches(manifest)
+    names, one_on = _study(manifest)
     configured = [i.get("name") for i in manifest.get("config", {}).get("instance", []) if isinstance(i, dict)]
     if not names or peak is None or not configured or configured[0] != baseline:
         return None
-    left: dict[str, str] = {}
-    for r in records:
-        name = r.get("instance")
-        if r.get("kind") == "dropped" and isinstance(name, str) and name.removeprefix("no-") in names:
-            left[name.removeprefix("no-")] = DROPPED
+    gone = {s for s in names if f"no-{s}" in plan.dropped(records)}  # the runner's own test (experiment/runner.py)
+    left = {s: DROPPED for s in names if s in gone}
     unseen = {d.instance.removeprefix("no-") for d in found if d.instance.startswith("no-") and not d.seen}
     for s in names:
         if s not in left and s in unseen:
@@ -57,9 +58,7 @@ def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[st
     compared = tuple(s for s in names if s not in left)
     # all-off and only-X that the switches dropped at their boot left standing for another instance
     # (model/derived.py): that one's points are theirs
-    study = manifest.get("config", {}).get("study")
-    gone = {s for s, why in left.items() if why == DROPPED}
-    stand = derived.stand_ins(names, isinstance(study, dict) and study.get("one_on") is True, gone, baseline)
+    stand = derived.stand_ins(names, one_on, gone, baseline)
     variants = {attr.ALL_ON: baseline, **{attr.leave_one_out(s): f"no-{s}" for s in compared},
                 **{attr.one_on(s): stand.get(f"only-{s}", f"only-{s}") for s in compared}}
     variants[attr.ALL_OFF] = stand.get("all-off", "all-off") if len(names) > 1 else f"no-{names[0]}"

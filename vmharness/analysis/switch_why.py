@@ -49,12 +49,12 @@ def _said(w: Why) -> list[str]:
     return parts
 
 
-def lines(found: tuple[Why, ...], reference: str) -> list[str]:
+def lines(found: tuple[Why, ...]) -> list[str]:
     if not found:
         return []
-    return [f"why each switch costs what it does ({reference} against the switch turned off, from the counted and "
-            "profiled points):", *(f"  {w.switch} ({w.reference} against {w.against}): {'; '.join(_said(w))}"
-                                  for w in found)]
+    return [f"why each switch costs what it does ({found[0].reference} against the switch turned off, from the "
+            "counted and profiled points):", *(f"  {w.switch} ({w.reference} against {w.against}): "
+                                               f"{'; '.join(_said(w))}" for w in found)]
 
 
 def headline(found: tuple[Why, ...]) -> str:

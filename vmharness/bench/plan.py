@@ -204,7 +204,10 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     if any(budget.PILOT in its for its in rounds.values()) and (
             left := [p for c in pilot for p in round_of(budget.PILOT, c) if p.key not in tried]):
         return left  # a pilot begun is finished at all its counts, whatever the focus is now
-    k = max(rounds[focus]) + 1
+    # Its next round is the latest one, after the pilot, when it has none there yet: in a run the round
+    # is the boot that is up, and a round it skipped would cost a boot again for one measurement.
+    latest = max(max(its) for its in rounds.values())
+    k = latest if latest > budget.PILOT and latest not in rounds[focus] else max(rounds[focus]) + 1
     counts = near
     if planned is None and k == budget.PILOT:
         counts = sorted(set(near) | set(pilot))

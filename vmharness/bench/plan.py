@@ -190,9 +190,13 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
     planned = planned_budget(cfg, records)
     repeats = planned.repeats if planned is not None else 1
 
-    def round_of(k: int, c: int) -> list[Point]:  # a round's points at a count: after the pilot, repeated
+    def round_of(k: int, c: int) -> list[Point]:  # a round's points at a count: after the pilot, repeated,
+        # once the count has had its rounds up to the pilot's (a focus that moved to a count measured once
+        # takes its second value alone, as the pilot would have given it, before a round of repeats)
         names = [n for n in turn(k) if n in walk or c in near]
-        return [Point(k, c, n, repeat=j) for j in range(repeats if k > budget.PILOT else 1) for n in names]
+        had = sum(j < k for j in rounds.get(c, ()))
+        times = repeats if k > budget.PILOT and had > budget.PILOT else 1
+        return [Point(k, c, n, repeat=j) for j in range(times) for n in names]
 
     # a round begun at a count is finished first: every instance (a study's: at the focus, and its
     # neighbours if asked) has the same rounds there
@@ -205,7 +209,7 @@ def adaptive(cfg: BenchConfig, records: Iterable[dict[str, Any]]) -> list[Point]
             left := [p for c in pilot for p in round_of(budget.PILOT, c) if p.key not in tried]):
         return left  # a pilot begun is finished at all its counts, whatever the focus is now
     # Its next round is the latest one, after the pilot, when it has none there yet: in a run the round
-    # is the boot that is up, and a round it skipped would cost a boot again for one measurement.
+    # is the boot that is up, and going back to a round it lacks would boot that round's guest again.
     latest = max(max(its) for its in rounds.values())
     k = latest if latest > budget.PILOT and latest not in rounds[focus] else max(rounds[focus]) + 1
     counts = near

@@ -183,6 +183,15 @@ def test_a_run_walks_the_ladder_in_the_baselines_boot_then_boots_each_other_inst
         assert got == sorted(ladder)
 
 
+def _guest_cfg() -> sections.RunConfig:
+    """One instance, adaptive, on time_to_answer.py --guest's range (where one TCG vCPU saturates)."""
+    cfg = config.run_from_json({"instance": [{"name": "base"}],
+                                "sweep": {"connections": "1:8:1,8:32:4,32:64:8", "search": "adaptive",
+                                          "iterations": 3}})
+    assert isinstance(cfg, sections.RunConfig)
+    return cfg
+
+
 # A guest's flat top under TCG, as benchmarks/time_to_answer.py --guest measured it (req/s by count, a
 # boot each round): the focus moves after the pilot, to 10, then to 21, measured once, then back to 12.
 TCG_FLAT = {0: {1: 1674, 2: 1736, 4: 1685, 8: 1850, 16: 1950, 32: 1904, 64: 1633, 21: 1813, 12: 2017, 10: 1969,
@@ -195,10 +204,7 @@ def test_a_focus_that_moves_after_the_pilot_is_measured_in_the_boot_that_is_up()
     """Where the highest mean moves to a count the current round has not measured, that round measures it:
     in a run, the boot up now. Going back to the first round it lacks would boot that round's guest
     again for one measurement (it did: five boots where three do)."""
-    cfg = config.run_from_json({"instance": [{"name": "base"}],
-                                "sweep": {"connections": "1:8:1,8:32:4,32:64:8", "search": "adaptive",
-                                          "iterations": 3}})
-    assert isinstance(cfg, sections.RunConfig)
+    cfg = _guest_cfg()
     records, boots = _run(cfg, lambda p: TCG_FLAT.get(p.iteration, {}).get(p.connections, 1600.0))
     assert boots == [(0, "base"), (1, "base"), (2, "base")]
     assert [r["connections"] for r in records if r["iteration"] == 2] == [10, 21, 12]
@@ -214,10 +220,7 @@ def test_after_the_pilot_a_count_gets_its_second_value_alone_then_rounds_of_the_
     the highest mean moves to a count measured once, that count takes one value in the boot that is up,
     as the pilot would have given it, and the planned repeats only in a later boot: a lucky value is
     not answered with a round of repeats (seed 3 moves so; the others keep the rule where they do not)."""
-    cfg = config.run_from_json({"instance": [{"name": "base"}],
-                                "sweep": {"connections": "1:8:1,8:32:4,32:64:8", "search": "adaptive",
-                                          "iterations": 3}})
-    assert isinstance(cfg, sections.RunConfig)
+    cfg = _guest_cfg()
     moved = 0
     for seed in range(6):
         records, boots = _run(cfg, _flat(np.random.default_rng(seed)), boot_seconds=60.0)

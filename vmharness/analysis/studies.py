@@ -47,7 +47,8 @@ def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[st
     configured = [i.get("name") for i in manifest.get("config", {}).get("instance", []) if isinstance(i, dict)]
     if not names or peak is None or not configured or configured[0] != baseline:
         return None
-    gone = {s for s in names if f"no-{s}" in plan.dropped(records)}  # the runner's own test (experiment/runner.py)
+    dropped = plan.dropped(records)  # the runner's own test (experiment/runner.py)
+    gone = {s for s in names if f"no-{s}" in dropped}
     left = {s: DROPPED for s in names if s in gone}
     unseen = {d.instance.removeprefix("no-") for d in found if d.instance.startswith("no-") and not d.seen}
     for s in names:

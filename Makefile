@@ -26,23 +26,38 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# oha, the open-loop load generator (docs/load.md: measured against vegeta, autocannon and a paced wrk),
-# built from crates.io into the venv's bin/, where a local client finds it. --locked: the versions its
-# release was tested with (a newer dependency may want a newer rustc than the machine's).
-OHA_VERSION := 1.16.0
+# Tools built with cargo live once per machine, outside every clone: TOOLS/NAME-VERSION/bin, built the
+# first time a clone asks for that version (a version bump builds the new one beside the old), then
+# copied into the clone's .venv/bin, where a local client finds them. The build goes into a folder of
+# its own and is renamed into place whole, under a lock, so two clones building at once neither race
+# nor leave half a tool behind. --locked: the versions its release was tested with (a newer
+# dependency may want a newer rustc than the machine's).
+TOOLS := $(or $(VMHARNESS_TOOLS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/vmharness/tools)
 CARGO := $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
+# $(call cargo-tool,CRATE,VERSION): the tool's folder in TOOLS, built there if it is not yet
+define cargo-tool
+	@[ -x "$(CARGO)" ] || { echo "cargo is needed to build $(1) (rustup.rs, or apt-get install cargo)"; exit 1; }
+	@mkdir -p "$(TOOLS)"
+	@flock "$(TOOLS)/.lock" bash -c 'set -e; dst="$(TOOLS)/$(1)-$(2)"; [ -d "$$dst/bin" ] && exit 0; \
+	    echo "building $(1) $(2) into $$dst (once per machine)"; tmp=$$(mktemp -d "$(TOOLS)/.build-$(1)-XXXXXX"); \
+	    trap "rm -rf $$tmp" EXIT; PATH="$(dir $(CARGO)):$$PATH" "$(CARGO)" install --locked --quiet --root "$$tmp" $(1)@$(2); \
+	    rm -f "$$tmp/.crates.toml" "$$tmp/.crates2.json"; mv -T "$$tmp" "$$dst"; trap - EXIT'
+endef
+
+# oha, the open-loop load generator (docs/load.md: measured against vegeta, autocannon and a paced wrk).
+OHA_VERSION := 1.16.0
 $(VENV)/bin/oha: | $(VENV)/.installed
-	@[ -x "$(CARGO)" ] || { echo "cargo is needed to build oha (rustup.rs, or apt-get install cargo)"; exit 1; }
-	PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --locked --quiet --root $(VENV) oha@$(OHA_VERSION)
+	$(call cargo-tool,oha,$(OHA_VERSION))
+	install -m 0755 "$(TOOLS)/oha-$(OHA_VERSION)/bin/oha" $@
 
 oha: $(VENV)/bin/oha
 
 # inferno, the flame-graph tools ([explain] profile: collapse-perf folds the guest's `perf script`,
-# diff-folded and flamegraph draw each variant against the baseline), built from crates.io as oha is.
+# diff-folded and flamegraph draw each variant against the baseline).
 INFERNO_VERSION := 0.12.8
 $(VENV)/bin/inferno-flamegraph: | $(VENV)/.installed
-	@[ -x "$(CARGO)" ] || { echo "cargo is needed to build inferno (rustup.rs, or apt-get install cargo)"; exit 1; }
-	PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --locked --quiet --root $(VENV) inferno@$(INFERNO_VERSION)
+	$(call cargo-tool,inferno,$(INFERNO_VERSION))
+	install -m 0755 "$(TOOLS)/inferno-$(INFERNO_VERSION)"/bin/inferno-* $(VENV)/bin/
 
 inferno: $(VENV)/bin/inferno-flamegraph
 
@@ -74,7 +89,7 @@ demo: deps venv oha inferno
 GENERATORS := .cache/generators
 bench: deps venv oha
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
-	PATH="$(dir $(CARGO)):$$PATH" $(CARGO) install --locked --quiet --root $(GENERATORS) oha@$(OHA_VERSION)
+	install -D -m 0755 "$(TOOLS)/oha-$(OHA_VERSION)/bin/oha" $(GENERATORS)/bin/oha
 	GOBIN=$(CURDIR)/$(GENERATORS)/bin go install github.com/tsenart/vegeta/v12@v12.13.0
 	npm install --silent --prefix $(GENERATORS) autocannon@8.0.0
 	$(PY) benchmarks/load_generators.py --bin $(GENERATORS)

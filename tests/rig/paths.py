@@ -16,8 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:
-    """`<cache>/rig/`, where `<cache>` is `$VMHARNESS_CACHE` or `<repo>/.cache`."""
-    base = os.environ.get("VMHARNESS_CACHE") or str(REPO / ".cache")
+    """`<cache>/rig/`, where `<cache>` is `$VMHARNESS_CACHE`, or else one per machine outside every clone
+    (`$XDG_CACHE_HOME/vmharness`, `~/.cache/vmharness`, beside the tools `make` builds): what it holds
+    is named by its content (the kernel package's ABI name, the initramfs's sha256), so clones of
+    different versions share it safely, and a clean clone no longer downloads and unpacks the kernel."""
+    base = os.environ.get("VMHARNESS_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vmharness")
     path = Path(base).resolve() / "rig"
     path.mkdir(parents=True, exist_ok=True)
     return path

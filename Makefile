@@ -38,9 +38,9 @@ CARGO := $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
 define cargo-tool
 	@[ -x "$(CARGO)" ] || { echo "cargo is needed to build $(1) (rustup.rs, or apt-get install cargo)"; exit 1; }
 	@mkdir -p "$(TOOLS)"
-	@flock "$(TOOLS)/.lock" bash -c 'set -e; dst="$(TOOLS)/$(1)-$(2)"; [ -d "$$dst/bin" ] && exit 0; \
+	@flock "$(TOOLS)/.lock-$(1)" bash -c 'set -e; dst="$(TOOLS)/$(1)-$(2)"; [ -d "$$dst/bin" ] && exit 0; \
 	    echo "building $(1) $(2) into $$dst (once per machine)"; tmp=$$(mktemp -d "$(TOOLS)/.build-$(1)-XXXXXX"); \
-	    trap "rm -rf $$tmp" EXIT; PATH="$(dir $(CARGO)):$$PATH" "$(CARGO)" install --locked --quiet --root "$$tmp" $(1)@$(2); \
+	    trap "rm -rf $$tmp" EXIT; chmod 755 "$$tmp"; PATH="$(dir $(CARGO)):$$PATH" "$(CARGO)" install --locked --quiet --root "$$tmp" $(1)@$(2); \
 	    rm -f "$$tmp/.crates.toml" "$$tmp/.crates2.json"; mv -T "$$tmp" "$$dst"; trap - EXIT'
 endef
 

@@ -113,10 +113,16 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     flags = {name: manifest["instances"][name]["cpu_flags"] for name in ("on", "no-pti")}
     assert "pti" in flags["on"] and "pti" not in flags["no-pti"]
     assert any("isolation: enabled" in line for line in manifest["instances"]["on"]["mitigation_log"])
-    # the host saw the cap bind: the control's vCPU thread ran at most 50% of the time, the reference's more
+    # the host saw the cap bind: the control's vCPU thread ran at most 50% of the time, the reference's more,
+    # or else the reference's was held under the cap too, by the host's other work, which it waited for: a
+    # loaded machine (load 5-6 on two cores) read both shares near 30%, their order left to chance, and that
+    # is said by the time the reference's vCPU waited for its CPU (schedstat), not guessed
     vcpu = {name: [p["host"]["vcpu_busy_percent"][0] for p in points if p["instance"] == name]
             for name in ("on", "control")}
-    assert max(vcpu["control"]) <= 52 and statistics.fmean(vcpu["on"]) > statistics.fmean(vcpu["control"]), vcpu
+    waited = statistics.fmean(p["host"]["vcpu_wait_percent"][0] for p in points if p["instance"] == "on")
+    ran = {name: statistics.fmean(shares) for name, shares in vcpu.items()}
+    assert max(vcpu["control"]) <= 52, vcpu
+    assert ran["on"] > ran["control"] or (ran["on"] < 52 and ran["on"] + waited > 52), (vcpu, waited)
     # and how long each waited for its CPU (the kernel's schedstat for QEMU's "CPU 0/TCG" thread)
     assert all(0 <= p["host"]["vcpu_wait_percent"][0] <= 101 for p in points), points[0]
     # each reference boot read its vCPU's time without load first (timers, samplers): more than nothing,

@@ -61,6 +61,7 @@ def _study(cmdline: str, names: list[str]) -> object:
     ("spectre-v2=off", ["pti"], "'spectre-v2=off' is read two ways"),
     ("quiet -- nopti", ["pti"], "is read two ways"),
     ('"nopti"', ["pti"], "already turns pti off"),
+    ('quiet foo="a', ["pti"], "leaves a double quote open"),  # pti=off appended would be foo's
 ])
 def test_a_reference_that_turns_off_what_the_study_switches_is_refused(cmdline: str, names: list[str],
                                                                        said: str) -> None:

@@ -84,8 +84,12 @@ def _turns_off(switch: Switch, p: kernel_cmdline.Param) -> bool:
 def check_reference(name: str, line: str, studied: Sequence[str], where: str = "study.switches") -> None:
     """The study's reference (the first instance, every mitigation on) must not turn off what the study
     switches, by mitigations=off or by a switch's own off word (the last word for a parameter is the
-    one the kernel keeps), and must not hold such a word the kernel's readers read two ways
-    (model/kernel_cmdline.py): either would leave the study measuring something else than it says."""
+    one the kernel keeps), must not hold such a word the kernel's readers read two ways
+    (model/kernel_cmdline.py), and must not leave a quote open (the off words appended after it would
+    be read inside it): each would leave the study measuring something else than it says."""
+    if line.count('"') % 2:
+        raise HarnessError(f"{where}: the reference {name}'s cmdline leaves a double quote open: the kernel would "
+                           "read the variants' off words inside it", "close the quote, or drop it")
     params = kernel_cmdline.parse(line).params
     mitigations = [p.value for p in params if p.key == "mitigations"]
     if mitigations and (mitigations[-1] or "").split(",")[0] == "off":

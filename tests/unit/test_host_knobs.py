@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
-from vmharness.experiment import ops
+from vmharness.experiment import ops, preflight
 from vmharness.guest import instance, session, vm
 from vmharness.host.prepare import knobs
 from vmharness.journal import journal
@@ -365,3 +366,28 @@ def test_host_prepare_dry_run_shows_each_instances_knobs_on_a_snapshot(tmp_path:
     assert cli.main(argv) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"host knobs: no instance in {study} sets any"
     assert tree(h.base) == before and not h.p(journal.JOURNAL).exists()
+
+
+def test_print_xml_places_an_smt_off_instance_on_the_cpus_smt_off_leaves(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --print-xml` shows each guest where the run will place it: SMT off takes CPUs 2-3 away
+    before b boots, so b's vCPUs and QEMU's threads are pinned on 0-1 (the run plans once it is off and
+    check_placement refuses the rest); a, which leaves SMT on, keeps the CPUs it has."""
+    from vmharness.cli import main as cli
+    h = kvm_host(tmp_path)
+    before = tree(h.base)
+    study = tmp_path / "r.toml"
+    study.write_text('[[instance]]\nname = "a"\n[[instance]]\nname = "b"\n[instance.host]\nsmt = "off"\n')
+    assert cli.main(["run", str(study), "--print-xml", "--host-root", str(h.base)]) == 0
+    out, err = capsys.readouterr()
+    xml_a, xml_b = out.split("<!-- instance b -->")
+    pinned = {name: set(re.findall(r"cpuset=['\"]([0-9,-]+)['\"]", xml)) for name, xml in (("a", xml_a), ("b", xml_b))}
+    assert pinned == {"a": {"0", "1", "2"}, "b": {"0", "1", "0,1"}}, pinned
+    assert "note: b: host.smt = off takes CPUs 2-3 offline before its guest boots: the guest is placed on the " \
+           "CPUs left" in err
+    study.write_text('[guest]\nvcpus = 3\n[[instance]]\nname = "a"\n[[instance]]\nname = "b"\n[instance.host]\n'
+                     'smt = "off"\n')
+    with pytest.raises(HarnessError, match=r"instance b: host.smt = off takes CPUs 2-3 offline before its guest "
+                                           r"boots, and then: 3 vCPUs but node 0 has 2 CPUs"):
+        list(preflight.domains(kernel(h), config.load_run(study), None))
+    assert tree(h.base) == before

@@ -1,8 +1,10 @@
 """Values that must be refused, tried through the real command (tests/hostile_kit.py): libvirt URIs
 that could run a program or read a key, wire addresses no link can hold or that the host already
 routes elsewhere, CPU lists a kernel never writes, digits that are not ASCII, environment values
-and names from host trees with control characters in them. Each case: exit 2, one `error:` line
-naming the key, flag, file or variable, one `hint:` line, no traceback, nothing changed.
+and names from host trees with control characters in them; QEMU options outside qemu_args'
+allow-list, contradictory CPU bits, a study reference the kernel reads as turning its switches off, a
+run folder whose study names a switch twice. Each case: exit 2, one `error:` line naming the key,
+flag, file or variable, one `hint:` line, no traceback, nothing changed.
 tests/unit/test_hostile_values_real.py holds what a table cannot check."""
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 
 from tests import hostile_kit
 from tests.fakehost import FakeHost
-from tests.hostile_kit import PWNED, Case, Outcomes, S, both, run_toml, snapshot_host, snapshot_with
+from tests.hostile_kit import GOOD_MANIFEST, PWNED, Case, Outcomes, S, both, run_toml, snapshot_host, snapshot_with
 
 NIC = "0000:b3:00.0"
 NODE0 = "sys/devices/system/node/node0/cpulist"
@@ -62,6 +64,21 @@ def _netdev_named(name: str) -> hostile_kit.Build:
         snapshot_host(cwd)
         (cwd / "snap/sys/class/net" / name).symlink_to("../../devices/virtual/net/lo")
     return build
+
+
+# qemu_args that would run a program, open a port or read a host file: (id, TOML array, index, said)
+QEMU_ARGS = [
+    ("incoming-exec", f'["-incoming", "exec:touch {PWNED}"]', 0, "'-incoming' is not allowed"),
+    ("tap-script", f'["-netdev", "tap,id=n0,script={PWNED}"]', 0, "'-netdev' is not allowed"),
+    ("monitor-tcp", '["-monitor", "tcp:127.0.0.1:4444,server,nowait"]', 0, "'-monitor' is not allowed"),
+    ("chardev-file", f'["-chardev", "file,id=c0,path={PWNED}"]', 0, "'-chardev' is not allowed"),
+    ("double-dash", '["--qmp", "unix:/tmp/vmh-hostile.sock,server"]', 0, "'--qmp' is not allowed"),
+    ("joined", f'["-pidfile={PWNED}"]', 0, "is not allowed"),
+    ("hidden-in-global", '["-global", "-plugin"]', 1, "is not DRIVER.PROPERTY=VALUE"),
+    ("global-romfile", '["-global", "e1000.romfile=shadow"]', 1, "romfile"),
+    ("smbios-file", '["-smbios", "type=1,file=/etc/shadow"]', 1, "'file'"),
+    ("bare-word", '["-global", "ICH9-LPC.noreboot=off", "/etc/shadow"]', 2, "is not an option"),
+]
 
 
 def cases() -> list[Case]:
@@ -175,6 +192,30 @@ def cases() -> list[Case]:
              run_toml('[study]\nswitches = ["pti"]\nneighbours = "$(touch ' + PWNED + ')"\n')),
         Case("study-unknown-key", ("run", "r.toml", "--print-xml"), ("study.all_on",),
              run_toml('[study]\nswitches = ["pti"]\nall_on = "x"\n')),
+        Case("study-switch-twice-in-a-run-folder", ("report", "rd"), ("rd/manifest.json", "config.study.switches",
+                                                                      "'pti' twice"),
+             hostile_kit.a_run_dir(GOOD_MANIFEST.replace('}]}', '}], "study": {"switches": ["pti", "pti"]}}'),
+                                   hostile_kit.GOOD_RECORDS)),
+        Case("study-reference-quoted-mitigations-off", ("run", "r.toml", "--print-xml"),
+             ("study.switches", "turns every mitigation off"),
+             run_toml('[[instance]]\nname = "a"\ncmdline = \'"mitigations=off"\'\n[study]\nswitches = ["pti"]\n')),
+        Case("study-reference-nopti-inside-quotes", ("run", "r.toml", "--print-xml"),
+             ("study.switches", "'nopti' is read two ways"),
+             run_toml('[[instance]]\nname = "a"\ncmdline = \'foo="a nopti b"\'\n[study]\nswitches = ["pti"]\n')),
+        Case("study-reference-already-off", ("run", "r.toml", "--print-xml"),
+             ("study.switches", "already turns pti off"),
+             run_toml('[[instance]]\nname = "a"\ncmdline = "nopti"\n[study]\nswitches = ["pti"]\n')),
+        # an instance's CPU bits: each named once
+        Case("cpu-features-contradict", ("run", "r.toml", "--print-xml"),
+             ("instance[0].cpu_features[1] '+md-clear' contradicts", "cpu_features[0] '-md-clear'"),
+             run_toml('[[instance]]\nname = "a"\ncpu_features = ["-md-clear", "+md-clear"]\n')),
+        Case("cpu-features-repeat-underscore", ("run", "r.toml", "--print-xml"),
+             ("instance[0].cpu_features[1] '-md_clear' repeats",),
+             run_toml('[[instance]]\nname = "a"\ncpu_features = ["-md-clear", "-md_clear"]\n')),
+        # qemu_args: an allow-list (tests/unit/test_qemu_args.py holds the whole table)
+        *(Case(f"qemu-args-{name}", ("run", "r.toml", "--print-xml"), (f"instance[0].qemu_args[{i}]", said),
+               run_toml(f'[[instance]]\nname = "a"\nqemu_args = {args}\n'))
+          for name, args, i, said in QEMU_ARGS),
         # what a run counts to explain a cost ([explain]): a switch and a duration, nothing that runs
         Case("explain-syscalls-text", ("run", "r.toml", "--print-xml"), ("explain.syscalls",),
              run_toml('[explain]\nsyscalls = "$(touch ' + PWNED + ')"\n')),

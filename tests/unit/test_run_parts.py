@@ -174,7 +174,8 @@ def test_run_config_errors_name_the_setting(tmp_path: Path) -> None:
             "sweep.interleave = point cannot be",
         "[guests]\nmemory = 512\n": "unknown setting config.guests",
         "[[instance]]\nname = \"a\"\ncpu_features = [\"md-clear\"]\n": "cpu_features[0] 'md-clear' is not +name",
-        "[[instance]]\nname = \"a\"\nqemu_args = [\"-s\", \"\"]\n": "instance[0].qemu_args[1] is an empty argument",
+        "[[instance]]\nname = \"a\"\nqemu_args = [\"-global\", \"\"]\n":
+            "instance[0].qemu_args[1] is an empty argument",
         "[[instance]]\nname = \"a\"\nprofile = \"/nonexistent.toml\"\n": "no profile '/nonexistent.toml'",
         "[tuning]\nprofile = \"fast\"\n": "no profile 'fast'",
     }
@@ -190,7 +191,7 @@ def test_bench_refuses_a_guests_settings(tmp_path: Path) -> None:
     path.write_text("[[instance]]\nname = \"a\"\ncmdline = \"mitigations=off\"\n")
     with pytest.raises(HarnessError, match="instance a: cmdline is a guest's setting"):
         config.load(path)
-    path.write_text("[[instance]]\nname = \"a\"\nqemu_args = [\"-s\"]\n")
+    path.write_text("[[instance]]\nname = \"a\"\nqemu_args = [\"-global\", \"ICH9-LPC.noreboot=off\"]\n")
     with pytest.raises(HarnessError, match="instance a: qemu_args is a guest's setting"):
         config.load(path)
     path.write_text("[[instance]]\nname = \"a\"\nvcpu_cap = 50\n")

@@ -22,7 +22,7 @@ from vmharness.analysis.variants import Control, Diff
 from vmharness.bench import budget
 from vmharness.errors import HarnessError
 from vmharness.rundir.record_check import load_target
-from vmharness.rundir.store import RECORDS, RunDir, left_out_line
+from vmharness.rundir.store import MANIFEST, RECORDS, RunDir, left_out_line
 from vmharness.stats import Change, Interval, Peak, Plan, Split, ratio_change
 
 LEVEL = stats.LEVEL
@@ -103,7 +103,7 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
                                  vcpu_means(base_cell, waited=True) if base_cell else None
                                  ) if a.baseline == (names[0] if names else None) else None
     records = list(run.records())
-    a.study = studies.view(run.manifest, records, table, a.peak, a.baseline, a.variants)
+    a.study = studies.view(run.manifest, records, table, a.peak, a.baseline, a.variants, str(run.path / MANIFEST))
     # a study's switch dropped as doing nothing is said once, among the study's answer, not as a warning
     dropped = {f"no-{s}" for s in (a.study.left_out if a.study is not None else {})}
     extra = variants.diff_flags([d for d in a.variants if d.instance not in dropped], a.baseline)

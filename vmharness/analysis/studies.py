@@ -13,7 +13,7 @@ from vmharness.analysis import attribution as attr
 from vmharness.analysis.cells import Cell
 from vmharness.analysis.variants import Diff
 from vmharness.bench import plan
-from vmharness.model import derived
+from vmharness.model import derived, switches
 
 DROPPED = "dropped before it was measured: its guest reported the same mitigations"
 METRICS = (("throughput", True), ("p50", False), ("p99", False))  # (metric, higher is better)
@@ -27,13 +27,15 @@ class View:
     waterfall: list[tuple[str, float, float]]  # throughput, from all off to all on
 
 
-def _study(manifest: dict[str, Any]) -> tuple[list[str], bool]:
-    """The configured study's switches, in order, and whether it asked for each one on alone."""
+def _study(manifest: dict[str, Any], where: str) -> tuple[list[str], bool]:
+    """The configured study's switches, in order, and whether it asked for each one on alone; a switch
+    named twice (a manifest written by hand: run reads none such) is refused as the file's error."""
     study = manifest.get("config", {}).get("study")
     if not isinstance(study, dict):
         return [], False
     names = study.get("switches")
-    return [s for s in names if isinstance(s, str)] if isinstance(names, list) else [], study.get("one_on") is True
+    found = [s for s in names if isinstance(s, str)] if isinstance(names, list) else []
+    return list(switches.check_distinct(found, f"{where}: config.study.switches")), study.get("one_on") is True
 
 
 def _values(cell: Cell, metric: str) -> dict[Any, float]:
@@ -41,9 +43,10 @@ def _values(cell: Cell, metric: str) -> dict[Any, float]:
 
 
 def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[str, dict[int, Cell]],
-         peak: int | None, baseline: str, found: list[Diff]) -> View | None:
-    """None for a run without a study, or a report whose baseline is not the study's reference."""
-    names, one_on = _study(manifest)
+         peak: int | None, baseline: str, found: list[Diff], where: str = "manifest.json") -> View | None:
+    """None for a run without a study, or a report whose baseline is not the study's reference.
+    `where`: the manifest's path, for errors."""
+    names, one_on = _study(manifest, where)
     configured = [i.get("name") for i in manifest.get("config", {}).get("instance", []) if isinstance(i, dict)]
     if not names or peak is None or not configured or configured[0] != baseline:
         return None

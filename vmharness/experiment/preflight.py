@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness.bench import bench
+from vmharness.cpus import format_cpulist
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep
 from vmharness.guest import domain, instance, session
@@ -20,6 +21,7 @@ from vmharness.host.prepare import knobs, plan
 from vmharness.journal import journal
 from vmharness.model import config, derived, rules, sections, wire
 from vmharness.model.bdf import parse_bdf
+from vmharness.model.hostknobs import SMT
 from vmharness.system.root import HostRoot
 
 
@@ -83,12 +85,23 @@ class Domain:
 
 
 def domains(root: HostRoot, cfg: sections.RunConfig, after: plan.Plan | None) -> Iterator[Domain]:
-    """Each instance's domain, in order, as it would be defined once `after` is carried out (one at a
-    time, so that what is shown of the first stands before an error in the next)."""
+    """Each instance's domain, in order, as it would be defined once `after` is carried out and its own
+    host knobs are set: with `smt = "off"` its vCPUs and QEMU's threads are placed on the CPUs SMT off
+    leaves, as the run places them once it is off (one at a time, so that what is shown of the first
+    stands before an error in the next)."""
     owner = journal.RUN_PREFIX + bench.new_id()
     for inst in cfg.instance:
-        planned = instance.plan(root, session.request(cfg, inst, owner), for_print=True, after=after)
-        yield Domain(inst.name, domain.to_xml(planned.spec), planned.notes, knobs.preview(root, inst.name, inst.host))
+        offline = knobs.taken_by_smt_off(root) if inst.host.get(SMT) == "off" else ()
+        said = f"host.smt = off takes CPUs {format_cpulist(offline)} offline before its guest boots" if offline else ""
+        try:
+            planned = instance.plan(root, session.request(cfg, inst, owner), for_print=True, after=after,
+                                    offline=offline)
+        except HarnessError as exc:
+            if said:
+                raise HarnessError(f"instance {inst.name}: {said}, and then: {exc.message}", exc.hint) from None
+            raise
+        notes = (*planned.notes, f"{said}: the guest is placed on the CPUs left") if said else planned.notes
+        yield Domain(inst.name, domain.to_xml(planned.spec), notes, knobs.preview(root, inst.name, inst.host))
 
 
 def resumed(root: HostRoot, saved: dict[str, Any]) -> hostprep.Choice:

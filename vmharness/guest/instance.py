@@ -157,16 +157,18 @@ def _libvirt_sees(root: HostRoot, page_kib: int, memory_mib: int, for_print: boo
     return [f"libvirt: {seen.said}" + (f"; fix: {seen.fix}" if seen.fix else "")]
 
 
-def plan(root: HostRoot, req: VmRequest, for_print: bool = False, after: HostPlan | None = None) -> Planned:
+def plan(root: HostRoot, req: VmRequest, for_print: bool = False, after: HostPlan | None = None,
+         offline: tuple[int, ...] = ()) -> Planned:
     """`after`: plan the domain as it would be once this host plan is carried out (`run --print-xml` on a
-    host not prepared yet): its devices count as on vfio-pci, its hugepages as reserved."""
+    host not prepared yet): its devices count as on vfio-pci, its hugepages as reserved. `offline`: CPUs
+    the instance's host knobs take away before it boots (SMT off), left out of its placement."""
     check_name(req.name)
     if req.memory_mib < 128:
         raise HarnessError(f"{req.memory_mib} MiB is too little memory for the guest", "pass --memory 512 or more")
     bound = {b.bdf for b in after.binds} if after is not None else set()
     bdfs = tuple(dict.fromkeys(_check_device(root, b, req.managed, bound) for b in req.bdfs))  # each device once
-    node_cpus = placement.node_cpus(root, placement.nic_node(root, bdfs)[0])
-    place = placement.place(root, bdfs, req.vcpus or min(2, len(node_cpus)))
+    node_cpus = placement.node_cpus(root, placement.nic_node(root, bdfs)[0], offline)
+    place = placement.place(root, bdfs, req.vcpus or min(2, len(node_cpus)), offline)
     page_kib = _hugepage_kib(req) if req.hugepages else None
     notes = []
     if page_kib is not None and not _pages_planned(after, place.node, page_kib, req.memory_mib):

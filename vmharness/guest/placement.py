@@ -11,7 +11,9 @@ from vmharness.host.inspect import hugepages, pci
 from vmharness.system.root import HostRoot
 
 
-def node_cpus(root: HostRoot, node: int | None) -> tuple[int, ...]:
+def node_cpus(root: HostRoot, node: int | None, offline: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The node's CPUs (or the host's, without NUMA), less `offline`: those a host knob will take away
+    before the guest boots (SMT off: `run --print-xml` plans as the run will, once it is off)."""
     path = f"{hugepages.NODES}/node{node}/cpulist"
     text = root.read_optional(path) if node is not None else None
     if not text:
@@ -20,7 +22,7 @@ def node_cpus(root: HostRoot, node: int | None) -> tuple[int, ...]:
     if not text:
         raise HarnessError("cannot tell this host's CPUs (no /sys/devices/system/cpu/online)",
                            "is sysfs mounted? with --host-root, use a snapshot from host-snapshot")
-    return parse_cpulist(text, path)
+    return tuple(c for c in parse_cpulist(text, path) if c not in offline)
 
 
 def nic_node(root: HostRoot, bdfs: tuple[str, ...]) -> tuple[int | None, str]:
@@ -37,10 +39,11 @@ def nic_node(root: HostRoot, bdfs: tuple[str, ...]) -> tuple[int | None, str]:
     return None, "no NUMA information"
 
 
-def place(root: HostRoot, bdfs: tuple[str, ...], vcpus: int) -> Placement:
-    """vCPU i on the node's CPU i (the first CPU left to QEMU's threads when the node has a spare one)."""
+def place(root: HostRoot, bdfs: tuple[str, ...], vcpus: int, offline: tuple[int, ...] = ()) -> Placement:
+    """vCPU i on the node's CPU i (the first CPU left to QEMU's threads when the node has a spare one);
+    never on a CPU of `offline` (node_cpus)."""
     node, why = nic_node(root, bdfs)
-    cpus = node_cpus(root, node)
+    cpus = node_cpus(root, node, offline)
     if vcpus < 1:
         raise HarnessError(f"a guest needs at least one vCPU, not {vcpus}", "pass --vcpus 1 or more")
     if vcpus > len(cpus):

@@ -86,6 +86,21 @@ def check_cpu_feature(value: str, where: str) -> str:
     return value
 
 
+def check_cpu_features(values: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """No bit named twice: "+X" and "-X" contradict each other (QEMU takes the last, silently), and a
+    repeat says the list was not read through."""
+    seen: dict[str, int] = {}
+    for i, value in enumerate(values):
+        bit = value[1:].replace("_", "-")  # QEMU reads md_clear as md-clear
+        if bit in seen:
+            first = values[seen[bit]]
+            why = "contradicts" if first[0] != value[0] else "repeats"
+            raise HarnessError(f"{where}[{i}] {value!r} {why} {where}[{seen[bit]}] {first!r}",
+                               "name each bit once: + to require it, - to hide it")
+        seen[bit] = i
+    return values
+
+
 def check_qemu_arg(value: str, where: str) -> str:
     if not value:
         raise HarnessError(f"{where} is an empty argument", "drop it")

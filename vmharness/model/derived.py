@@ -79,19 +79,12 @@ def with_study(cfg: RunConfig) -> RunConfig:
     names = cfg.study.switches
     if not names:
         return cfg
-    if len(set(names)) != len(names):
-        raise HarnessError(f"study.switches names a switch twice: {list(names)}", "list each switch once")
+    sw.check_distinct(names, "study.switches")  # read so from a file; a manifest is checked again
     if sw.EVERY in names:
-        if len(names) > 1:
-            raise HarnessError(f"study.switches: {sw.EVERY!r} is every switch, and it is not alone: {list(names)}",
-                               f"write [{sw.EVERY!r}] alone, or list the switches")
         every = dataclasses.replace(cfg.study, switches=tuple(sw.SWITCHES))
         return with_study(dataclasses.replace(cfg, study=every))
     ref = cfg.instance[0]
-    if "mitigations=off" in ref.cmdline.split():
-        raise HarnessError(f"study.switches: the reference {ref.name} turns every mitigation off "
-                           "(mitigations=off in its cmdline)",
-                           "the first instance is the study's all-on: drop mitigations=off from its cmdline")
+    sw.check_reference(ref.name, ref.cmdline, names)
     want = [dataclasses.replace(ref, name=name, cmdline=sw.cmdline(ref.cmdline, off))
             for name, off in study_variants(cfg).items()]
     have = {i.name: i for i in cfg.instance}

@@ -23,6 +23,8 @@ T = TypeVar("T")
 D = TypeVar("D")
 
 Check = Callable[[str, str], str]  # (value, where) -> the value, or HarnessError naming `where`
+# (values, where) -> the values: a rule on a whole array of strings, once each string passed its Check
+CheckAll = Callable[[tuple[str, ...], str], tuple[str, ...]]
 MAX_TEXT = 4096
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 HINT = "docs/bench.md, docs/run.md and docs/tuning.md list every setting"
@@ -34,10 +36,11 @@ def bounded(default: D, low: float, high: float) -> D:
     return result
 
 
-def checked(check: Check, **field_args: Any) -> Any:
-    """A string field (or each string of a tuple, or each key of a table) that `check` must accept;
+def checked(check: Check, whole: CheckAll | None = None, **field_args: Any) -> Any:
+    """A string field (or each string of a tuple, or each key of a table) that `check` must accept, and
+    for a tuple the rule `whole` on all of them together (an option and its value, a name given twice);
     `field_args` go to dataclasses.field (default=..., default_factory=...)."""
-    return dataclasses.field(metadata={"check": check}, **field_args)
+    return dataclasses.field(metadata={"check": check, "whole": whole}, **field_args)
 
 
 def choices(kind: Any) -> tuple[str, ...]:
@@ -111,7 +114,9 @@ def value(where: str, kind: Any, data: Any, meta: Any = None) -> Any:
     if origin is tuple and get_args(kind)[0] is str:
         if not isinstance(data, list | tuple) or not all(isinstance(v, str) for v in data):
             raise HarnessError(f"{where} must be an array of strings", "e.g. [\"eth0\"]")
-        return tuple(_text(f"{where}[{i}]", v, meta.get("check")) for i, v in enumerate(data))
+        texts = tuple(_text(f"{where}[{i}]", v, meta.get("check")) for i, v in enumerate(data))
+        whole = meta.get("whole")
+        return whole(texts, where) if whole else texts
     if origin is tuple and get_args(kind)[0] is int:
         if not isinstance(data, list | tuple) or not all(type(v) is int for v in data):
             raise HarnessError(f"{where} must be an array of whole numbers", "e.g. [25, 50]")

@@ -16,6 +16,7 @@ from vmharness.model import libvirt_uri
 from vmharness.model.bdf import parse_bdf
 from vmharness.model.checks import (
     check_cpu_feature,
+    check_cpu_features,
     check_iface,
     check_listen,
     check_name,
@@ -27,8 +28,9 @@ from vmharness.model.checks import (
 from vmharness.model.cpubit import check_claim
 from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host
+from vmharness.model.qemu_args import check as check_qemu_args
 from vmharness.model.schema import bounded, checked
-from vmharness.model.switches import check_switch
+from vmharness.model.switches import check_distinct, check_switch
 from vmharness.model.wire import check_address
 
 DAY = 86400  # seconds: the longest any one wait, duration or timeout may be
@@ -70,11 +72,12 @@ class InstanceSection:
     # the guest's tuning profile (sysctls and all) for this instance; default: tuning.profile
     profile: str = checked(check_path, default="")
     # the vCPU's, QEMU style: "-md-clear" hides one, "+pcid" requires one
-    cpu_features: tuple[str, ...] = checked(check_cpu_feature, default=())
+    cpu_features: tuple[str, ...] = checked(check_cpu_feature, whole=check_cpu_features, default=())
     # `*-no` bits in cpu_features meant although the host lacks them (host/inspect/cpubits.py)
     claim_unmitigated: tuple[str, ...] = checked(check_claim, default=())
-    # added to QEMU's command line, e.g. ["-global", "kvm-pit.lost_tick_policy=delay"]
-    qemu_args: tuple[str, ...] = checked(check_qemu_arg, default=())
+    # added to QEMU's command line, e.g. ["-global", "kvm-pit.lost_tick_policy=delay"]: pairs of the
+    # options model/qemu_args.py allows
+    qemu_args: tuple[str, ...] = checked(check_qemu_arg, whole=check_qemu_args, default=())
     # the share of one host CPU each vCPU may use, in percent (libvirt's <cputune> period and quota);
     # 0: no cap. What `run --control` uses to make a known cost.
     vcpu_cap: int = bounded(0, 0, 100)
@@ -164,7 +167,8 @@ class StudySection:
     """An attribution study: from the first instance (every mitigation on), one instance per switch with
     that switch off, one with all of them off, and with one_on each switch alone (model/derived.py)."""
 
-    switches: tuple[str, ...] = checked(check_switch, default=())  # model/switches.py's names; none: no study
+    # model/switches.py's names, each once; none: no study
+    switches: tuple[str, ...] = checked(check_switch, whole=check_distinct, default=())
     one_on: bool = False
     # with the adaptive search: the variants also at the reference's measured counts beside its peak
     neighbours: bool = False

@@ -17,9 +17,11 @@ model/derived.py makes the instances."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vmharness.errors import HarnessError
+from vmharness.model import kernel_cmdline
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,52 @@ def check_switch(value: str, where: str) -> str:
     return value
 
 
-def _key(word: str) -> str:
-    return word.split("=", 1)[0]
+def check_distinct(names: Sequence[str], where: str) -> tuple[str, ...]:
+    """Each switch once, and `all` alone: a switch named twice would be two instances of one name."""
+    names = tuple(names)
+    if twice := next((n for i, n in enumerate(names) if n in names[:i]), None):
+        raise HarnessError(f"{where} names the switch {twice[:40]!r} twice", "list each switch once")
+    if EVERY in names and len(names) > 1:
+        raise HarnessError(f"{where}: {EVERY!r} is every switch, and it is not alone",
+                           f"write [{EVERY!r}] alone, or list the switches")
+    return names
+
+
+def _turns_off(switch: Switch, p: kernel_cmdline.Param) -> bool:
+    off = kernel_cmdline.parse(switch.off).params[0]
+    return (p.key, p.value) == (off.key, off.value) or (p.key.startswith("no") and p.value is None)
+
+
+def check_reference(name: str, line: str, studied: Sequence[str], where: str = "study.switches") -> None:
+    """The study's reference (the first instance, every mitigation on) must not turn off what the study
+    switches, by mitigations=off or by a switch's own off word (the last word for a parameter is the
+    one the kernel keeps), must not hold such a word the kernel's readers read two ways
+    (model/kernel_cmdline.py), and must not leave a quote open (the off words appended after it would
+    be read inside it): each would leave the study measuring something else than it says."""
+    if line.count('"') % 2:
+        raise HarnessError(f"{where}: the reference {name}'s cmdline leaves a double quote open: the kernel would "
+                           "read the variants' off words inside it", "close the quote, or drop it")
+    params = kernel_cmdline.parse(line).params
+    mitigations = [p.value for p in params if p.key == "mitigations"]
+    if mitigations and (mitigations[-1] or "").split(",")[0] == "off":
+        raise HarnessError(f"{where}: the reference {name} turns every mitigation off (mitigations=off in its "
+                           "cmdline)", "the first instance is the study's all-on: drop mitigations=off from it")
+    for s in studied:
+        last = [p for p in params if p.key in SWITCHES[s].keys][-1:]
+        if last and _turns_off(SWITCHES[s], last[0]):
+            raise HarnessError(f"{where}: the reference {name} already turns {s} off ({last[0].text} in its cmdline)",
+                               f"the first instance is the study's all-on: drop {last[0].text} from its cmdline")
+    keys = {k for sw in SWITCHES.values() for k in sw.keys}
+    if word := kernel_cmdline.ambiguous(line, keys):
+        raise HarnessError(f"{where}: the reference {name}'s cmdline word {word[:60]!r} is read two ways by the "
+                           "kernel (quotes, '-' for '_', or after '--', around a mitigation's parameter)",
+                           "write each mitigation's parameter plainly, e.g. pti=on, outside quotes and before '--'")
 
 
 def cmdline(reference: str, off: list[str]) -> str:
-    """The reference's cmdline with the switches in `off` turned off."""
+    """The reference's cmdline with the switches in `off` turned off: each parameter of theirs taken out
+    (as the kernel parses the line: a quoted word stays whole), their off words added before any `--`."""
     drop = {k for name in off for k in SWITCHES[name].keys}
-    kept = [w for w in reference.split() if _key(w) not in drop]
-    return " ".join([*kept, *(SWITCHES[name].off for name in off)])
+    line = kernel_cmdline.parse(reference)
+    kept = [p.text for p in line.params if p.key not in drop]
+    return " ".join([*kept, *(SWITCHES[name].off for name in off), *([line.rest] if line.rest else [])])

@@ -185,6 +185,7 @@ class Runner:
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
                                  "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs,
+                                 "qemu": {**self.run.manifest.get("qemu", {}).get(s.instance, {}), "exe": b.emulator},
                                  **({"host_knobs": b.knobs.report} if b.knobs and b.knobs.report else {})})
                 cap_for, cap_booted = self._capper(b, s.instance)
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,

@@ -1,8 +1,9 @@
 """Fake QEMU binaries for the checks of `qemu` (host/inspect/qemu_binary.py), shared by its unit tests
-and its hostile table. The check refuses a binary in a folder that others than root can write, and
-pytest's temporary folders are under /tmp (mode 1777), so a fake that must get past that check to be
-run (a QEMU that hangs, one that prints garbage) is made in a folder of the clone's own `.cache/`
-(ignored by git), which is root's like the clone."""
+and its hostile table, and where the real QEMU 10.0 of the integration test is. The check refuses a
+binary in a folder that others than root can write, and pytest's temporary folders are under /tmp
+(mode 1777), so a fake that must get past that check to be run (a QEMU that hangs, one that prints
+garbage) is made in a folder of the clone's own `.cache/` (ignored by git), which is root's like the
+clone."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = shutil.which("qemu-system-x86_64") or "/usr/bin/qemu-system-x86_64"
+# where `make qemu-10` unpacks QEMU 10.0 (the Makefile's QEMU_CACHE)
+QEMU_CACHE = Path(os.environ.get("VMHARNESS_QEMU_CACHE") or "/var/cache/vmharness")
 
 # `exec`: the timeout's kill reaches sleep itself, so no sleeping child is left behind
 HANGS = "#!/bin/sh\nexec sleep 60\n"
@@ -21,6 +24,12 @@ FAILS = "#!/bin/sh\necho 'qemu: cannot open shared object' >&2\nexit 1\n"
 NO_Q35 = ("#!/bin/sh\ncase \"$1\" in\n-version) echo 'QEMU emulator version 9.9.9' ;;\n"
           "-machine) echo 'Supported machines are:'; echo 'pc   Standard PC (i440FX + PIIX, 1996)' ;;\nesac\n")
 NO_CPU = NO_Q35.replace("echo 'pc   Standard", "echo 'q35  Standard")  # and no answer over QMP
+
+
+def qemu_10() -> Path | None:
+    """The newest QEMU 10.0 `make qemu-10` unpacked, or None."""
+    found = sorted(QEMU_CACHE.glob("qemu-10.0*/usr/bin/qemu-system-x86_64"))
+    return found[-1] if found else None
 
 
 def trusted(name: str) -> Path:

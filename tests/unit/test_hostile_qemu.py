@@ -28,10 +28,16 @@ def _made(make: str, text: str = "") -> hostile_kit.Build:
     """A fake made by qemu_kit (`script`, `fifo`, `link`) for the case, named by the third instance."""
     def build(cwd: Path) -> None:
         name = f"hostile-{cwd.name}"
-        path = (qemu_kit.script(name, text) if make in ("script", "plain") else qemu_kit.fifo(name) if make == "fifo"
-                else qemu_kit.link(name, text.replace("CWD", str(cwd))))
+        if make == "fifo":
+            path = qemu_kit.fifo(name)
+        elif make == "link":
+            path = qemu_kit.link(name, text.replace("CWD", str(cwd)))
+        else:
+            path = qemu_kit.script(name, text)
         if make == "plain":
             path.chmod(0o644)
+        if make == "hidden":
+            path.parent.chmod(0o700)  # as /root is
         run_toml(_third(str(path)))(cwd)
     return build
 
@@ -76,6 +82,8 @@ def cases() -> list[Case]:
         Case("qemu-no-q35", RUN, (THIRD, "no machine type q35"), _made("script", qemu_kit.NO_Q35)),
         Case("qemu-no-cpu-model", RUN, (THIRD, "cannot expand the CPU model max"), _made("script", qemu_kit.NO_CPU)),
         Case("qemu-not-executable", RUN, (THIRD, "not executable"), _made("plain", qemu_kit.NO_Q35)),
+        Case("qemu-libvirt-cannot-reach", RUN, (THIRD, "libvirt's QEMU user cannot reach it", "mode 700"),
+             _made("hidden", qemu_kit.NO_Q35)),
         Case("guest-qemu-relative", RUN, ("config.guest.qemu", "not an absolute path"),
              run_toml('[guest]\nqemu = "./qemu"\n')),
         Case("guest-qemu-not-a-string", RUN, ("config.guest.qemu", "must be str"), run_toml('[guest]\nqemu = 7\n')),

@@ -123,6 +123,17 @@ def test_a_file_or_folder_others_can_write_is_refused_before_it_is_run(tmp_path:
     assert not (tmp_path / "ran").exists()
 
 
+def test_a_qemu_libvirts_user_cannot_reach_is_refused() -> None:
+    fake = qemu_kit.script("unit-reach", qemu_kit.NO_Q35)
+    fake.parent.chmod(0o700)  # as /root is
+    with pytest.raises(HarnessError, match=f"QEMU user cannot reach it: the folder {fake.parent} is mode 700"):
+        qemu_binary.check_file(str(fake), "k")
+    fake.parent.chmod(0o755)
+    fake.chmod(0o750)
+    with pytest.raises(HarnessError, match="libvirt's QEMU user cannot run it: mode 750"):
+        qemu_binary.check_file(str(fake), "k")
+
+
 def _binary(path: str, version: str, known: frozenset[str]) -> qemu_binary.Binary:
     return qemu_binary.Binary(path, path, version, "", hashlib.sha256(path.encode()).hexdigest(),
                               cpubits.Qemu(known, None, f"{path} (TCG)"))

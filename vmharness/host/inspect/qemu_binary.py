@@ -5,7 +5,9 @@ a program run as root must be.
 - The file and every folder on the way to it, as written and as its symlinks resolve, can be changed by
   root alone (owned by root, or by whoever runs the harness, and writable by no group or other user):
   a binary in /tmp, or a symlink there, could be swapped between this check and the guest's start.
-- A regular, executable file: not a folder, a FIFO (opening one blocks), a device (`/dev/zero`).
+- A regular, executable file: not a folder, a FIFO (opening one blocks), a device (`/dev/zero`); one
+  that libvirt's QEMU user (libvirt-qemu, not root) can run, so not under /root (mode 700), which is
+  otherwise said only when the guest's start fails.
 - A QEMU: it answers `-version` within TIMEOUT seconds with QEMU's own first line (a program that hangs
   or prints something else is not run further), knows the machine type the domain uses (MACHINE), and
   expands the CPU model libvirt asks of it (`max` under TCG, `host` under KVM) over QMP; that answer is
@@ -34,6 +36,7 @@ TIMEOUT = 5.0  # seconds for `-version` and `-machine help`; QEMU answers each i
 MACHINE = "q35"  # the machine type guest/domain.py writes
 MAX_SIZE = 1 << 30  # bytes hashed at most; QEMU 10.0's x86_64 binary is about 28 MiB
 _VERSION = re.compile(r"QEMU emulator version (\d{1,4}\.\d{1,4}(?:\.\d{1,4})?)(?: \(([^()]{0,200})\))?\Z")
+HINT_REACH = "keep it where every user may run it (not under /root), e.g. /opt/qemu-10/bin or /var/cache/vmharness"
 HINT_PLACE = "keep the QEMU in a folder only root can write (e.g. /opt/qemu-10/bin), and name it there"
 
 
@@ -89,6 +92,13 @@ def check_file(path: str, where: str) -> str:
                       f"mode {stat.S_IMODE(st.st_mode):o})")
     if not st.st_mode & 0o111 or not os.access(real, os.X_OK):
         raise _refuse(where, path, f"is not executable{shown}", "name the qemu-system-x86_64 binary itself")
+    for folder in _folders(real):  # libvirt runs the emulator as its own user (libvirt-qemu), not as root
+        if not os.stat(folder).st_mode & stat.S_IXOTH:
+            raise _refuse(where, path, f"libvirt's QEMU user cannot reach it: the folder {folder} is mode "
+                          f"{stat.S_IMODE(os.stat(folder).st_mode):o}", HINT_REACH)
+    if not st.st_mode & stat.S_IXOTH:
+        raise _refuse(where, path, f"libvirt's QEMU user cannot run it{shown}: mode {stat.S_IMODE(st.st_mode):o}",
+                      HINT_REACH)
     return real
 
 

@@ -42,6 +42,15 @@ def _made(make: str, text: str = "") -> hostile_kit.Build:
     return build
 
 
+def _study_off(text: str) -> hostile_kit.Build:
+    """A study whose `qemu` switch turns to a fake (in a place only root can write)."""
+    def build(cwd: Path) -> None:
+        path = qemu_kit.script(f"hostile-{cwd.name}", text)
+        run_toml(f'[[instance]]\nname = "on"\nqemu = "{qemu_kit.REAL}"\n'
+                 f'[study]\nswitches = ["qemu"]\nqemu_off = "{path}"\n')(cwd)
+    return build
+
+
 def _in_cwd(build_more: hostile_kit.Build, rel: str) -> hostile_kit.Build:
     def build(cwd: Path) -> None:
         build_more(cwd)
@@ -91,6 +100,12 @@ def cases() -> list[Case]:
              run_toml(f'[guest]\nuri = "qemu+ssh://far/system"\nqemu = "{qemu_kit.REAL}"\n')),
         Case("qemu-features-it-lacks", RUN, ("instance c", "no-such-bit", "knows no CPU feature"),
              run_toml(_third(qemu_kit.REAL) + 'cpu_features = ["+no-such-bit"]\n')),
+        Case("study-qemu-off-relative", RUN, ("config.study.qemu_off", "not an absolute path"),
+             run_toml('[study]\nswitches = ["qemu"]\nqemu_off = "qemu-system-x86_64"\n')),
+        Case("study-qemu-switch-alone", RUN, ("study.switches: qemu needs study.qemu_off",),
+             run_toml('[study]\nswitches = ["qemu"]\n')),
+        Case("study-qemu-off-hangs", RUN, ("config.study.qemu_off", "did not answer -version within 5 s"),
+             _study_off(qemu_kit.HANGS)),
         Case("qemu-in-bench", ("bench", "c.toml"), ("instance a: qemu is a guest's setting",),
              hostile_kit.bench_toml(f'[[instance]]\nname = "a"\nqemu = "{qemu_kit.REAL}"\n')),
     ]

@@ -34,6 +34,8 @@ def uses_kvm(root: HostRoot, cfg: RunConfig) -> bool:
 def named_qemus(cfg: RunConfig) -> dict[str, str]:
     """Each QEMU binary the configuration names -> the key that first names it."""
     out: dict[str, str] = {}
+    if cfg.study.qemu_off:  # the study's variants with the qemu switch off run it
+        out[cfg.study.qemu_off] = "config.study.qemu_off"
     for n, inst in enumerate(cfg.instance):
         if path := qemu_of(cfg, inst):
             out.setdefault(path, f"config.instance[{n}].qemu" if inst.qemu else "config.guest.qemu")

@@ -171,6 +171,8 @@ class StudySection:
     one_on: bool = False
     # with the adaptive search: the variants also at the reference's measured counts beside its peak
     neighbours: bool = False
+    # the switch `qemu`: the QEMU binary of the variants with it off (the stock one); the reference runs its own
+    qemu_off: str = checked(check_emulator, default="")
 
 
 @dataclass(frozen=True)

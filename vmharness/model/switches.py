@@ -13,7 +13,11 @@ Every switch is turned off by its own parameter rather than by `mitigations=off`
 replaces the reference's word for it wherever it stands, and `only-X` keeps the reference's X while the
 others are off (`mitigations=off` overrides some per-vulnerability words: it would not leave X on). The
 switches and their words are the kernel's (Documentation/admin-guide/kernel-parameters.txt);
-model/derived.py makes the instances."""
+model/derived.py makes the instances.
+
+One switch is the hypervisor's, not the guest kernel's: `qemu`. The reference runs its own QEMU (its
+`qemu`, or [guest]'s: a patched build, say), and an instance with `qemu` off runs `study.qemu_off` (the
+stock one) instead; its cmdline is left as it is. `all` means the kernel's switches only."""
 
 from __future__ import annotations
 
@@ -51,15 +55,17 @@ SWITCHES: dict[str, Switch] = {
     "srbds": _sw("srbds"),
 }
 ALL_OFF = "all-off"
+QEMU = "qemu"  # the hypervisor's switch: the reference's QEMU, or study.qemu_off
 
 
 EVERY = "all"  # in study.switches: every switch above; those that change nothing are dropped at one boot
 
 
 def check_switch(value: str, where: str) -> str:
-    if value not in SWITCHES and value != EVERY:
+    if value not in SWITCHES and value not in (EVERY, QEMU):
         raise HarnessError(f"{where} {value[:80]!r} is not a mitigation switch vmharness knows",
-                           f"one of: {', '.join(SWITCHES)}, or all; or write the instance by hand ([[instance]])")
+                           f"one of: {', '.join(SWITCHES)}, {QEMU} (study.qemu_off against the reference's QEMU), "
+                           "or all; or write the instance by hand ([[instance]])")
     return value
 
 
@@ -69,6 +75,7 @@ def _key(word: str) -> str:
 
 def cmdline(reference: str, off: list[str]) -> str:
     """The reference's cmdline with the switches in `off` turned off."""
-    drop = {k for name in off for k in SWITCHES[name].keys}
+    kernel = [name for name in off if name != QEMU]  # the QEMU switch changes no word of it
+    drop = {k for name in kernel for k in SWITCHES[name].keys}
     kept = [w for w in reference.split() if _key(w) not in drop]
-    return " ".join([*kept, *(SWITCHES[name].off for name in off)])
+    return " ".join([*kept, *(SWITCHES[name].off for name in kernel)])

@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox
                 mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client \
                 ethtool chromium libhugetlbfs-bin linux-perf
 
-.PHONY: deps venv oha inferno image test check lint bench demo clean
+.PHONY: deps venv oha inferno qemu-10 image test check lint bench demo clean
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -61,11 +61,19 @@ $(VENV)/bin/inferno-flamegraph: | $(VENV)/.installed
 
 inferno: $(VENV)/bin/inferno-flamegraph
 
+# A second QEMU beside the system's 7.2 (docs/run.md, "QEMU per instance"): 10.0 from bookworm-backports,
+# unpacked once per machine into QEMU_CACHE/qemu-VERSION (tests/fetch-qemu.sh), where libvirt's QEMU user
+# can run it (not under /root, where ~/.cache is when root runs make). tests/integration/test_two_qemus.py
+# runs it beside 7.2 and fails if it is not there.
+QEMU_CACHE := $(or $(VMHARNESS_QEMU_CACHE),/var/cache/vmharness)
+qemu-10:
+	@$(SUDO) bash tests/fetch-qemu.sh "$(QEMU_CACHE)" bookworm-backports 10
+
 # The suite as two streams side by side (tests/streams.py: the nested-VM rig's tests beside the rest);
 # PYTEST_ARGS go to every pytest. `$(VENV)/bin/pytest` alone runs it all one test at a time. The guest
 # image is built while cargo builds the tools, instead of after them (tests.streams then finds it built).
 test: deps venv
-	$(MAKE) --no-print-directory -j3 --output-sync=target oha inferno image
+	$(MAKE) --no-print-directory -j3 --output-sync=target oha inferno image qemu-10
 	$(PY) -m tests.streams $(PYTEST_ARGS)
 
 image: venv

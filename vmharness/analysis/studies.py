@@ -6,12 +6,12 @@ same mitigations as the reference's), or measured but reported the same (the var
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.analysis import attribution as attr
 from vmharness.analysis.cells import Cell
-from vmharness.analysis.variants import Diff
+from vmharness.analysis.variants import Diff, qemu_label
 from vmharness.bench import plan
 from vmharness.model import derived, switches
 
@@ -25,6 +25,8 @@ class View:
     left_out: dict[str, str]  # switch -> why it is not in the family
     studies: tuple[attr.Study, ...]  # one per metric of METRICS, where any switch is compared
     waterfall: list[tuple[str, float, float]]  # throughput, from all off to all on
+    # the hypervisor's switches (qemu) -> what it set on and off; the others are the guest kernel's
+    hypervisor: dict[str, str] = field(default_factory=dict)
 
 
 def _study(manifest: dict[str, Any], where: str) -> tuple[list[str], bool]:
@@ -67,12 +69,14 @@ def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[st
                 **{attr.one_on(s): stand.get(f"only-{s}", f"only-{s}") for s in compared}}
     variants[attr.ALL_OFF] = stand.get("all-off", "all-off") if len(names) > 1 else f"no-{names[0]}"
     cells = {k: table[v][peak] for k, v in variants.items() if peak in table.get(v, {})}
+    side = {s: f"on, {qemu_label(manifest, baseline)}; off, {qemu_label(manifest, f'no-{s}')}"
+            for s in names if s == switches.QEMU}
     if not compared:
-        return View((), left, (), [])
+        return View((), left, (), [], side)
     studies = tuple(attr.study(metric, {k: _values(c, metric) for k, c in cells.items()}, compared,
                                higher_is_better=up) for metric, up in METRICS)
     steps = attr.waterfall({k: _values(c, "throughput") for k, c in cells.items()}, compared)
-    return View(compared, left, studies, steps)
+    return View(compared, left, studies, steps, side)
 
 
 def lines(v: View | None, peak: int | None) -> list[str]:
@@ -84,6 +88,7 @@ def lines(v: View | None, peak: int | None) -> list[str]:
     for s in v.studies:
         out += [f"  {s.metric}: {line}" for line in s.lines()]
     out += [f"  {name}: left out: {why}" for name, why in v.left_out.items()]
+    out += [f"  {name} is the hypervisor's switch: {what}" for name, what in v.hypervisor.items()]
     return out
 
 
@@ -92,4 +97,6 @@ def to_json(v: View | None) -> dict[str, Any] | None:
         return None
     return {"switches": list(v.switches), "left_out": v.left_out,
             "by_metric": {s.metric: s.to_json() for s in v.studies},
-            "waterfall": [{"step": label, "from": a, "to": b} for label, a, b in v.waterfall]}
+            "waterfall": [{"step": label, "from": a, "to": b} for label, a, b in v.waterfall],
+            "sides": {s: "hypervisor" if s in v.hypervisor else "guest kernel" for s in (*v.switches, *v.left_out)},
+            "hypervisor": v.hypervisor}

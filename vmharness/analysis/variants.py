@@ -26,14 +26,16 @@ judged, and the report says so and why, not that the run's intervals are not to 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from vmharness.stats import Change
 
 # What an instance's configuration can change outside its guest's cmdline: the host acts on these.
-HOST_KEYS = ("kernel", "initrd", "image", "cpu_features", "qemu_args", "vcpu_cap", "nginx", "config", "profile")
+HOST_KEYS = ("kernel", "initrd", "image", "cpu_features", "qemu_args", "qemu", "vcpu_cap", "nginx", "config", "profile")
 # The facts that show what the guest's kernel did.
 KERNEL_FACTS = ("kernel", "version", "microcode")
 
@@ -130,14 +132,35 @@ def diff(base: dict[str, Any], other: dict[str, Any], base_cfg: dict[str, Any], 
     return Diff(name, tuple(lines), asked or bool(host), seen or bool(found), bits and not reported)
 
 
+def qemu_label(manifest: dict[str, Any], name: str) -> str:
+    """The QEMU that ran `name`'s guests: the version and file the run's check found of the one it names
+    (manifest `qemu`), else libvirt's default, with the host's `qemu-system-x86_64 --version`."""
+    named = manifest.get("qemu")
+    rec = named.get(name) if isinstance(named, dict) else None
+    if isinstance(rec, dict) and rec.get("version"):
+        return f"QEMU {rec['version']} ({rec.get('real') or rec.get('path')}, sha256 {str(rec.get('sha256'))[:12]})"
+    host = manifest.get("host")
+    found = re.search(r"version (\S+)", str(host.get("qemu", ""))) if isinstance(host, dict) else None
+    return f"QEMU {found.group(1)} (libvirt's default)" if found else "libvirt's default QEMU"
+
+
 def diffs(manifest: dict[str, Any], baseline: str) -> list[Diff]:
-    """Each instance whose guest reported its facts, against the baseline's."""
+    """Each instance whose guest reported its facts, against the baseline's; a QEMU of another version
+    or file is a difference the host made (as a kernel file is)."""
     facts = manifest.get("instances", {})
     configs = _instances(manifest)
     if baseline not in facts:
         return []
-    return [diff(facts[baseline], facts[name], configs.get(baseline, {}), configs.get(name, {}), name)
-            for name in sorted(facts) if name != baseline and isinstance(facts[name], dict)]
+    out = []
+    for name in sorted(facts):
+        if name == baseline or not isinstance(facts[name], dict):
+            continue
+        d = diff(facts[baseline], facts[name], configs.get(baseline, {}), configs.get(name, {}), name)
+        mine, theirs = qemu_label(manifest, baseline), qemu_label(manifest, name)
+        if mine != theirs:
+            d = dataclasses.replace(d, lines=(*d.lines, f"QEMU: {mine} -> {theirs}"), asked=True, seen=True)
+        out.append(d)
+    return out
 
 
 def diff_flags(found: list[Diff], baseline: str) -> list[str]:

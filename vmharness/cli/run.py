@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         choice = preflight.choose(root, _flags(args))
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
-    cpucheck.preflight(root, choice.cfg, say)  # a refusal is the only line
+    qemus = cpucheck.preflight(root, choice.cfg, say)  # a refusal is the only line
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)
@@ -96,6 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with journal.Lock(root):
         if not args.resume:
             run = runfolder.new_run(cfg, out, {**choice.to_json(), "client_address_on": list(held) if held else None})
+        cpucheck.record(run, qemus)
         say(f"run directory: {run.path}")
         tally = runner.Runner(cfg, run, root, say).execute(keep_host=args.keep_host)
     analysis = saturation.analyse(run)

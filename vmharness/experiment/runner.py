@@ -22,7 +22,7 @@ from vmharness.experiment import hostprep, hostrecord, ops
 from vmharness.experiment.boots import Session, rides, sessions
 from vmharness.experiment.runfolder import ensure_image, note_guest
 from vmharness.guest import provenance, running, session
-from vmharness.model import derived, profile
+from vmharness.model import derived, profile, switches
 from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir import record_check
 from vmharness.rundir.store import POINTS, RunDir
@@ -126,10 +126,11 @@ class Runner:
 
     def _changes_nothing(self, s: Session, b: session.Booted) -> str | None:
         """Why a study's leave-one-out instance need not be measured: its guest reports the same
-        mitigations as the reference's (its switch does nothing on this CPU and kernel), or None."""
+        mitigations as the reference's (its switch does nothing on this CPU and kernel), or None. The
+        QEMU switch is never judged so: what a QEMU changes, its guest need not report."""
         ref = self.cfg.instance[0].name
         if s.instance not in derived.study_variants(self.cfg) or not s.instance.startswith("no-") or any(
-                p.instance != s.instance for p in s.points):
+                p.instance != s.instance for p in s.points) or s.instance == f"no-{switches.QEMU}":
             return None
         facts = self.run.manifest.get("instances", {}).get(ref)
         if not isinstance(facts, dict) or not provenance.same_mitigations(facts, b.facts):
@@ -185,6 +186,7 @@ class Runner:
                                  "address": b.address, "iface": b.iface,
                                  "kernel": b.facts.get("kernel"), "cmdline": b.facts.get("cmdline"),
                                  "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs,
+                                 "qemu": {**self.run.manifest.get("qemu", {}).get(s.instance, {}), "exe": b.emulator},
                                  **({"host_knobs": b.knobs.report} if b.knobs and b.knobs.report else {})})
                 cap_for, cap_booted = self._capper(b, s.instance)
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,

@@ -66,6 +66,7 @@ class DomainSpec:
     link: Link | None = None
     cpu_features: tuple[str, ...] = ()  # "+name" required, "-name" hidden from the guest
     qemu_args: tuple[str, ...] = ()
+    emulator: str | None = None  # the QEMU binary libvirt runs for it; None: the one libvirt finds
     vcpu_cap: int = 0  # percent of a host CPU each vCPU may use; 0: no cap
     metadata: dict[str, str] = field(default_factory=dict)
 
@@ -131,6 +132,8 @@ def _cpu_and_memory(dom: ET.Element, spec: DomainSpec) -> None:
 
 def _devices(dom: ET.Element, spec: DomainSpec) -> None:
     devices = _sub(dom, "devices")
+    if spec.emulator:
+        _sub(devices, "emulator", spec.emulator)
     disk = _sub(devices, "disk", type="file", device="disk")
     _sub(disk, "driver", name="qemu", type="qcow2", discard="unmap")
     _sub(disk, "source", file=spec.disk)

@@ -50,6 +50,7 @@ class VmRequest:
     image_dir: str | None = None
     cpu_features: tuple[str, ...] = ()
     qemu_args: tuple[str, ...] = ()
+    qemu: str | None = None  # the QEMU binary (libvirt's <emulator>); None: the one libvirt finds
     vcpu_cap: int = 0  # percent of a host CPU each vCPU may use; 0: no cap
     state_dir: str | None = None  # where the overlay and console log go; default VM_DIR/<name>
     owner: str = ""  # who defines the domain (a run's id, vm:NAME): kept in its libvirt metadata
@@ -193,7 +194,7 @@ def plan(root: HostRoot, req: VmRequest, for_print: bool = False, after: HostPla
         disk=str(state / "overlay.qcow2"), kernel=kernel, initrd=initrd, cmdline=cmdline,
         console_log=str(state / "console.log"), hostdevs=bdfs, managed=req.managed, hugepage_kib=page_kib,
         link=link, cpu_features=req.cpu_features, qemu_args=req.qemu_args,
-        vcpu_cap=req.vcpu_cap,
+        vcpu_cap=req.vcpu_cap, emulator=req.qemu,
         metadata={"name": req.name, "image": img.folder.name, **({"owner": req.owner} if req.owner else {})},
     )
     return Planned(spec, str(img.disk), link_net, tuple(notes))

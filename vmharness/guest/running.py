@@ -131,6 +131,14 @@ def console_tail(guest_or_log: Guest | str, machine: Machine | None = None, line
     return res.stdout.replace("\r", "") if res.ok else ""
 
 
+def emulator(guest: Guest) -> str:
+    """The binary the guest's QEMU process runs, as the host's kernel names it (/proc/PID/exe); "" when
+    its process was not found."""
+    res = guest.machine.run(["sh", "-c", _QEMU_PID + 'readlink "/proc/$pid/exe"', "sh", domain_name(guest.name)],
+                            timeout=30, check=False)
+    return res.stdout.strip() if res.ok else ""
+
+
 # The CPUs each thread of the guest's QEMU may run on, as the kernel has them (libvirt names vCPU
 # threads "CPU N/KVM" or "CPU N/TCG"). One process on the guest's machine.
 _AFFINITY = _QEMU_PID + r"""

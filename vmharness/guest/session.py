@@ -6,6 +6,7 @@ after the boot takes the guest down again before the error goes up."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,12 +54,18 @@ class Booted:
     pinning: dict[str, Any]  # planned and found CPUs of the vCPU and emulator threads
     placement: domain.Placement  # the plan itself: the node, the vCPUs' and the emulator's CPUs
     knobs: knobs.Applied | None = None  # the host knobs set for it, given back by `shutdown`
+    emulator: str = ""  # the binary its QEMU process runs, as the host's /proc/PID/exe names it ("": not found)
 
 
 def guest_name(owner: str) -> str:
     """A run's guest is named for the run (domain vmh-rID): a domain a dead run left never blocks a
     later run, which reclaims it by its owner tag."""
     return "r" + owner.removeprefix(journal.RUN_PREFIX)
+
+
+def qemu_of(cfg: RunConfig, inst: InstanceSection) -> str:
+    """The QEMU binary `inst`'s guest runs: its own, else [guest]'s; "" for the one libvirt finds."""
+    return inst.qemu or cfg.guest.qemu
 
 
 def request(cfg: RunConfig, inst: InstanceSection, owner: str, default_image: str | None = None
@@ -71,7 +78,8 @@ def request(cfg: RunConfig, inst: InstanceSection, owner: str, default_image: st
         cmdline=cmdline, kernel=inst.kernel or None,
         initrd=inst.initrd or None, bdfs=g.bdf, managed=g.managed, hugepages=g.hugepages, hugepage_size=g.hugepage_size,
         uri=g.uri, accel=g.accel, link=True, image=inst.image or g.image or default_image,
-        cpu_features=inst.cpu_features, qemu_args=inst.qemu_args, vcpu_cap=inst.vcpu_cap)
+        cpu_features=inst.cpu_features, qemu_args=inst.qemu_args, vcpu_cap=inst.vcpu_cap,
+        qemu=qemu_of(cfg, inst) or None)
 
 
 def _run(dom: Any, argv: list[str], timeout: float) -> str:
@@ -156,6 +164,7 @@ def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: 
         finally:
             conn.close()
         m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)
+        exe = emulator_check(cfg, inst, running.emulator(guest))
     except BaseException:
         shutdown(root, guest, None, cfg, say)
         raise
@@ -168,10 +177,20 @@ def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: 
             address = guest.link["guest"].split("/")[0]
             iface = _iface_with(m, address)
         return Booted(guest, m, address, iface, provenance.facts(m), xml,
-                      pinning(planned.spec.placement, running.affinity(guest)), planned.spec.placement)
+                      pinning(planned.spec.placement, running.affinity(guest)), planned.spec.placement, emulator=exe)
     except BaseException:
         shutdown(root, guest, m, cfg, say)
         raise
+
+
+def emulator_check(cfg: RunConfig, inst: InstanceSection, exe: str) -> str:
+    """`exe`, the binary the guest's QEMU process runs, once it is the file the instance names (the
+    preflight checked that one: host/inspect/qemu_binary.py); a guest started by another is refused."""
+    named = qemu_of(cfg, inst)
+    if named and exe != os.path.realpath(named):
+        raise HarnessError(f"instance {inst.name}: its guest's QEMU process runs {exe or 'a binary not found'}, "
+                           f"not {named}", "look at the domain's <emulator> (vmharness run --print-xml)")
+    return exe
 
 
 def shutdown(root: HostRoot, guest: Guest, m: Machine | None, cfg: RunConfig, say: progress.Say,

@@ -77,6 +77,7 @@ def with_study(cfg: RunConfig) -> RunConfig:
     """`cfg` with its study's instances after the reference (the first instance), if it has a study and
     lacks them; a configuration that already holds them (a resumed run's) is returned as it is."""
     names = cfg.study.switches
+    _check_qemu_switch(cfg)
     if not names:
         return cfg
     sw.check_distinct(names, "study.switches")  # read so from a file; a manifest is checked again
@@ -85,7 +86,8 @@ def with_study(cfg: RunConfig) -> RunConfig:
         return with_study(dataclasses.replace(cfg, study=every))
     ref = cfg.instance[0]
     sw.check_reference(ref.name, ref.cmdline, names)
-    want = [dataclasses.replace(ref, name=name, cmdline=sw.cmdline(ref.cmdline, off))
+    want = [dataclasses.replace(ref, name=name, cmdline=sw.cmdline(ref.cmdline, off),
+                                qemu=cfg.study.qemu_off if sw.QEMU in off else ref.qemu)
             for name, off in study_variants(cfg).items()]
     have = {i.name: i for i in cfg.instance}
     if all(have.get(w.name) == w for w in want):
@@ -94,6 +96,22 @@ def with_study(cfg: RunConfig) -> RunConfig:
         raise HarnessError(f"study.switches: an instance is already named {taken[0]!r}",
                            "rename it: the study names its instances no-SWITCH, all-off and only-SWITCH")
     return dataclasses.replace(cfg, instance=(ref, *want, *cfg.instance[1:]))
+
+
+def _check_qemu_switch(cfg: RunConfig) -> None:
+    """The `qemu` switch needs the QEMU it turns to (study.qemu_off), one the reference does not run."""
+    st, ref = cfg.study, cfg.instance[0]
+    if sw.QEMU not in st.switches:
+        if st.qemu_off:
+            raise HarnessError("study.qemu_off is set, but study.switches has no qemu",
+                               'add "qemu" to study.switches')
+        return
+    if not st.qemu_off:
+        raise HarnessError("study.switches: qemu needs study.qemu_off, the QEMU of the variants with it off",
+                           'e.g. qemu_off = "/usr/bin/qemu-system-x86_64" (the stock one; the reference runs its own)')
+    if st.qemu_off == (ref.qemu or cfg.guest.qemu):
+        raise HarnessError(f"study.qemu_off {st.qemu_off[:200]}: the reference {ref.name} runs that QEMU already",
+                           "name the patched QEMU in the first instance (qemu = ...), the stock one in qemu_off")
 
 
 def twin_name(name: str, depth: int) -> str:

@@ -26,6 +26,7 @@ from vmharness.model.checks import (
     check_url,
 )
 from vmharness.model.cpubit import check_claim
+from vmharness.model.emulator import check_emulator
 from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host
 from vmharness.model.qemu_args import check as check_qemu_args
@@ -81,6 +82,8 @@ class InstanceSection:
     # the share of one host CPU each vCPU may use, in percent (libvirt's <cputune> period and quota);
     # 0: no cap. What `run --control` uses to make a known cost.
     vcpu_cap: int = bounded(0, 0, 100)
+    # the QEMU binary that runs its guest (libvirt's <emulator>; model/emulator.py); "": guest.qemu
+    qemu: str = checked(check_emulator, default="")
     # HTTP/1.1 requests each wrk connection sends back to back: syscall-heavy load from few connections.
     # Compared as instances are (the same server, pipelined and not); no open-loop load (oha cannot).
     # sweep.pipeline makes the twins for every instance (with_pipelines)
@@ -172,6 +175,8 @@ class StudySection:
     one_on: bool = False
     # with the adaptive search: the variants also at the reference's measured counts beside its peak
     neighbours: bool = False
+    # the switch `qemu`: the QEMU binary of the variants with it off (the stock one); the reference runs its own
+    qemu_off: str = checked(check_emulator, default="")
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,8 @@ class GuestSection:
     # libvirt's, checked as model/libvirt_uri.py allows; qemu+ssh://HOST/system for a remote server
     uri: str = checked(libvirt_uri.check, default="qemu:///system")
     accel: Accel = "auto"  # auto (KVM if a probe guest runs under it), kvm or tcg
+    # the QEMU binary of every instance that names none (libvirt's <emulator>); "": the one libvirt finds
+    qemu: str = checked(check_emulator, default="")
     image: str = checked(check_path, default="")  # an image folder; default: the recipe's in images/ (built if missing)
     # minimal: the image's vmh-init (mounts, drivers, agent, sshd; a TCG boot in half the time, nothing in
     # the background), or systemd: the image's full boot

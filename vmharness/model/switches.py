@@ -13,7 +13,11 @@ Every switch is turned off by its own parameter rather than by `mitigations=off`
 replaces the reference's word for it wherever it stands, and `only-X` keeps the reference's X while the
 others are off (`mitigations=off` overrides some per-vulnerability words: it would not leave X on). The
 switches and their words are the kernel's (Documentation/admin-guide/kernel-parameters.txt);
-model/derived.py makes the instances."""
+model/derived.py makes the instances.
+
+One switch is the hypervisor's, not the guest kernel's: `qemu`. The reference runs its own QEMU (its
+`qemu`, or [guest]'s: a patched build, say), and an instance with `qemu` off runs `study.qemu_off` (the
+stock one) instead; its cmdline is left as it is. `all` means the kernel's switches only."""
 
 from __future__ import annotations
 
@@ -53,15 +57,17 @@ SWITCHES: dict[str, Switch] = {
     "srbds": _sw("srbds"),
 }
 ALL_OFF = "all-off"
+QEMU = "qemu"  # the hypervisor's switch: the reference's QEMU, or study.qemu_off
 
 
 EVERY = "all"  # in study.switches: every switch above; those that change nothing are dropped at one boot
 
 
 def check_switch(value: str, where: str) -> str:
-    if value not in SWITCHES and value != EVERY:
+    if value not in SWITCHES and value not in (EVERY, QEMU):
         raise HarnessError(f"{where} {value[:80]!r} is not a mitigation switch vmharness knows",
-                           f"one of: {', '.join(SWITCHES)}, or all; or write the instance by hand ([[instance]])")
+                           f"one of: {', '.join(SWITCHES)}, {QEMU} (study.qemu_off against the reference's QEMU), "
+                           "or all; or write the instance by hand ([[instance]])")
     return value
 
 
@@ -95,7 +101,7 @@ def check_reference(name: str, line: str, studied: Sequence[str], where: str = "
     if mitigations and (mitigations[-1] or "").split(",")[0] == "off":
         raise HarnessError(f"{where}: the reference {name} turns every mitigation off (mitigations=off in its "
                            "cmdline)", "the first instance is the study's all-on: drop mitigations=off from it")
-    for s in studied:
+    for s in (s for s in studied if s in SWITCHES):  # the QEMU switch has no word in the cmdline
         last = [p for p in params if p.key in SWITCHES[s].keys][-1:]
         if last and _turns_off(SWITCHES[s], last[0]):
             raise HarnessError(f"{where}: the reference {name} already turns {s} off ({last[0].text} in its cmdline)",
@@ -109,8 +115,10 @@ def check_reference(name: str, line: str, studied: Sequence[str], where: str = "
 
 def cmdline(reference: str, off: list[str]) -> str:
     """The reference's cmdline with the switches in `off` turned off: each parameter of theirs taken out
-    (as the kernel parses the line: a quoted word stays whole), their off words added before any `--`."""
-    drop = {k for name in off for k in SWITCHES[name].keys}
+    (as the kernel parses the line: a quoted word stays whole), their off words added before any `--`.
+    The QEMU switch changes no word of it."""
+    kernel = [name for name in off if name != QEMU]
+    drop = {k for name in kernel for k in SWITCHES[name].keys}
     line = kernel_cmdline.parse(reference)
     kept = [p.text for p in line.params if p.key not in drop]
-    return " ".join([*kept, *(SWITCHES[name].off for name in off), *([line.rest] if line.rest else [])])
+    return " ".join([*kept, *(SWITCHES[name].off for name in kernel), *([line.rest] if line.rest else [])])

@@ -1,0 +1,24 @@
+"""`qemu`: the QEMU binary that runs a guest (in [guest], every instance's; in an [[instance]], its own),
+written into its domain as libvirt's `<emulator>`. Here only the value's form is checked: an absolute
+path written plainly (no `.`, `..` or empty parts), because libvirt runs it by that path and a relative
+one would mean whatever folder the daemon runs in. What the file is (a regular, executable file in
+folders only root can change, a QEMU that answers, with the machine type and CPU model the domain
+uses) is checked on the host before anything is taken: host/inspect/qemu_binary.py."""
+
+from __future__ import annotations
+
+from vmharness.errors import HarnessError
+
+HINT = "write the binary's whole path, e.g. /usr/bin/qemu-system-x86_64; \"\" for the one libvirt finds"
+
+
+def check_emulator(value: str, where: str) -> str:
+    """"" (libvirt's own choice), or an absolute path without `.`, `..` or empty parts."""
+    if not value:
+        return value
+    if not value.startswith("/"):
+        raise HarnessError(f"{where} {value[:80]!r} is not an absolute path", HINT)
+    if any(part in ("", ".", "..") for part in value[1:].split("/")):
+        raise HarnessError(f"{where} {value[:80]!r} is not written plainly (a '.', '..' or '//' in it, or a '/' "
+                           "at its end)", HINT)
+    return value

@@ -18,6 +18,7 @@ from vmharness.errors import HarnessError
 from vmharness.experiment import cpucheck, runner
 from vmharness.experiment.boots import Session
 from vmharness.model import config, sections
+from vmharness.model import switches as sw
 from vmharness.rundir.store import RunDir
 
 PATCHED = "/opt/qemu-patched/bin/qemu-system-x86_64"
@@ -111,3 +112,11 @@ def test_the_qemu_switch_is_attributed_like_the_others_and_labelled_the_hypervis
             "aaaaaaaaaaaa); off, QEMU 7.2.22 (/usr/bin/qemu-system-x86_64, sha256 bbbbbbbbbbbb)") in text
     js = report.to_json(a)["attribution"]
     assert js["sides"] == {"pti": "guest kernel", "qemu": "hypervisor"} and "QEMU 7.2.22" in js["hypervisor"]["qemu"]
+
+
+def test_the_reference_check_passes_over_the_qemu_switch_and_still_reads_the_kernels() -> None:
+    """The QEMU switch has no word in the cmdline: the reference's check reads the kernel's switches
+    beside it (a KeyError here once), and still refuses a reference that turns one of those off."""
+    sw.check_reference("on", "pti=on", ["pti", sw.QEMU])
+    with pytest.raises(HarnessError, match="already turns pti off"):
+        sw.check_reference("on", "pti=off", ["pti", sw.QEMU])

@@ -190,6 +190,9 @@ CASES = [
     Case("profiles-markdown", ("report", "rp", "--format", "markdown"), ("ANSWER",), _profiled, code=0),
     Case("study-out", ("report", "rs", "--out", "out"), ("wrote",), _study, code=0, may_write=OUT),
     Case("study-markdown", ("report", "rs", "--format", "markdown"), ("ANSWER",), _study, code=0),
+    # an error's hint names the instances: one line, whatever their names hold
+    Case("error-hint", ("report", "rd", "--baseline", "nope"), ("--baseline 'nope' is not an instance",),
+         _recorded()),
 ]
 STDOUT = {"text": _plain, "markdown": _markdown, "csv": _csv, "json": _json}
 outcomes = hostile_kit.fixture(CASES)
@@ -197,7 +200,8 @@ outcomes = hostile_kit.fixture(CASES)
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_hostile_run_folder_renders_in_every_form(case: Case, outcomes: Outcomes) -> None:
-    """Exit 0, no traceback, nothing changed but --out; stdout held to its form's rule, stderr to text's."""
+    """Exit 0 (or 2 and one line), no traceback, nothing changed but --out; stdout held to its form's rule,
+    stderr to text's."""
     o = outcomes.by_case[case.id]
     hostile_kit.check(case, o)
     _plain(o.stderr)

@@ -54,20 +54,22 @@ def line(text: str) -> str:
 
 # Markdown: HTML's characters and Markdown's own, as character references. A reference is the one escape
 # that reads as its character in text and as itself in a code span (a backslash is literal there, and
-# would not keep a backtick from ending the span); `_` only where it could open or close emphasis (an
-# identifier's own, between letters or digits, cannot), `]` only where it would make a link of `[...]`,
-# a backslash only where it would escape what follows it (`line`'s own `\x1b` stays as the terminal's)
+# would not keep a backtick from ending the span). A run of `_` only where it could close emphasis (one
+# followed by a letter or digit cannot: an identifier's `_x`, `a_b` and `__x` stay), `]` only where it
+# would make a link of `[...]`, a backslash only where it would escape what follows it (`line`'s own
+# `\x1b` stays as the terminal's). A name that could be an instance's reads as it is.
 _MD = str.maketrans({c: f"&#{ord(c)};" for c in "`|*~$"} | {"&": "&amp;", "<": "&lt;", ">": "&gt;"})
-_MD_INLINE = re.compile(r"(?<![^\W_])_|_(?![^\W_])|\](?=[(\[])|\\(?=[!-/:-@\[-`{-~]|$)")
-# what starts a block at a line's start: a heading, a list item, a setext underline, a link's definition
-_MD_BLOCK = re.compile(r"^(\s*)(?:([#\[=]|[-+](?!\d))|(\d{1,9})([.)]))")
+_MD_INLINE = re.compile(r"_++(?![^\W_])|\](?=[(\[])|\\(?=[!-/:-@\[-`{-~]|$)")
+# what starts a block at a line's start: a heading, a link's definition, a list item, a thematic break
+# or setext underline
+_MD_BLOCK = re.compile(r"^(\s*)(?:([#\[=]|-(?=[\s-]|$)|\+(?=\s|$))|(\d{1,9})([.)])(?=\s|$))")
 # a cell a spreadsheet would run as a formula begins with one of these (OWASP's "CSV injection"; tab and
 # CR are escaped by `line` before they could begin one, the full-width forms are read as the others)
 _FORMULA = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def _ref(m: re.Match[str]) -> str:
-    return f"&#{ord(m.group())};"
+    return "".join(f"&#{ord(c)};" for c in m.group())
 
 
 def _md_block(m: re.Match[str]) -> str:

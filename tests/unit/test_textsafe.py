@@ -13,16 +13,18 @@ from vmharness import textsafe
 
 # (text, Markdown) -- an ordinary name or figure first, then what a hostile one becomes
 MARKDOWN = [
-    ("pti", "pti"), ("spectre_v2", "spectre_v2"), ("p99.9_us", "p99.9_us"), ("-39.1% [-95.1%, +655.7%]",
-                                                                           "-39.1% [-95.1%, +655.7%]"),
+    ("pti", "pti"), ("spectre_v2", "spectre_v2"), ("p99.9_us", "p99.9_us"), ("_base", "_base"),
+    ("__irq_exit_rcu", "__irq_exit_rcu"), ("1.5-rc1", "1.5-rc1"), ("6.1.0-50-amd64", "6.1.0-50-amd64"),
+    ("-39.1% [-95.1%, +655.7%]", "-39.1% [-95.1%, +655.7%]"),
     ("<img src=x onerror=alert(1)>", "&lt;img src=x onerror=alert(1)&gt;"),
     ("a|b", "a&#124;b"),  # a table's cell break
     ("[x](javascript:alert(1))", "&#91;x&#93;(javascript:alert(1))"),  # a link (and a definition's start)
     ("![x](y)", "![x&#93;(y)"), ("a [x][y]", "a [x&#93;[y]"),
     ("`c`", "&#96;c&#96;"), ("**b** ~~s~~", "&#42;&#42;b&#42;&#42; &#126;&#126;s&#126;&#126;"),
-    ("_em_ __init__", "&#95;em&#95; &#95;&#95;init&#95;&#95;"), ("$x$", "&#36;x&#36;"),
+    ("_em_ __init__ _x _", "_em&#95; __init&#95;&#95; _x &#95;"), ("$x$", "&#36;x&#36;"),
     ("# head", "&#35; head"), ("- item", "&#45; item"), ("+ item", "&#43; item"), ("1. item", "1&#46; item"),
-    ("===", "&#61;=="), ("  > quote", "  &gt; quote"), ("&lt;", "&amp;lt;"),
+    ("===", "&#61;=="), ("---", "&#45;--"), ("- - -", "&#45; - -"), ("-", "&#45;"), ("2) x", "2&#41; x"),
+    ("  > quote", "  &gt; quote"), ("&lt;", "&amp;lt;"),
     ("a\\", "a&#92;"), ("\\*", "&#92;&#42;"),  # a backslash that would escape the renderer's markup
     ("a\nb\x1b[2J\u202e", "a\\x0ab\\x1b[2J\\u202e"),  # the terminal's rule first
 ]

@@ -154,7 +154,8 @@ def _json(text: str) -> None:
 
 
 def _html(text: str) -> None:
-    _no_markup(text.split("<script type=application/json", 1)[0])
+    page = text.split("<script type=application/json", 1)[0]
+    _no_markup(re.sub(r'<img src="(switch-)?flame-\w+\.svg"', "", page))  # the page's own: each flame graph
     tags: list[tuple[str, list[tuple[str, str | None]]]] = []
 
     class Tags(HTMLParser):

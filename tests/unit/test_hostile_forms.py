@@ -99,7 +99,7 @@ def _profiled(cwd: Path) -> None:
 
 
 def _study(cwd: Path) -> None:
-    """An attribution study whose one switch is named SWITCH: the reference, the switch off, all off."""
+    """An attribution study whose one switch is named SWITCH: the reference and the switch off (all off)."""
     rd = cwd / "rs"
     rd.mkdir()
     (rd / "manifest.json").write_text(json.dumps({"kind": "run", "config": {"instance": [{"name": "on"}],
@@ -118,7 +118,7 @@ def _plain(text: str) -> None:
 
 
 def _no_markup(text: str) -> None:
-    """Markdown, HTML and SVG: no tag of a name's (nor its `>`), and no character that could start one."""
+    """Markdown, HTML and SVG: no tag of a name's, nor its `>`."""
     _plain(text)
     assert "<img" not in text and "onerror=alert(1)>" not in text and "alert(1)>" not in text
 

@@ -204,6 +204,7 @@ class Outcome:
     stderr: str
     before: dict[str, str]
     after: dict[str, str]
+    cwd: Path | None = None  # the case's working folder, to read what it wrote
 
 
 def _run(case: Case, base: Path) -> Outcome:
@@ -219,7 +220,7 @@ def _run(case: Case, base: Path) -> Outcome:
     said = (out.read_text(errors="replace"), err.read_text(errors="replace"))
     if code is None:
         code, said = -1, (said[0], said[1] + f"hung for {TIMEOUT:g} s")
-    return Outcome(code, *said, before, {**_tree(cwd), **_outside(case)})
+    return Outcome(code, *said, before, {**_tree(cwd), **_outside(case)}, cwd)
 
 
 @dataclass

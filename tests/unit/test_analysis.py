@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vmharness.analysis import publish, report, saturation
+from vmharness.analysis import markdown, publish, report, saturation
 from vmharness.errors import HarnessError
 from vmharness.rundir.store import RunDir
 
@@ -58,7 +58,7 @@ def test_peak_overhead_and_a_clean_bill(tmp_path: Path) -> None:
     data = report.to_json(a)
     assert data["peak_connections"] == 128 and data["peak"]["connections_low"] == 128
     assert data["changes_at_peak"]["mitig"]["throughput"]["method"] == tp.method
-    assert "| mitig | paired by iteration, t on log ratio, n=3 | -18.0% [" in report.markdown(a)
+    assert "| mitig | paired by iteration, t on log ratio, n=3 | -18.0% [" in markdown.render(a)
 
 
 def test_a_change_without_significance_says_what_could_have_been_seen(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_a_change_without_significance_says_what_could_have_been_seen(tmp_path: 
     assert not tp.significant and tp.detectable > 0
     assert f"throughput {tp.change:+.1%} [{tp.low:+.1%}, {tp.high:+.1%}]: no change detected; this run could " \
            f"have seen ±{tp.detectable:.1%}" in report.text(a)
-    assert f"(none detected; ±{tp.detectable:.1%} detectable)" in report.markdown(a)
+    assert f"(none detected; ±{tp.detectable:.1%} detectable)" in markdown.render(a)
     assert report.to_json(a)["changes_at_peak"]["mitig"]["throughput"]["significant"] is False
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit import profile_fixtures as fx
-from vmharness.analysis import flame, profiles, publish, report, saturation
+from vmharness.analysis import flame, markdown, profiles, publish, report, saturation
 from vmharness.rundir.store import RunDir
 from vmharness.system import owned
 
@@ -69,7 +69,7 @@ def test_a_run_with_profiles_renders_every_form(tmp_path: Path) -> None:
     got = json.loads(json.dumps(report.to_json(a)))["profiles"]
     assert got["growers"]["pti"][0]["function"] == "syscall_enter_from_user_mode" and got["growers"]["pti"][0]["kernel"]
     assert got["control"] == {"instance": "capped", "kernel_growers": []}
-    assert "what grew per request" in report.markdown(a)
+    assert "what grew per request" in markdown.render(a)
     out = tmp_path / "out"
     written = {p.name for p in publish.publish(a, out, "profiled")}
     assert {"flame-pti.svg", "flame-capped.svg", "report.html"} <= written

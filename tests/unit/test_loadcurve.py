@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmharness.analysis import loadcurve, publish, report, saturation
+from vmharness.analysis import loadcurve, markdown, publish, report, saturation
 from vmharness.bench.openloop import MISS
 from vmharness.errors import HarnessError
 from vmharness.rundir.histogram import Histogram
@@ -160,7 +160,7 @@ def test_every_form_of_the_report_shows_it(tmp_path: Path) -> None:
     text = report.text(a)
     assert "LATENCY AGAINST LOAD" in text and "470 !" in text
     assert text.index("WARNING: pti at 50%") < text.index("LATENCY AGAINST LOAD")  # warnings first
-    assert "percent_of_peak" in report.markdown(a)
+    assert "percent_of_peak" in markdown.render(a)
     data = json.loads(json.dumps(report.to_json(a)))
     assert [p["instance"] for p in data["load"]["points"]] == ["base", "pti"]
     assert data["load"]["points"][1]["rate_missed"] is True

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from vmharness.analysis import report, saturation
+from vmharness.analysis import markdown, report, saturation
 from vmharness.model import config
 from vmharness.rundir.store import RunDir
 
@@ -85,7 +85,7 @@ def test_the_study_is_in_every_form_of_the_report(tmp_path: Path) -> None:
     assert js["switches"] == ["pti", "spectre_v2"] and set(js["left_out"]) == {"mds", "spectre_v1"}
     assert math.isclose(js["by_metric"]["throughput"]["marginals"][0]["change"]["change"], -0.2)
     assert [s["step"] for s in js["waterfall"]] == ["pti", "spectre_v2", "interaction"]
-    assert "- throughput: pti: costs 20.0%" in report.markdown(a)
+    assert "- throughput: pti: costs 20.0%" in markdown.render(a)
 
 
 def test_a_run_without_a_study_or_with_another_baseline_has_none(tmp_path: Path) -> None:

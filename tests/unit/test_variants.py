@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vmharness.analysis import cells, page, report, saturation, variants
+from vmharness.analysis import cells, markdown, page, report, saturation, variants
 from vmharness.errors import HarnessError
 from vmharness.model import config
 from vmharness.rundir.store import RunDir
@@ -181,4 +181,4 @@ def test_the_report_puts_the_control_and_each_variants_diff_in_every_form(tmp_pa
     assert "pti against base: cmdline: mitigations=off pti=on\n  CPU flag + pti" in text
     js = report.to_json(a)
     assert js["control"]["recovered"] is True and js["variants"]["pti"]["differs"][1] == "CPU flag + pti"
-    assert "- CPU flag + pti" in report.markdown(a)
+    assert "- CPU flag + pti" in markdown.render(a)

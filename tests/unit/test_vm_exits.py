@@ -12,7 +12,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from vmharness.analysis import exits, report, saturation
+from vmharness.analysis import exits, markdown, report, saturation
 from vmharness.bench import hostview
 from vmharness.errors import HarnessError
 from vmharness.guest import running
@@ -111,7 +111,7 @@ def test_exits_per_request_at_the_peak_by_instance_and_kind(tmp_path: Path) -> N
         "exits_per_request": {"exits": 5.0, "halt_exits": 1.5, "io_exits": 0.1, "irq_exits": 0.4, "l1d_flush": 5.0,
                               "mmio_exits": 1.0, "msr_exits": 2.0},
         "iterations": 3, "vcpu_cpu_us_per_request": 900.0}
-    assert "- mitig: 5 exits per request" in report.markdown(a)
+    assert "- mitig: 5 exits per request" in markdown.render(a)
 
 
 def test_the_same_counts_give_the_same_figures_a_negative_control(tmp_path: Path) -> None:

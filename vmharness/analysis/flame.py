@@ -24,6 +24,7 @@ from vmharness.bench.openloop import local_binary
 from vmharness.errors import HarnessError
 from vmharness.system import proc
 from vmharness.system.owned import Folder
+from vmharness.textsafe import line
 
 TOOLS = ("inferno-diff-folded", "inferno-flamegraph")
 PER = 1000  # requests: the graph's unit is nanoseconds per this many
@@ -53,12 +54,16 @@ def switch_file(switch: str) -> str:
 
 
 def scaled(p: Profile) -> str:
-    """The profile's work as folded text, each count in nanoseconds per PER requests (none of 0)."""
-    out = []
-    for stack, ns in sorted(p.work.items()):
-        if count := round(ns * PER / p.requests):
-            out.append(f"{stack} {count}\n")
-    return "".join(out)
+    """The profile's work as folded text, each count in nanoseconds per PER requests (none of 0). A
+    frame's name comes from the run folder: its control and direction characters are escaped
+    (textsafe.line) before inferno reads it, which escapes what is markup in XML but passes those
+    through, into an SVG no XML parser reads and a name shown in another order than it is."""
+    counts: dict[str, int] = {}
+    for stack, ns in p.work.items():
+        shown = line(stack)
+        counts[shown] = counts.get(shown, 0) + ns  # two names may escape alike: one stack then
+    return "".join(f"{stack} {count}\n" for stack, ns in sorted(counts.items())
+                   if (count := round(ns * PER / p.requests)))
 
 
 def draw(v: View | None, folder: Folder, switches: tuple[Why, ...] = ()) -> list[Path]:

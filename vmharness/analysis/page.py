@@ -5,8 +5,6 @@ marked as there): none wider than the page, every column in the CSV and the JSON
 
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,7 +12,8 @@ from vmharness import userfile
 from vmharness.analysis import events, flame, headline, loadcurve, profiles, report, switch_why
 from vmharness.analysis.saturation import Analysis
 from vmharness.stats import Change
-from vmharness.textsafe import line as one_line
+from vmharness.textsafe import html as _text
+from vmharness.textsafe import json_text
 
 STYLE = """body{font:15px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 p{white-space:pre-wrap}.warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.4em .8em;margin:.3em 0}
@@ -42,7 +41,7 @@ def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | No
             + "".join(f"<li>{_text(v.strip())}</li>" for v in each) + "</ul></div>")
     answer = "".join(f"<p>{_text(line)}</p>" for line in report.answer(a))
     methods = sorted({c.method for ch in a.changes.values() for c in ch.values()})
-    method = ("<h2>Method</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in
+    method = ("<h2>Method</h2><ul>" + "".join(f"<li>{_text(m)}</li>" for m in
                                            [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods),
                                             LATENCY_METHOD])
               + "</ul><p>docs/statistics.md explains each.</p>") if a.peak is not None else ""
@@ -57,7 +56,8 @@ def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | No
             f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{answer}{svgs}"
             f"{_profiles(a.profiles, flames or [], a.switch_why)}{method}"
             f"{_counters(a)}<h2>All points</h2>{points}{load_table}<p>{ALL_COLUMNS}</p>"
-            f"<script type=application/json id=data>{html.escape(json.dumps(data))}</script></body></html>\n")
+            f"<script type=application/json id=data>{_text(json_text(data, None, sort=False))}</script>"
+            "</body></html>\n")
 
 
 class _Grown(NamedTuple):
@@ -91,19 +91,13 @@ def _profiles(v: profiles.View | None, flames: list[Path], switches: tuple[switc
         else:
             out.append("<p>nothing grew</p>")
         if svg in drawn:
-            out.append(f'<figure><img src="{html.escape(svg)}" alt="differential flame graph of {_text(title)}" '
+            out.append(f'<figure><img src="{_text(svg)}" alt="differential flame graph of {_text(title)}" '
                        f'style="max-width:100%"><figcaption>{_text(name)} against {_text(base)}, per '
                        "request (the server's work: the idle loop and the guest's other processes left out): widths "
                        "are its time, red where a function's time per request grew, blue where it shrank; open the "
                        "SVG alone to search and zoom</figcaption>"
                        "</figure>")
     return "".join(out)
-
-
-def _text(text: str) -> str:
-    """Text from the run for the page: HTML-escaped, its control characters escaped too (an ESC is no
-    character of HTML, and the file may go to a terminal)."""
-    return html.escape(one_line(text))
 
 
 def _table(head: list[str], body: list[list[str]]) -> str:

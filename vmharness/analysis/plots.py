@@ -12,6 +12,7 @@ import io
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -19,6 +20,7 @@ import numpy.typing as npt
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
@@ -30,6 +32,11 @@ from vmharness.rundir.histogram import Histogram
 from vmharness.stats import mean_interval
 from vmharness.system.owned import Folder
 from vmharness.textsafe import line as one_line  # a name in a figure: an ESC is not a character of SVG
+
+# A name is drawn as it is written, never read as mathtext: "$\\frac{$" in an instance's name would
+# otherwise stop the drawing with a parse error. Every text that holds a name is made with
+# parse_math=False (matplotlib's own switch, Text.set_parse_math): the legends (_legend), the
+# attribution's switches, the load figure's axis label.
 
 
 def _save(fig: Figure, out: Folder, stem: str) -> list[Path]:
@@ -43,6 +50,12 @@ def _save(fig: Figure, out: Folder, stem: str) -> list[Path]:
     finally:
         plt.close(fig)
     return paths
+
+
+def _legend(ax: Axes, *args: Any, **kwargs: Any) -> None:
+    """The axes' legend, its labels (names) drawn as text."""
+    for text in ax.legend(*args, **kwargs).get_texts():
+        text.set_parse_math(False)
 
 
 def throughput(a: Analysis, out: Folder) -> list[Path]:
@@ -72,7 +85,7 @@ def throughput(a: Analysis, out: Folder) -> list[Path]:
     cpu.set_ylim(0, 105)
     handles = ax.get_legend_handles_labels()[0] + cpu.get_legend_handles_labels()[0]
     labels = ax.get_legend_handles_labels()[1] + cpu.get_legend_handles_labels()[1]
-    ax.legend(handles, labels, loc="lower right", fontsize="small")
+    _legend(ax, handles, labels, loc="lower right", fontsize="small")
     ax.set_title("Throughput and server CPU" + (f" (baseline peak: {a.peak} connections)" if a.peak else ""))
     return _save(fig, out, "throughput")
 
@@ -100,7 +113,7 @@ def latency(a: Analysis, out: Folder) -> list[Path]:
     ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
     ax.set_ylabel("latency (ms)")
     ax.set_title(f"Latency at the baseline's saturation point ({a.peak} connections)")
-    ax.legend(fontsize="small")
+    _legend(ax, fontsize="small")
     return _save(fig, out, "latency")
 
 
@@ -135,7 +148,7 @@ def ccdf(a: Analysis, out: Folder) -> list[Path]:
     ax.set_xlabel("latency (ms)")
     ax.set_ylabel("share of requests slower")
     ax.set_title(f"Latency distribution at the baseline's saturation point ({at} connections)")
-    ax.legend(fontsize="small", loc="lower left")
+    _legend(ax, fontsize="small", loc="lower left")
     return _save(fig, out, "latency-ccdf")
 
 
@@ -171,10 +184,11 @@ def latency_vs_load(la: LoadAnalysis, out: Folder) -> list[Path]:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
-    ax.set_xlabel(f"load: % of {la.baseline}'s peak ({la.peak:,.0f} req/s), open loop (oha)")
+    ax.set_xlabel(f"load: % of {one_line(la.baseline)}'s peak ({la.peak:,.0f} req/s), open loop (oha)",
+                  parse_math=False)
     ax.set_ylabel("latency (ms)")
     ax.set_title("Latency against load (hollow: the achieved rate missed the requested one by over 2%)")
-    ax.legend(fontsize="small", ncol=2)
+    _legend(ax, fontsize="small", ncol=2)
     return _save(fig, out, "latency-load")
 
 
@@ -193,7 +207,8 @@ def waterfall(a: Analysis, out: Folder) -> list[Path]:
         ax.bar(x, (end - start) / 1000, bottom=start / 1000, color=color)
         ax.annotate(f"{end:,.0f}" if whole else f"{end / start - 1:+.1%}", (x, max(start, end) / 1000),
                     ha="center", va="bottom", fontsize="small")
-    ax.set_xticks(range(len(bars)), [one_line(label) for label, _, _ in bars], rotation=30, ha="right")
+    ax.set_xticks(range(len(bars)), [one_line(label) for label, _, _ in bars], rotation=30, ha="right",
+                  parse_math=False)
     ax.set_ylim(0, max(max(s, e) for _, s, e in bars) / 1000 * 1.12)
     ax.set_ylabel("thousand requests/s (geometric mean over boots)")
     ax.set_title(f"From all mitigations off to all on, at {a.peak} connections")

@@ -10,13 +10,13 @@ replaced by a rename, never written through a link."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from vmharness.analysis import flame, loadcurve, page, plots, report
+from vmharness.analysis import flame, loadcurve, markdown, page, plots, report
 from vmharness.analysis.saturation import Analysis
 from vmharness.errors import HarnessError
 from vmharness.system import owned
+from vmharness.textsafe import json_text
 
 OWNER = "report"
 HINT = "name a new folder, or one an earlier report wrote"
@@ -50,9 +50,8 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
     folder = owned.claim(out, OWNER, f"{flag} {out}", force, _legacy, HINT)
     try:
         written = []
-        forms = [("report.txt", report.text(a) + "\n"), ("report.md", report.markdown(a)),
-                 ("report.csv", report.to_csv(a)),
-                 ("report.json", json.dumps(report.to_json(a), indent=2, sort_keys=True) + "\n")]
+        forms = [("report.txt", report.text(a) + "\n"), ("report.md", markdown.render(a)),
+                 ("report.csv", report.to_csv(a)), ("report.json", json_text(report.to_json(a)) + "\n")]
         if a.load is not None and a.load.rows:
             forms.append(("report-load.csv", report.csv_text(loadcurve.rows(a.load))))
         for name, content in forms:

@@ -1,5 +1,5 @@
-"""An analysis rendered: terminal text (warnings first), Markdown, CSV (one row per instance and
-connection count) and JSON. Every interval names the method that made it."""
+"""An analysis rendered: terminal text (warnings first), CSV (one row per instance and connection
+count) and JSON (Markdown: markdown.py). Every interval names the method that made it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from vmharness import table
@@ -28,6 +29,7 @@ from vmharness.analysis.headline import pct
 from vmharness.analysis.saturation import LEVEL, Analysis, Noise
 from vmharness.rundir import histogram
 from vmharness.stats import Interval, Peak
+from vmharness.textsafe import csv_cell
 from vmharness.textsafe import line as one_line
 
 THIN_NOTE = f" (thin: under {histogram.MIN_BEYOND} requests beyond it in an iteration)"
@@ -37,7 +39,7 @@ PEAK_METHOD = ("bootstrap: where, resampling each point's iterations (percentile
                "point's lower limit to the top's upper one, their factor from redrawing the whole curve")
 
 
-def _method(a: Analysis, name: str) -> str:
+def method_of(a: Analysis, name: str) -> str:
     return a.changes[name]["throughput"].method
 
 
@@ -47,7 +49,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def _peak(a: Analysis) -> str:
+def peak_text(a: Analysis) -> str:
     p = a.peak_estimate
     if p is None:
         return ""
@@ -60,7 +62,7 @@ def _peak(a: Analysis) -> str:
             f"{p.resamples:,} resamples){elsewhere}")
 
 
-def _noise(name: str, n: Noise, block: str) -> str:
+def noise_text(name: str, n: Noise, block: str) -> str:
     s = n.split
     out = (f"noise in {name}: {s.share:.0%} of the variance is between {block}s ({s.level:.0%}: {s.share_low:.0%}–"
            f"{s.share_high:.0%}); within a {block} ±{math.expm1(s.within):.1%} per measurement, between {block}s "
@@ -84,7 +86,7 @@ def _latency_us(values: list[float]) -> float | None:
     return round(statistics.fmean(known), 1) if known else None
 
 
-def _rows(a: Analysis) -> list[dict[str, Any]]:
+def rows_of(a: Analysis) -> list[dict[str, Any]]:
     rows = []
     for name, by_count in sorted(a.cells.items()):
         for count, c in sorted(by_count.items()):
@@ -158,7 +160,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             **({} if a.profiles is None else {"profiles": profiles.to_json(a.profiles)}),  # a run without: as before
             "attribution": None if a.study is None else {**(studies.to_json(a.study) or {}),
                                                           "why": switch_why.to_json(a.switch_why)},
-            "rows": _rows(a), "load": None if a.load is None else loadcurve.to_json(a.load),
+            "rows": rows_of(a), "load": None if a.load is None else loadcurve.to_json(a.load),
             "capacity": a.capacity}
 
 
@@ -182,24 +184,24 @@ def answer(a: Analysis) -> list[str]:
     if a.control is not None:
         out.append(variants.control_line(a.control))
     if a.peak is not None:
-        out.append(f"baseline {a.baseline}: {_peak(a)}")
+        out.append(f"baseline {a.baseline}: {peak_text(a)}")
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             out.append(said)
         out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak) + _calls(a)
         for name, ch in sorted(a.changes.items()):
-            out.append(f"{name} vs {a.baseline} at {a.peak} connections ({_method(a, name)}):")
+            out.append(f"{name} vs {a.baseline} at {a.peak} connections ({method_of(a, name)}):")
             out.append(f"  throughput {pct(ch['throughput'])}")
             thin = {q for cell in (a.cells[a.baseline][a.peak], a.cells[name][a.peak]) for q in _thin(cell)}
             out += [f"  p{q} {pct(ch['p' + q])}" + (THIN_NOTE if q in thin else "") for q in PERCENTILES]
         out += studies.lines(a.study, a.peak)
-    out += [_noise(name, n, a.design.block) for name, n in sorted(a.noise.items())]
+    out += [noise_text(name, n, a.design.block) for name, n in sorted(a.noise.items())]
     return out + _variant_lines(a)
 
 
 def points_table(a: Analysis) -> tuple[list[str], list[list[str]], list[str]]:
     """Every point's figures as the text and the page show them: header, rows and the footnote (the CSV and
     the JSON hold every column)."""
-    rows = _rows(a)
+    rows = rows_of(a)
     header = ["INSTANCE", "CONNS", "N", "REQ/S", f"{LEVEL:.0%} CI", *(f"P{q} US" for q in PERCENTILES), "SERVER",
               "CLIENT", "ERRORS"]
     body = [[str(r["instance"]), str(r["connections"]), str(r["iterations"]), f"{r['requests_per_s']:,.0f}",
@@ -213,17 +215,17 @@ def points_table(a: Analysis) -> tuple[list[str], list[list[str]], list[str]]:
 
 def text(a: Analysis) -> str:
     header, body, foot = points_table(a)
-    return "\n".join([*(w for f in a.flags for w in _warning("WARNING: ", f, "")),
+    return "\n".join([*(w for f in a.flags for w in warning("WARNING: ", f, "")),
                       *map(one_line, [*headline.lines(a), "", *answer(a), "", *table.render(header, body), *foot,
                                       *_load_text(a)])])
 
 
-def _warning(first: str, flag: str, indent: str) -> list[str]:
-    """A warning's lines, each with its control characters escaped: the first after `first`, the rest (a
+def warning(first: str, flag: str, indent: str, escape: Callable[[str], str] = one_line) -> list[str]:
+    """A warning's lines, each escaped for its form (textsafe): the first after `first`, the rest (a
     guest console's tail) after `indent` and indented, so that no text in a warning starts a line of its
     own that could pass for another warning or a row."""
     head, *rest = flag.split("\n")
-    return [first + one_line(head), *(indent + ("" if r[:1].isspace() else "  ") + one_line(r) for r in rest)]
+    return [first + escape(head), *(indent + ("" if r[:1].isspace() else "  ") + escape(r) for r in rest)]
 
 
 def _server_cell(row: dict[str, Any]) -> str:
@@ -242,52 +244,8 @@ def _load_text(a: Analysis) -> list[str]:
     return ["", loadcurve.title(a.load), *table.render(head, body), *thin]
 
 
-def markdown(a: Analysis) -> str:
-    warned = [w for f in a.flags for w in _warning("> **Warning:** ", f, "> ")]
-    top, *each = headline.lines(a)
-    lines: list[str] = ["", f"**{top}**", "", *(f"- {v.strip()}" for v in each)]
-    if a.peak is not None:
-        lines += ["", f"Baseline `{a.baseline}`: **{_peak(a)}**.", ""]
-        if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
-            lines += [f"{said[0].upper()}{said[1:]}.", ""]
-        for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak),
-                       syscalls.lines(a.calls), profiles.lines(a.profiles), syscalls.why(a.why),
-                       switch_why.lines(a.switch_why)):
-            if viewed:
-                lines += [viewed[0], "", *(f"- {v.strip()}" for v in viewed[1:]), *([""] if viewed[1:] else [])]
-        if a.changes:
-            lines += ["| instance | method | throughput | " + " | ".join(f"p{q}" for q in PERCENTILES) + " |",
-                      "|---|---|---|" + "---|" * len(PERCENTILES)]
-            for name, ch in sorted(a.changes.items()):
-                lines.append(f"| {name} | {_method(a, name)} | {pct(ch['throughput'], True)} | "
-                             + " | ".join(pct(ch["p" + q], True) for q in PERCENTILES) + " |")
-            lines.append("")
-    if study := studies.lines(a.study, a.peak):
-        lines += [study[0], "", *(f"- {v.strip()}" for v in study[1:]), ""]
-    if a.control is not None:
-        lines += [f"- {variants.control_line(a.control)}", ""]
-    if a.noise:
-        lines += [f"- {_noise(name, n, a.design.block)}" for name, n in sorted(a.noise.items())] + [""]
-    for d in a.variants:
-        lines += [f"What `{d.instance}` ran, against `{a.baseline}`:", ""]
-        lines += [f"- {line}" for line in d.lines] or ["- nothing differs"]
-        lines.append("")
-    rows = _rows(a)
-    if rows:
-        lines += _md_table(rows)
-    if a.load is not None and a.load.rows:
-        lines += ["", f"**{loadcurve.title(a.load)}**", "", *_md_table(loadcurve.rows(a.load))]
-    return "\n".join([*warned, *map(one_line, lines)]) + "\n"
-
-
-def _md_table(rows: list[dict[str, Any]]) -> list[str]:
-    keys = list(rows[0])
-    return (["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-            + ["| " + " | ".join("" if r[k] is None else str(r[k]) for k in keys) + " |" for r in rows])
-
-
 def to_csv(a: Analysis) -> str:
-    return csv_text(_rows(a))
+    return csv_text(rows_of(a))
 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
@@ -295,5 +253,5 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     if rows:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows({k: one_line(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows)
+        writer.writerows({k: csv_cell(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows)
     return buf.getvalue()

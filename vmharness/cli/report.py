@@ -4,12 +4,13 @@ there, and the warnings."""
 from __future__ import annotations
 
 import argparse
-import json
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vmharness.errors import HarnessError
+from vmharness.textsafe import json_text
+from vmharness.textsafe import line as one_line
 
 if TYPE_CHECKING:
     from vmharness.rundir.store import RunDir
@@ -54,21 +55,21 @@ def _baseline(value: str | None, known: list[str]) -> str | None:
         return None
     if value not in known:
         raise HarnessError(f"--baseline {value!r} is not an instance of this report",
-                           f"choose one of: {', '.join(known) or '(none: nothing was measured)'}")
+                           f"choose one of: {one_line(', '.join(known)) or '(none: nothing was measured)'}")
     return value
 
 
 def _show(a: Any, args: argparse.Namespace, title: str) -> int:
-    from vmharness.analysis import publish, report  # matplotlib, scipy: see the note at the top
+    from vmharness.analysis import markdown, publish, report  # matplotlib, scipy: see the note at the top
 
     out = _out(args)
     if out is not None:
         written = publish.publish(a, out, title=title, force=args.force)
-        print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+        print(one_line(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written)))
     elif args.json or args.format == "json":
-        print(json.dumps(report.to_json(a), indent=2, sort_keys=True))
+        print(json_text(report.to_json(a)))
     elif args.format == "markdown":
-        print(report.markdown(a), end="")
+        print(markdown.render(a), end="")
     elif args.format == "csv":
         print(report.to_csv(a), end="")
     else:

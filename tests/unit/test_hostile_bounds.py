@@ -2,7 +2,7 @@
 leave a report half rewritten, each tried through the real command (tests/hostile_kit.py runs and checks
 every case: its exit code, one error line and a hint, nothing changed outside what it may write).
 
-- **Bounded**: a profile of 64,000 distinct leaves is answered in seconds (it took 129 s when the growers
+- **Bounded**: a profile of 64,000 distinct leaves is answered in seconds (it took 128 s when the growers
   summed each profile's leaves once per leaf, past the kit's 60 s); a name, a command line or a key of
   megabytes within the manifest's 64 MiB cap is refused naming its key (rundir/manifest_values.py).
 - **Read where it is**: a run folder's manifest, records or profile that is a symlink (out of the folder),

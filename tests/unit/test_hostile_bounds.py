@@ -116,6 +116,8 @@ CASES = [
          a_run_dir(manifest(name="b" * BIG), GOOD_RECORDS)),
     Case("report-manifest-an-instance-name-of-64-characters", REPORT, ("config.instance[1].name", "not a name"),
          a_run_dir(manifest(name="b" * 64), GOOD_RECORDS)),
+    Case("report-manifest-an-instance-name-of-63-characters", REPORT, ("baseline a: saturation point",),
+         a_run_dir(manifest(name="b" * 63), GOOD_RECORDS), code=0),
     Case("report-manifest-a-cmdline-of-10-mb", REPORT, ("config.instance[1].cmdline", "at most 65,536"),
          a_run_dir(manifest(cmdline="pti=on " * (BIG // 7)), GOOD_RECORDS)),
     Case("report-manifest-a-switch-name-of-10-mb", REPORT, ("config.study.switches[0]", "not a name"),

@@ -1,24 +1,23 @@
-"""What a run's manifest may hold, checked where it is read back (rundir/store.py): an object, with a list
-of named instances, whose names are names, and no string longer than the harness ever writes.
+"""What a run's manifest may hold, checked where it is read back (rundir/store.py): names no longer than
+a name, and no string longer than the harness ever writes.
 
 A manifest is read long after it was written, perhaps handed over by a colleague: within its 64 MiB cap
 an instance's name, a switch's, a kernel command line or any other value could be megabytes long. Such a
 value is no name and no command line; carried into every form of the report it would be printed whole
-in a table's column and a page's heading. So an instance's or a switch's name must be what the
-configuration allows (model/checks.py: at most 63 characters), and any other string at most MAX_TEXT
-characters (a kernel command line is at most 4 KiB on every architecture Linux runs on, a sysfs value a
-page); the fault names the key, as `config.instance[1].name`. The walk is one pass over the values,
+in a table's column and a page's heading. So an instance's or a switch's name is at most as long as the
+configuration allows (model/checks.py: 63 characters; what it holds is escaped where it is shown,
+textsafe.py), and any other string at most MAX_TEXT characters (a kernel command line is at most 4 KiB
+on every architecture Linux runs on, a sysfs value a page); the fault names the key, as
+`config.instance[1].name`. The walk is one pass over the values,
 iterative (a manifest nested as deep as the JSON parser allows is not a recursion error here)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vmharness.errors import HarnessError
-from vmharness.model.checks import check_name
-
+MAX_NAME = 63  # characters in a name: the configuration's (model/checks.py check_name)
 MAX_TEXT = 64 << 10  # characters in any one string (a key or a value) of a manifest
-_SHOWN = 40  # characters of a value shown in a fault
+_SHOWN = 40  # characters of a key shown in a fault
 
 
 def _names(data: dict[str, Any]) -> list[tuple[str, object]]:
@@ -44,14 +43,8 @@ def fault(data: dict[str, Any]) -> str | None:
     """What makes the manifest `data` (its instances already known to be named objects) one the harness
     did not write, naming the key; None when nothing does."""
     for key, name in _names(data):
-        if not isinstance(name, str):
-            return f"holds {key}, which is not a string"
-        try:
-            check_name(name, key)
-        except HarnessError:
-            shown = f"of {len(name):,} characters" if len(name) > _SHOWN else repr(name)
-            return (f"holds {key} {shown}, which is not a name (letters, digits, '.', '_' and '-', at most 63 "
-                    "characters)")
+        if isinstance(name, str) and len(name) > MAX_NAME:
+            return f"holds {key} of {len(name):,} characters, which is not a name (at most {MAX_NAME} characters)"
     stack: list[tuple[str, object]] = [("", data)]
     while stack:
         where, value = stack.pop()

@@ -6,7 +6,9 @@ file of gigabytes would cost minutes before anything is said.
 
 `read_file` is the one reader of every file the harness did not write, a host file through HostRoot
 (system/root.py) as much as a user's; `read`/`text` turn what it raises into one line naming the file
-and what is wrong with it.
+and what is wrong with it. A file inside a folder someone else filled (a run folder's manifest,
+records and profiles) is read with `within` (`read_inside`): reached from the folder one name at a
+time, never through a link of either kind.
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@ owner, damage reported in one line, and nothing a reader does not know ever drop
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.fakehost import FakeHost
 from vmharness.errors import HarnessError
 from vmharness.experiment import ops
+from vmharness.host.prepare import irqs
 from vmharness.journal import journal, restore
 from vmharness.journal.kinds import OpKind
 from vmharness.system.root import HostRoot
@@ -193,3 +196,56 @@ def test_released_records_are_not_undone_and_the_last_release_clears(host: FakeH
     first = journal.read(root)[0]["seq"]
     journal.release(root, [first])
     assert not root.exists(journal.JOURNAL)
+
+
+def test_a_journal_grown_past_one_mib_by_the_harness_is_read_back_and_restored(
+        cli, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two NICs' 520 vectors moved off a host of 1,024 CPUs whose IRQs were spread over every other one: 520
+    records of 2.1 KiB, journaled by the harness's own call (irqs.pin), grow the journal past 1 MiB, the cap
+    that refused it before (the pin failed at its 487th vector: its record could not read the journal back,
+    and host-restore refused it). host-restore lists every record, then gives each IRQ back its CPUs and
+    removes the journal."""
+    monkeypatch.setattr(os, "fsync", lambda _fd: None)  # 9 ms each on this disk; durability is not the question
+    spread = ",".join(str(c) for c in range(0, 1024, 2))
+    nics = ("0000:b3:00.0", "0000:b3:00.1")
+    for n in range(520):
+        host.interrupt(100 + n, f"vfio-msix[{n // 2}]({nics[n % 2]})", spread)
+    root = writable(host)
+    made, _ = irqs.pin(root, irqs.vfio(root, nics), (11,), "host-prepare")
+    assert len(made) == 520 and root.path(journal.JOURNAL).stat().st_size > 1 << 20
+    code, out, _ = cli("host-restore", "--host-root", str(host.base), "--dry-run")
+    assert code == 0 and out.count("IRQ ") == 520, out[-300:]
+    assert restore.undo(root, lambda _line: None) == []
+    assert not root.exists(journal.JOURNAL)
+    assert all(root.read_text(irqs.affinity_path(100 + n)).strip() == spread for n in (0, 255, 519))
+
+
+def test_a_release_leaves_the_journal_holding_what_is_outstanding_alone(host: FakeHost) -> None:
+    """Released records go from the file (a long study on a host kept prepared grew it by every run's); the
+    numbers go on from the highest given, hand-overs are kept as the records' owners, and the rest restores."""
+    root = writable(host)
+    pages = journal.record(root, {"op": "pages", "node": 0, "size_kib": 2048, "before": 0}, "run:1")
+    journal.hand_over(root, [pages["seq"]], HP)
+    for run in range(50):
+        seqs = [journal.record(root, {"op": "pages", "node": i, "size_kib": 2048, "before": 0}, f"run:{run}")["seq"]
+                for i in range(3)]
+        journal.release(root, seqs)
+    lines = root.path(journal.JOURNAL).read_text().splitlines()
+    assert len(lines) == 2, lines  # the pages, and a marker holding the highest number: 1 + 1 + 50 * (3 + 1)
+    kept = [(r["seq"], r["op"], r.get("owner")) for r in journal.read(root)]
+    assert kept == [(1, "pages", HP), (202, "released", None)]
+    assert journal.record(root, {"op": "begin", "pid": 1})["seq"] == 203
+    assert [r["seq"] for r in restore.pending(root)] == [1]
+
+
+def test_a_change_that_would_take_the_journal_past_its_cap_is_refused_before_it_is_made(
+        host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = writable(host)
+    journal.record(root, {"op": "pages", "node": 0, "size_kib": 2048, "before": 0}, HP)
+    size = root.path(journal.JOURNAL).stat().st_size
+    monkeypatch.setattr(journal, "MAX_JOURNAL", size + 10)
+    with pytest.raises(HarnessError, match="refusing to make another"):
+        journal.record(root, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0}, HP)
+    assert root.path(journal.JOURNAL).stat().st_size == size
+    with pytest.raises(RuntimeError, match="could not be read back"):
+        journal.record(root, {"op": "begin", "pid": "9" * (70 << 10)})

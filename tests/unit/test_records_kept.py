@@ -72,7 +72,7 @@ def test_an_append_through_the_same_run_folder_is_seen_at_once(tmp_path: Path) -
 def test_an_append_through_the_same_run_folder_is_seen_whatever_the_file_looks_like(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Even where the file's identity would not tell (an append of a torn tail's length, in one tick)."""
-    monkeypatch.setattr(store, "_identity", lambda path: ((0,), b""))
+    monkeypatch.setattr(store, "identity_of", lambda path: ((0,), b""))
     run = RunDir.create(tmp_path / "rd", MANIFEST)
     run.append(record("a", 1, 0))
     assert [r["key"] for r in run.records()] == ["a/1/0"]

@@ -73,15 +73,23 @@ def draw(v: View | None, folder: Folder, switches: tuple[Why, ...] = ()) -> list
     tools = found()
     if v is None or tools is None:
         return []
-    by = {p.instance: p for p in v.profiles}
-    pairs = [(v.profiles[0], p, file_name(p.instance)) for p in v.profiles[1:]] if v.growers else []
-    pairs += [(by[w.against], by[w.reference], switch_file(w.switch)) for w in switches if w.grew is not None]
     written = []
-    for base, p, name in pairs:
+    for base, p, name in _pairs(v, switches):
         svg = _svg(tools, base, p, f"{p.instance} against {base.instance}: time per {PER} requests "
                                    f"(red: grew, blue: shrank; the server's work alone)")
         written.append(folder.write(name, svg))
     return written
+
+
+def names(v: View | None, switches: tuple[Why, ...] = ()) -> list[str]:
+    """The files `draw` writes (a report checks each before it writes any)."""
+    return [] if v is None or found() is None else [name for _, _, name in _pairs(v, switches)]
+
+
+def _pairs(v: View, switches: tuple[Why, ...]) -> list[tuple[Profile, Profile, str]]:
+    by = {p.instance: p for p in v.profiles}
+    pairs = [(v.profiles[0], p, file_name(p.instance)) for p in v.profiles[1:]] if v.growers else []
+    return pairs + [(by[w.against], by[w.reference], switch_file(w.switch)) for w in switches if w.grew is not None]
 
 
 def _svg(tools: tuple[str, str], base: Profile, variant: Profile, title: str) -> bytes:

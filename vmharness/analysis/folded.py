@@ -87,11 +87,8 @@ def read(run: Path, profile: Mapping[str, Any], key: object) -> tuple[Path, dict
                            "profiles/NAME.folded of its run folder", HINT)
     if not isinstance(digest, str) or not HEX.fullmatch(digest):
         raise HarnessError(f"{run}: the profile record {key!r} holds no sha256 digest of its file", HINT)
-    path = run / name
-    for step in (path.parent, path):  # a link in the run folder could lead anywhere: it is never followed
-        if step.is_symlink():
-            raise HarnessError(f"{step} is a symlink: refusing to read through it", HINT)
-    text = userfile.text(path, MAX_FOLDED, HINT, lambda fault: HarnessError(f"{path} {fault}", HINT))
+    path = run / name  # a link in the run folder could lead anywhere: it is never followed (read_inside)
+    text = userfile.text(path, MAX_FOLDED, HINT, lambda fault: HarnessError(f"{path} {fault}", HINT), within=run)
     if hashlib.sha256(text.encode()).hexdigest() != digest:
         raise HarnessError(f"{path} does not match its record's digest (profile {key!r})", HINT)
     return path, parse(text, path)

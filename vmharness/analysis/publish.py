@@ -5,8 +5,10 @@ variant's differential flame graph (flame.py: `flame-VARIANT.svg`, files a repor
 The folder is the report's own (vmharness/system/owned.py): made and marked by the first report written
 there, and refused when it is a symlink, another command's, or a folder of the user's that no report
 wrote (their own `report.md` would be overwritten), unless `--force`. A report folder written before
-folders were marked is recognised by holding all the files a report always writes, and no other. Each file is
-replaced by a rename, never written through a link."""
+folders were marked is recognised by holding all the files a report always writes, and no other. Every file
+it may write is checked before the first is written (a link or a folder at one is refused, or with --force
+a link replaced), so a refusal leaves the folder as it was; each is replaced by a rename, never written
+through a link."""
 
 from __future__ import annotations
 
@@ -35,18 +37,21 @@ def _legacy(_path: Path, entries: list[str]) -> bool:
     return always <= set(entries) <= set(_names())
 
 
-def preflight(out: Path, flag: str, force: bool = False) -> None:
-    """The folder can take a report, and no link is where a file of it goes (said before any work):
-    writes nothing."""
+def preflight(out: Path, flag: str, force: bool = False, more: list[str] | None = None) -> None:
+    """The folder can take a report, and no link or folder is where a file of it goes (or `more` of
+    them: a run's flame graphs), said before any work: writes nothing."""
     owned.preflight(out, OWNER, flag, force, _legacy, HINT)
     if out.is_dir():
         folder = owned.Folder(out, f"{flag} {out}", force)
-        for name in _names():
+        for name in [*_names(), *(more or [])]:
             folder.check(name, replacing=True)
 
 
 def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool = False) -> list[Path]:
     """Every form of the report in `out` (`flag` names it in errors); returns the files written."""
+    # every target is checked before the first write (the marker's too): a link or a folder at the last one
+    # would otherwise leave a report half rewritten
+    preflight(out, flag, force, flame.names(a.profiles, a.switch_why))
     folder = owned.claim(out, OWNER, f"{flag} {out}", force, _legacy, HINT)
     try:
         written = []

@@ -17,6 +17,14 @@ counterpart (host-restore, vm down, tune revert) gives it back. Holding `Lock` p
 harness is alive, so a `run:` record found then is the leftover of a dead process (`transient`).
 `hand_over` re-tags records (a run's host preparation kept with --keep-host becomes host-prepare's).
 
+The journal holds what is outstanding: each release that leaves something outstanding rewrites it
+with those records alone (their owners as handed over, their sequence numbers kept, and a marker
+holding the highest number given), so a long study on a host kept prepared does not grow it with
+every run; the rewrite happens under `Lock`, so no other process appends meanwhile. Its size is
+capped where it is written and where it is read by the same figures: a record of at most MAX_LINE
+bytes, a journal of at most MAX_JOURNAL; a change that would take it past that is refused before it
+is made, so the harness never writes a journal it cannot read back.
+
 Lives in /run/vmharness/ (tmpfs): everything the harness changes on a host (driver bindings, runtime
 hugepages, mounts, loaded modules) is also forgotten by the kernel at a reboot, so a journal that
 survived one would describe state that no longer exists.
@@ -27,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmharness.errors import HarnessError
+from vmharness.journal import journalfile
+from vmharness.journal.journalfile import MAX_LINE
 from vmharness.journal.kinds import OpKind
 from vmharness.system.root import HostRoot
 
@@ -42,8 +51,9 @@ STATE_DIR = "/run/vmharness"
 JOURNAL = f"{STATE_DIR}/journal.jsonl"
 LOCK = f"{STATE_DIR}/lock"
 RUN_PREFIX = "run:"  # owners that end with their process: a run's or a bench's id
+MAX_JOURNAL = 1024 * MAX_LINE  # 64 MiB: a thousand records of the largest size, some 30,000 of an IRQ's on
+# a host of 1,024 CPUs (2.1 KiB), outstanding at once; the old cap, 1 MiB, refused 487 of those
 
-log = logging.getLogger("vmharness.journal")
 Record = dict[str, Any]
 Undo = Callable[[HostRoot, Record], list[str]]  # the problems that remain (empty: given back)
 
@@ -153,12 +163,14 @@ def _damaged(n: int, fault: str) -> HarnessError:
 
 def load(root: HostRoot) -> Contents:
     """The records in order. Any damage but a torn last line is an error naming the line."""
-    text = root.read_optional(JOURNAL)
+    text = root.read_optional(JOURNAL, limit=MAX_JOURNAL)
     if not text:
         return Contents([])
     lines = text.split("\n")
     records: list[Record] = []
     for n, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            raise _damaged(n, f"is {len(line):,} characters long: a record is at most {MAX_LINE:,} bytes")
         try:
             rec = json.loads(line)
         except (ValueError, RecursionError):
@@ -207,15 +219,19 @@ def record(root: HostRoot, entry: Record, owner: str | None = None) -> Record:
     _state_dir(root)
     path = root.writable(JOURNAL)
     new = not path.exists()
-    found = load(root)
-    if found.torn is not None:  # appending after it would bury it mid-file: cut it off first
-        log.warning("%s: dropping a torn last line (a crash cut it mid-write): %r", JOURNAL, found.torn[:80])
-        os.truncate(path, path.read_bytes().rfind(b"\n") + 1)
-    entry = {"seq": max((r["seq"] for r in found.records), default=0) + 1, "time": round(time.time(), 3),
-             **entry, **({"owner": owner} if owner else {})}
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
+        entry = {"seq": journalfile.last_seq(fd, JOURNAL) + 1, "time": round(time.time(), 3),
+                 **entry, **({"owner": owner} if owner else {})}
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+        if len(line) > MAX_LINE:
+            raise RuntimeError(f"journal record {entry['seq']} is {len(line)} bytes: over {MAX_LINE}, it could not "
+                               "be read back")
+        if os.fstat(fd).st_size + len(line) > MAX_JOURNAL:
+            raise HarnessError(f"{JOURNAL} holds {MAX_JOURNAL >> 20} MiB of changes not given back: refusing "
+                               f"to make another (a {entry['op']} record)",
+                               "give them back first (host-restore, vm down, tune revert)")
+        os.write(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -267,8 +283,13 @@ def release(root: HostRoot, seqs: list[int]) -> None:
     """Mark records as given back; when nothing else is outstanding the journal goes."""
     if seqs:
         record(root, {"op": OpKind.RELEASED, "seqs": seqs})
-    if not outstanding(read(root)):
+    records = read(root)
+    left = outstanding(records)
+    if not left:
         clear(root)
+    elif len(left) + 1 < len(records):  # something to drop: the journal holds what is outstanding alone
+        top = {"seq": max(r["seq"] for r in records), "time": round(time.time(), 3), "op": OpKind.RELEASED, "seqs": []}
+        journalfile.replace(root.writable(JOURNAL), [json.dumps(r, sort_keys=True) for r in [*left, top]])
 
 
 def clear(root: HostRoot) -> None:

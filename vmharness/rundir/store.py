@@ -21,7 +21,6 @@ import errno
 import json
 import logging
 import os
-import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -31,7 +30,8 @@ from typing import Any
 
 from vmharness import userfile
 from vmharness.errors import HarnessError
-from vmharness.rundir import record_check
+from vmharness.rundir import manifest_values, record_check
+from vmharness.rundir.identity import Identity, identity_of
 from vmharness.system import owned
 
 MANIFEST = "manifest.json"
@@ -41,8 +41,6 @@ POINTS = ("measurement", "load", "syscalls", "profile")  # the kinds of record t
 MAX_MANIFEST = 64 << 20  # bytes: the configuration and the provenance of each boot
 MAX_RECORDS = 1 << 30  # bytes: 10,000 points of 100 KiB (a histogram per microsecond); a larger file is
 # refused before it is read
-TAIL = 4096  # bytes of the records' end that are part of their identity (RunDir.records)
-Identity = tuple[tuple[int, ...], bytes]
 
 log = logging.getLogger("vmharness.store")
 
@@ -53,9 +51,10 @@ def _damaged(path: Path, fault: str) -> HarnessError:
 
 
 def _read(path: Path, limit: int) -> str:
-    """A run file's text: a regular file, UTF-8, at most `limit` bytes (the error names the cap)."""
-    return userfile.text(path, limit, f"a run directory's {path.name} is a regular file, far smaller: this one is "
-                         "damaged or not a run's", lambda fault: _damaged(path, fault))
+    """A run file's text: a regular file with one name in the folder itself (no link of either kind:
+    userfile.read_inside), UTF-8, at most `limit` bytes (the error names the cap)."""
+    return userfile.text(path, limit, f"a run directory's {path.name} is a regular file of its own, far smaller: "
+                         "this one is damaged or not a run's", lambda fault: _damaged(path, fault), within=path.parent)
 
 
 def _full(exc: OSError, where: Path) -> HarnessError:
@@ -94,6 +93,7 @@ class RunDir:
     left_out: list[tuple[int, str, str]] = field(default_factory=list, repr=False, compare=False)
     _said: bool = field(default=False, repr=False, compare=False)
     _kept: tuple[Identity, list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)  # records
+    _manifest: tuple[Identity, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def create(cls, path: Path, manifest: dict[str, Any]) -> RunDir:
@@ -149,7 +149,12 @@ class RunDir:
 
     @property
     def manifest(self) -> dict[str, Any]:
+        """The manifest, checked (manifest_values) and kept while the file is the one read, as the records
+        are (a report asks a dozen times; a manifest of 64 MiB takes a second to parse): never change it."""
         path = self.path / MANIFEST
+        identity = identity_of(path)
+        if self._manifest is not None and identity is not None and self._manifest[0] == identity:
+            return self._manifest[1]
         try:
             data = json.loads(_read(path, MAX_MANIFEST))
         except (ValueError, RecursionError) as exc:
@@ -161,6 +166,9 @@ class RunDir:
         if not isinstance(instances, list) or not all(
                 isinstance(i, dict) and isinstance(i.get("name"), str) for i in instances):
             raise _damaged(path, "has a config that is not an object with a list of named instances")
+        if (fault := manifest_values.fault(data)) is not None:
+            raise _damaged(path, fault)
+        self._manifest = (identity, data) if identity is not None else None
         return data
 
     @property
@@ -193,13 +201,13 @@ class RunDir:
         other damage is an error naming the line, raised before the first record is handed out.
 
         Read and checked once, then kept (a report asks often; 100 KiB records take seconds to parse) until
-        an `append` through this RunDir or until the file is not the one read (`_identity`: another hand
+        an `append` through this RunDir or until the file is not the one read (`identity_of`: another hand
         wrote it); the kept dicts are handed out: never change them. A file that fails is never kept."""
         path = self.path / RECORDS
         if not os.path.lexists(path):
             self._kept = None
             return iter(())
-        identity = _identity(path)
+        identity = identity_of(path)
         if self._kept is not None and identity is not None and self._kept[0] == identity:
             return iter(self._kept[1])
         lines = _read(path, MAX_RECORDS).splitlines()
@@ -249,23 +257,6 @@ def left_out_line(runs: list[RunDir]) -> list[str]:
     the first few by file:line (empty when none was)."""
     left = [(r.path / RECORDS, *x) for r in runs for x in r.left_out]
     return [record_check.summary(left)] if left else []
-
-
-def _identity(path: Path) -> Identity | None:
-    """What tells the file from the one read before, unread: inode, size, times and last 4 KiB (another
-    writer's torn tail cut and a line of its length, in one clock tick); None for what cannot be read."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # the read says what it is
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            tail = os.pread(fd, TAIL, max(0, st.st_size - TAIL))
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), tail
 
 
 def _fault(rec: dict[str, Any]) -> str | None:

@@ -116,7 +116,7 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("a-repeat-beyond-any", lines({**point("a", 2, 2), "repeat": 5000, "key": "a/2/2/r5000"}), "",
      ("repeat 5000 is above 19",)),
     ("a-repeat-as-text", lines({**point("a", 2, 2), "repeat": "1", "key": "a/2/2/r1"}), "",
-     ("its key 'a/2/2/r1'", "'a/2/2/r?'")),
+     ("1 with a value of the wrong type", 'repeat "1" is not a number')),
     ("cpu-share-out-of-range", lines(point(samples={"local": {"cpu": {"cpu": {"idle": -50.0}}}})), "",
      ("samples.local.cpu.cpu.idle -50 is below -0.05",)),
     ("vcpu-busy-out-of-range", lines(point(host={"vcpu_busy_percent": [1e6]})), "",
@@ -311,7 +311,11 @@ def _resume(cwd: Path, records: str) -> subprocess.CompletedProcess[str]:
     (GOOD_RECORDS + lines(point("a", 1, 1, 5000.0)), 0, 8, "repeating a point already measured"),
     (GOOD_RECORDS + lines({**point("a", 1, 0), "ok": False}), 0, 8, "repeating a point already measured"),
     (GOOD_RECORDS + lines({**point("a", 2, 0), "key": "b/1/0"}), 0, 8, "its key 'b/1/0'"),
-], ids=["clean", "nan", "repeated", "failure-after-success", "key-not-its-fields"])
+    (GOOD_RECORDS.replace('"ok": true', '"ok": "false"', 1), 1, 7, 'ok "false" is not true or false'),
+    (GOOD_RECORDS + lines(point("ghost", 2, 0)), 0, 8, "its instance 'ghost' is not one of the run's"),
+    (GOOD_RECORDS + lines(point("a", 4, 0)), 0, 8, "connections 4 is not a count the run's sweep measures"),
+], ids=["clean", "nan", "repeated", "failure-after-success", "key-not-its-fields", "ok-as-text", "unknown-instance",
+        "a-count-never-swept"])
 def test_resume_measures_a_left_out_point_again_and_a_repeated_one_once(
         tmp_path: Path, records: str, todo: int, done: int, why: str | None) -> None:
     before = (tmp_path / "rd").exists()

@@ -170,7 +170,7 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                 table[key] = cells_of[name]
                 first = first or key
     a = analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
-    a.flags[:0] = left_out_line(runs)
+    a.flags[:0] = left_out_line(runs) + [f"{run.path.name}: {f}" for run in runs for f in hostdiff.run_flags(run)]
     a.flags[:0] = hostdiff.compare_flags(runs)  # the hosts' differences, before all
     return a
 

@@ -2,21 +2,23 @@
 the harness writes. `store.RunDir.records` applies it to each record before anything reads it, so the
 report, the plans and `--resume` all see the same records.
 
-Three faults leave a record out of every figure; it is named with its file and line, the report's first
+These faults leave a record out of every figure; it is named with its file and line, the report's first
 warning counts what was left out and why, and `report --strict` refuses the file instead:
 - **a number that cannot be a measurement**: not finite (JSON has no NaN or Infinity, but Python reads
   both) or a float beyond 2**63 anywhere, or a figure outside its range (RULES: requests/s, counts, latencies, CPU
   shares, connections, iterations...). A count must be a whole number; a record's latency percentiles
   must not fall as the percentile rises.
+- **a value of the wrong type**: text or true/false where RULES has a figure (`"rate": "1e9"` reads as a
+  number to float(), `true` as 1), or an `ok` that is not true or false (`"ok": "false"` is true to `if`).
 - **a kind this version does not know** (KINDS: a newer harness may write one; its meaning is unknown).
 - **a point already measured**: a key after that key's successful record (a point's records are its
   failed attempts, then at most one success: a retry after a failure, by `--resume`, writes the key
   again), a key that is not its own fields' (it would count as another point), a second `load_target`,
   a second `capacity` record of one machine.
+- **a record contradicting the run** (rundir/cross_check.py: set beside the manifest and the other records).
 
-The record's shape is not judged here: a figure that is missing, or not a number, is the reader's to
-refuse, with an error naming the record (docs/safety.md, section 6). A figure's range is checked only
-where it is a number.
+A figure that is missing or null is the reader's to refuse, with an error naming the record (docs/safety.md,
+section 6); a figure's range is checked only where it is a number.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from typing import Any
 from vmharness.model.connections import MAX_CONNECTIONS
 from vmharness.model.sections import DAY, LoadSection, SweepSection
 from vmharness.rundir.histogram import MOST_COUNT, MOST_US, PERCENTILES
+from vmharness.rundir.jsontext import MOST  # beyond any counter or figure the harness writes
 from vmharness.stats import MOST_REPEATS
 
-MOST = 2**63  # beyond any counter or figure the harness writes
 MAX_RATE = 1e9  # requests/s: 400 Gb/s carries about 5e8 of the smallest request and answer
 ONE_CORE = 200.0  # % of one CPU: a thread reaches 100, and two readings a fraction of a second apart add jitter
 MAX_FREQUENCY = 100_000  # samples/s: perf refuses more than its perf_event_max_sample_rate (100000 at most)
@@ -107,6 +109,7 @@ KEYED = ("measurement", "load", "syscalls", "profile")  # the kinds that are a m
 
 # why a record is left out, as the report counts them
 NUMBER, KIND, AGAIN = "with a number out of range", "of an unknown kind", "repeating a point already measured"
+TYPE, CONTRA = "with a value of the wrong type", "contradicting the run"  # the latter: rundir/cross_check.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,9 +163,11 @@ def numbers_fault(rec: dict[str, Any], suspect: bool = True) -> Fault | None:
                                      + ("not a finite number" if not math.isfinite(x) else "beyond 2**63"))
     for path, low, high, whole in RULES.get(rec.get("kind", ""), []) if isinstance(rec.get("kind"), str) else []:
         for where, x in _at(rec, path):
-            if not isinstance(x, int | float) or isinstance(x, bool):
-                continue  # not a number: the reader's to refuse (its shape)
             name = ".".join(where)
+            if isinstance(x, str | bool):  # float("1e9") and True + 1 would take it as one
+                return Fault(TYPE, f"{name} {json.dumps(x)[:40]} is not a number")
+            if not isinstance(x, int | float):
+                continue  # missing or null: the reader's to refuse (its shape)
             if whole and not isinstance(x, int):
                 return Fault(NUMBER, f"{name} {_show(x)} is not a whole number")
             if not low <= x <= high:
@@ -240,26 +245,9 @@ def fault(rec: dict[str, Any], seen: Seen, suspect: bool = True) -> Fault | None
     if not isinstance(kind, str) or kind not in KINDS:
         shown = repr(kind) if isinstance(kind, str) else "none" if kind is None else f"a {type(kind).__name__}"
         return Fault(KIND, f"kind {shown[:60]} is not one this version writes")
+    if "ok" in rec and not isinstance(rec["ok"], bool):  # "false" is true to `if rec.get("ok")`
+        return Fault(TYPE, f"ok {json.dumps(rec['ok'])[:40]} is not true or false")
     return numbers_fault(rec, suspect) or seen.fault(rec)
-
-
-def loads(line: str) -> tuple[Any, bool]:
-    """A line's JSON value, and whether it holds a number no figure can be (NaN, Infinity, a float beyond
-    2**63): only such a record is walked number by number (a histogram makes one thousands of numbers
-    long). An integer that large is caught where it would count: no range in RULES reaches it."""
-    odd: list[str] = []
-
-    def constant(text: str) -> float:
-        odd.append(text)
-        return float(text)
-
-    def floating(text: str) -> float:
-        x = float(text)
-        if not abs(x) <= MOST:
-            odd.append(text)
-        return x
-
-    return json.loads(line, parse_constant=constant, parse_float=floating), bool(odd)
 
 
 def describe(rec: dict[str, Any], why: Fault) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from vmharness import userfile
 from vmharness.errors import HarnessError
-from vmharness.rundir import record_check
+from vmharness.rundir import cross_check, jsontext, record_check
 from vmharness.system import owned
 
 MANIFEST = "manifest.json"
@@ -92,6 +92,7 @@ class RunDir:
     _reported: set[int] = field(default_factory=set, repr=False, compare=False)  # torn lines warned of
     # the records the last read left out of every figure: (line, why, what), said once on stderr
     left_out: list[tuple[int, str, str]] = field(default_factory=list, repr=False, compare=False)
+    missing: list[str] = field(default_factory=list, repr=False, compare=False)  # what the records lack: said once
     _said: bool = field(default=False, repr=False, compare=False)
     _kept: tuple[Identity, list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)  # records
 
@@ -151,7 +152,7 @@ class RunDir:
     def manifest(self) -> dict[str, Any]:
         path = self.path / MANIFEST
         try:
-            data = json.loads(_read(path, MAX_MANIFEST))
+            data = jsontext.value(_read(path, MAX_MANIFEST))
         except (ValueError, RecursionError) as exc:
             raise _damaged(path, f"is not JSON: {exc}") from exc
         if not isinstance(data, dict):
@@ -203,16 +204,16 @@ class RunDir:
         if self._kept is not None and identity is not None and self._kept[0] == identity:
             return iter(self._kept[1])
         lines = _read(path, MAX_RECORDS).splitlines()
-        out = []
+        out: list[tuple[int, dict[str, Any]]] = []
         seen = record_check.Seen()
-        left: list[tuple[int, str, str]] = []
+        left: list[tuple[int, dict[str, Any], record_check.Fault]] = []
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                rec, odd = record_check.loads(line)
+                rec, odd = jsontext.line(line)
             except (ValueError, RecursionError) as exc:
-                if n == len(lines):
+                if n == len(lines) and not isinstance(exc, jsontext.Twice):
                     if n not in self._reported:
                         self._reported.add(n)
                         log.warning("warning: %s line %d is cut short (a crash mid-write?): left out, "
@@ -224,19 +225,16 @@ class RunDir:
             if (fault := _fault(rec)) is not None:
                 raise _damaged(path, f"line {n} is a {rec.get('kind')} record {fault}")
             if (bad := record_check.fault(rec, seen, odd)) is not None:
-                if self.strict:
-                    raise HarnessError(f"{path} line {n}: {record_check.describe(rec, bad)}",
-                                       "without --strict the report leaves such a record out of every figure, "
-                                       "and its first warning says so")
-                left.append((n, bad.why, record_check.describe(rec, bad)))
+                left.append((n, rec, bad))
                 continue
-            out.append(rec)
-        self.left_out = left
-        if left and not self._said:
+            out.append((n, rec))
+        recs, self.left_out, self.missing = cross_check.settle(self.manifest, out, left, path, self.strict)
+        if (self.left_out or self.missing) and not self._said:
             self._said = True
-            print(f"warning: {record_check.summary([(path, *x) for x in left])}", file=sys.stderr, flush=True)
-        self._kept = (identity, out) if identity is not None else None
-        return iter(out)
+            for said in left_out_line([self]):
+                print(f"warning: {said}", file=sys.stderr, flush=True)
+        self._kept = (identity, recs) if identity is not None else None
+        return iter(recs)
 
     def completed(self) -> set[str]:
         """Keys of the points measured successfully: what --resume does not measure again (a record left
@@ -245,10 +243,11 @@ class RunDir:
 
 
 def left_out_line(runs: list[RunDir]) -> list[str]:
-    """The report's first warning, when a run's records were left out of every figure: how many, why, and
-    the first few by file:line (empty when none was)."""
+    """The report's first warnings: the records left out of every figure (how many, why, the first few by
+    file:line), then what a run's records lack (cross_check.missing); empty when neither."""
     left = [(r.path / RECORDS, *x) for r in runs for x in r.left_out]
-    return [record_check.summary(left)] if left else []
+    return ([record_check.summary(left)] if left else []) + [f"{r.path / RECORDS}: {m}" for r in runs
+                                                             for m in r.missing]
 
 
 def _identity(path: Path) -> Identity | None:

@@ -8,8 +8,6 @@ warning counts what was left out and why, and `report --strict` refuses the file
   both) or a float beyond 2**63 anywhere, or a figure outside its range (RULES: requests/s, counts, latencies, CPU
   shares, connections, iterations...). A count must be a whole number; a record's latency percentiles
   must not fall as the percentile rises.
-- **a value of the wrong type**: text or true/false where RULES has a figure (`"rate": "1e9"` reads as a
-  number to float(), `true` as 1), or an `ok` that is not true or false (`"ok": "false"` is true to `if`).
 - **a kind this version does not know** (KINDS: a newer harness may write one; its meaning is unknown).
 - **a point already measured**: a key after that key's successful record (a point's records are its
   failed attempts, then at most one success: a retry after a failure, by `--resume`, writes the key
@@ -17,8 +15,10 @@ warning counts what was left out and why, and `report --strict` refuses the file
   a second `capacity` record of one machine.
 - **a record contradicting the run** (rundir/cross_check.py: set beside the manifest and the other records).
 
-A figure that is missing or null is the reader's to refuse, with an error naming the record (docs/safety.md,
-section 6); a figure's range is checked only where it is a number.
+A value of the wrong type is no measurement at all and is refused, naming the file and the line
+(type_fault: text or true/false where RULES has a figure, an `ok` that is not true or false). A figure
+that is missing or of another shape (null, a list) is the reader's to refuse, with an error naming the
+record (docs/safety.md, section 6); a figure's range is checked only where it is a number.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ KEYED = ("measurement", "load", "syscalls", "profile")  # the kinds that are a m
 
 # why a record is left out, as the report counts them
 NUMBER, KIND, AGAIN = "with a number out of range", "of an unknown kind", "repeating a point already measured"
-TYPE, CONTRA = "with a value of the wrong type", "contradicting the run"  # the latter: rundir/cross_check.py
+CONTRA = "contradicting the run"  # rundir/cross_check.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +163,9 @@ def numbers_fault(rec: dict[str, Any], suspect: bool = True) -> Fault | None:
                                      + ("not a finite number" if not math.isfinite(x) else "beyond 2**63"))
     for path, low, high, whole in RULES.get(rec.get("kind", ""), []) if isinstance(rec.get("kind"), str) else []:
         for where, x in _at(rec, path):
+            if not isinstance(x, int | float) or isinstance(x, bool):
+                continue  # not a number: type_fault's, or (null, a list) the reader's to refuse (its shape)
             name = ".".join(where)
-            if isinstance(x, str | bool):  # float("1e9") and True + 1 would take it as one
-                return Fault(TYPE, f"{name} {json.dumps(x)[:40]} is not a number")
-            if not isinstance(x, int | float):
-                continue  # missing or null: the reader's to refuse (its shape)
             if whole and not isinstance(x, int):
                 return Fault(NUMBER, f"{name} {_show(x)} is not a whole number")
             if not low <= x <= high:
@@ -245,9 +243,20 @@ def fault(rec: dict[str, Any], seen: Seen, suspect: bool = True) -> Fault | None
     if not isinstance(kind, str) or kind not in KINDS:
         shown = repr(kind) if isinstance(kind, str) else "none" if kind is None else f"a {type(kind).__name__}"
         return Fault(KIND, f"kind {shown[:60]} is not one this version writes")
-    if "ok" in rec and not isinstance(rec["ok"], bool):  # "false" is true to `if rec.get("ok")`
-        return Fault(TYPE, f"ok {json.dumps(rec['ok'])[:40]} is not true or false")
     return numbers_fault(rec, suspect) or seen.fault(rec)
+
+
+def type_fault(rec: dict[str, Any]) -> str | None:
+    """Text or true/false where RULES has a figure (float("1e9") reads the one, True + 1 is 2), or an `ok`
+    that is not true or false (`"ok": "false"` is true to `if rec.get("ok")`): a record the harness never
+    writes, refused (store.py names its file and line)."""
+    if "ok" in rec and not isinstance(rec["ok"], bool):
+        return f"with ok {json.dumps(rec['ok'])[:40]}, not true or false"
+    for path, _, _, _ in RULES.get(rec["kind"], []) if isinstance(rec.get("kind"), str) else []:
+        for where, x in _at(rec, path):
+            if isinstance(x, str | bool):
+                return f"with {'.'.join(where)} {json.dumps(x)[:40]}, not a number"
+    return None
 
 
 def describe(rec: dict[str, Any], why: Fault) -> str:

@@ -222,7 +222,7 @@ class RunDir:
                 raise _damaged(path, f"line {n} is not JSON: {exc}") from exc
             if not isinstance(rec, dict):
                 raise _damaged(path, f"line {n} is not a record (a JSON {type(rec).__name__})")
-            if (fault := _fault(rec)) is not None:
+            if (fault := _fault(rec) or record_check.type_fault(rec)) is not None:
                 raise _damaged(path, f"line {n} is a {rec.get('kind')} record {fault}")
             if (bad := record_check.fault(rec, seen, odd)) is not None:
                 left.append((n, rec, bad))

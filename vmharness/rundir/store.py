@@ -6,9 +6,10 @@ A run directory is read back long after it was written, perhaps copied, perhaps 
 that is not a JSON object, or a record line in the middle that is not one, is an error naming the file
 (and line); a torn last line is what a crash mid-write leaves, so it is reported once and the rest is
 used. Only regular files are read (a FIFO would block the reader forever), each at most a size the
-error names. A whole record whose values cannot be a measurement, of an unknown kind, or repeating a
-point (rundir/record_check.py) is left out of every figure and said once; with `strict` (report
---strict) it is an error naming its line. The records are read once and kept (`RunDir.records`).
+error names. A whole record whose values cannot be a measurement, of an unknown kind, repeating a
+point (rundir/record_check.py) or contradicting the run (rundir/cross_check.py) is left out of every
+figure and said once (`report --strict`: an error naming its line, as a key given twice or a value of the
+wrong type always is). The records are read once and kept (`RunDir.records`).
 
 The folder is the harness's (vmharness/system/owned.py): made and marked by `create`, or checked by `resume`
 (its manifest's kind, no link where it writes, its samples/ folder there) before anything is written;

@@ -185,6 +185,8 @@ FORGED: list[tuple[str, Build, str, int, tuple[str, ...]]] = [
      "run", 0, (f"{RD}:6", "connections 4 is not a count the run's sweep measures")),
     ("a-load-target-off-the-sweep", folder("bench", at(7, lambda r: {**r, "connections": 4})), "bench", 0,
      (f"{RD}:7", "connections 4 is not a count")),
+    ("a-load-percent-never-planned", folder("bench", at(8, lambda r: {**r, "percent": 60, "key": "baseline/@60%/0"})),
+     "bench", 0, (f"{RD}:8", "its percent 60 is not one of the run's load.percents [25, 50, 75, 90]")),
     # VM exits in a run whose guests ran under TCG
     ("exits-under-tcg", folder("run", at(PEAK_LINE, lambda r: _set(r, "host.kvm_exits", {"exits": 9_000_000}))),
      "run", 0, (f"{RD}:6", "it counts VM exits, but manifest.json says the guests ran under TCG")),

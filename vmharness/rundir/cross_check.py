@@ -1,13 +1,13 @@
 """Records set beside the run: what each must agree with in the manifest and in the other records to count.
 
 record_check.py judges a record alone; a record that is well formed can still contradict the run that
-holds it, and a forged or damaged one would then change an answer: a point of an instance or at a
-connection count the run never had, VM exits counted in a guest the manifest says ran under TCG, a
-counted point whose shorter load counted more calls than its load (its calls per request would shrink),
-a study's `dropped` record for an instance measured after it. Each is left out of every figure as
-"contradicting the run", named by its file and line in the report's first warning (`report --strict`
-refuses it), exactly as a record that fails record_check; `--resume` reads through the same reader
-(store.RunDir.records), so it measures such a point again.
+holds it, and a forged or damaged one would then change an answer: a point of an instance, at a
+connection count or at a load's percent the run never had, VM exits counted in a guest the manifest
+says ran under TCG, a counted point whose shorter load counted more calls than its load (its calls per
+request would shrink), a study's `dropped` record for an instance measured after it. Each is left out
+of every figure as "contradicting the run", named by its file and line in the report's first warning
+(`report --strict` refuses it), exactly as a record that fails record_check; `--resume` reads through
+the same reader (store.RunDir.records), so it measures such a point again.
 
 What is missing cannot be left out; it is said in a warning naming the fault: a point the manifest's
 tally counts as measured with no record for it, and the `idle` record a run with a control takes in each
@@ -80,6 +80,10 @@ def _one(rec: dict[str, Any], manifest: dict[str, Any], names: list[str],
         if not (min(listed) <= conns <= max(listed) if ladder else conns in listed):
             said = manifest["config"]["sweep"]["connections"]
             return f"connections {conns} is not a count the run's sweep measures (sweep.connections {said[:60]!r})"
+    load = manifest.get("config", {}).get("load")
+    percents = load.get("percents") if isinstance(load, dict) else None
+    if kind == "load" and isinstance(percents, list) and rec.get("percent") not in percents:
+        return f"its percent {str(rec.get('percent'))[:20]} is not one of the run's load.percents {percents!s:.60}"
     host, guest = rec.get("host"), manifest.get("guest")
     if isinstance(host, dict) and host.get("kvm_exits") and isinstance(guest, dict) and guest.get("kvm") is False:
         return "it counts VM exits, but manifest.json says the guests ran under TCG (guest.kvm false)"

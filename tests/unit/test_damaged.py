@@ -117,15 +117,16 @@ def test_a_damaged_record_in_the_middle_names_its_line(cli, tmp_path: Path, bad:
 
 
 @pytest.mark.parametrize("damage", [
-    {"samples": {"local": "busy"}}, {"samples": {"local": {"cpu": {"cpu": {"idle": "x", "steal": [1]}}}}},
+    {"samples": {"local": "busy"}}, {"samples": {"local": {"cpu": {"cpu": {"idle": None, "steal": [1]}}}}},
     {"samples": ["local"]}, {"host": "hot"}, {"host": {"vfio_interrupts_per_s": {"0000:b3:00.0": None}}},
     {"host": {"vcpu_busy_percent": "all"}}, {"host": {"vcpu_busy_percent": [90.0], "vcpu_wait_percent": {"0": 5}}},
-    {"client": {"clients_detail": ["x", {"threads_cpu": {"percent_of_one": [None, "97"]}}]}},
-])  # a figure that is a number but cannot be one (NaN, out of range) leaves the whole record out instead:
-# tests/unit/test_hostile_records.py
+    {"client": {"clients_detail": ["x", {"threads_cpu": {"percent_of_one": [None, [97]]}}]}},
+])  # a figure that is a number but cannot be one (NaN, out of range), or text or true/false where a figure
+# belongs, leaves the whole record out instead: tests/unit/test_hostile_records.py, test_hostile_runs.py
 def test_damaged_saturation_figures_are_left_out_and_the_rest_reported(cli, tmp_path: Path,
                                                                         damage: dict[str, Any]) -> None:
-    """The figures of each side are optional (old records lack them): one of the wrong type is as if absent."""
+    """The figures of each side are optional (old records lack them): one of the wrong shape (null, a list, an
+    object) is as if absent."""
     run = a_run(tmp_path)
     records = [json.loads(line) for line in (run.path / "records.jsonl").read_text().splitlines()]
     for r in records:

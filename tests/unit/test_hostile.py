@@ -283,7 +283,7 @@ def cases() -> list[Case]:
         Case("report-manifest-not-utf8", ("report", "rd"), ("manifest.json",), a_run_dir(b"{\"kind\": \"\xff\"}")),
         Case("report-records-corrupt-middle", ("report", "rd"), ("records.jsonl", "line 2"),
              a_run_dir(GOOD_MANIFEST, measurement("a", 1, 0, 10) + "garbage\n" + GOOD_RECORDS)),
-        Case("report-record-wrong-shape", ("report", "rd"), ("records.jsonl", "a/1/0"),
+        Case("report-record-wrong-shape", ("report", "rd"), ("records.jsonl line 1", "requests_per_s \"x\""),
              a_run_dir(GOOD_MANIFEST, measurement("a", 1, 0, 10).replace('"requests_per_s": 10',
                                                                    '"requests_per_s": "x"')
                        + GOOD_RECORDS)),

@@ -115,8 +115,6 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("a-repeat-not-in-its-key", lines({**point("a", 2, 2), "repeat": 1}), "", ("its key 'a/2/2'", "'a/2/2/r1'")),
     ("a-repeat-beyond-any", lines({**point("a", 2, 2), "repeat": 5000, "key": "a/2/2/r5000"}), "",
      ("repeat 5000 is above 19",)),
-    ("a-repeat-as-text", lines({**point("a", 2, 2), "repeat": "1", "key": "a/2/2/r1"}), "",
-     ("its key 'a/2/2/r1'", "'a/2/2/r?'")),
     ("cpu-share-out-of-range", lines(point(samples={"local": {"cpu": {"cpu": {"idle": -50.0}}}})), "",
      ("samples.local.cpu.cpu.idle -50 is below -0.05",)),
     ("vcpu-busy-out-of-range", lines(point(host={"vcpu_busy_percent": [1e6]})), "",
@@ -185,6 +183,9 @@ def _cases() -> list[Case]:
         Case("strict-a-repeated-key", ("report", "rd", "--strict"), ("rd/records.jsonl line 9", "'a/1/1'",
                                                                      "measured successfully"), _folder("", again)),
         Case("strict-unknown-kind", ("report", "rd", "--strict"), ("line 9", "kind 'note'"), _folder("", kind)),
+        # text where a figure belongs: no measurement at all, refused (record_check.type_fault)
+        Case("a-repeat-as-text", ("report", "rd"), ("rd/records.jsonl line 9", 'with repeat "1", not a number'),
+             _folder("", lines({**point("a", 2, 2), "repeat": "1", "key": "a/2/2/r1"}))),
         Case("strict-clean", ("report", "rd", "--strict"), ("saturation point 2 connections",), _folder(""), code=0),
         Case("compare-one-run-damaged", ("compare", "rd", "rd2"), ("1 damaged record", "rd2/records.jsonl:9"),
              both(_folder(""), _folder("", again, "rd2")), code=0),
@@ -311,7 +312,10 @@ def _resume(cwd: Path, records: str) -> subprocess.CompletedProcess[str]:
     (GOOD_RECORDS + lines(point("a", 1, 1, 5000.0)), 0, 8, "repeating a point already measured"),
     (GOOD_RECORDS + lines({**point("a", 1, 0), "ok": False}), 0, 8, "repeating a point already measured"),
     (GOOD_RECORDS + lines({**point("a", 2, 0), "key": "b/1/0"}), 0, 8, "its key 'b/1/0'"),
-], ids=["clean", "nan", "repeated", "failure-after-success", "key-not-its-fields"])
+    (GOOD_RECORDS + lines(point("ghost", 2, 0)), 0, 8, "its instance 'ghost' is not one of the run's"),
+    (GOOD_RECORDS + lines(point("a", 4, 0)), 0, 8, "connections 4 is not a count the run's sweep measures"),
+], ids=["clean", "nan", "repeated", "failure-after-success", "key-not-its-fields", "unknown-instance",
+        "a-count-never-swept"])
 def test_resume_measures_a_left_out_point_again_and_a_repeated_one_once(
         tmp_path: Path, records: str, todo: int, done: int, why: str | None) -> None:
     before = (tmp_path / "rd").exists()
@@ -323,6 +327,17 @@ def test_resume_measures_a_left_out_point_again_and_a_repeated_one_once(
     warned = [line for line in said if "left out of every figure" in line]
     assert (len(warned), why is None or why in warned[0]) == (0 if why is None else 1, True), res.stderr
     assert (tmp_path / "rd" / "records.jsonl").read_text() == records  # nothing written to it
+
+
+def test_resume_refuses_an_ok_that_is_not_true_or_false(tmp_path: Path) -> None:
+    """`"ok": "false"` is true to `if`: bench --resume would skip the point as measured; it refuses the
+    folder in one line naming the file and the line, before it measures anything."""
+    records = GOOD_RECORDS.replace('"ok": true', '"ok": "false"', 1)
+    res = _resume(tmp_path, records)
+    said = res.stderr.splitlines()
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert said[-2].startswith("error: rd/records.jsonl line 1 is a measurement record with ok \"false\""), said
+    assert said[-1].startswith("hint: ") and (tmp_path / "rd" / "records.jsonl").read_text() == records
 
 
 def test_the_escaped_name_is_shown_where_the_raw_one_was(outcomes: Outcomes) -> None:

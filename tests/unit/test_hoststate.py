@@ -30,7 +30,8 @@ def tree(base: Path, *, boot: str = "b-1", cmdline: str = "quiet", microcode: st
              "sys/module/kvm/parameters/nx_huge_pages": nx, "sys/module/kvm/parameters/halt_poll_ns": "200000",
              "sys/module/kvm_amd/parameters/nested": "1", "sys/module/kvmgt/parameters/x": "not kvm's",
              "sys/module/vfio/parameters/enable_unsafe_noiommu_mode": "N", **(extra or {})}
-    files["proc/cpuinfo"] = "processor\t: 0\nvendor_id\t: AuthenticAMD\n" + (
+    files |= {"etc/machine-id": "0123abcd", "proc/sys/kernel/hostname": "lab1"}
+    files["proc/cpuinfo"] = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7713\n" + (
         f"microcode\t: {microcode}\n" if microcode else "") + "flags\t\t: fpu\n\n"
     for rel, text in files.items():
         (base / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +44,8 @@ def test_the_state_holds_every_fact_the_run_records(tmp_path: Path) -> None:
     assert state == {
         "boot_id": "b-1", "cmdline": "quiet", "microcode": "0xa0011d1", "smt": {"control": "on", "active": "1"},
         "vulnerabilities": {"mds": "Not affected", "spectre_v2": "Mitigation: Retpolines"},
-        "kvm": {"kvm.halt_poll_ns": "200000", "kvm.nx_huge_pages": "N", "kvm_amd.nested": "1"}}
+        "kvm": {"kvm.halt_poll_ns": "200000", "kvm.nx_huge_pages": "N", "kvm_amd.nested": "1"},
+        "machine_id": "0123abcd", "hostname": "lab1", "cpu_model": "AMD EPYC 7713"}
     assert sorted(state) == sorted(hoststate.KEYS)
 
 
@@ -52,7 +54,7 @@ def test_microcode_from_sysfs_where_cpuinfo_has_none_and_missing_facts_are_null(
     assert hoststate.read(root)["microcode"] == "0x2b000603"
     empty = hoststate.read(HostRoot(tmp_path / "nothing"))
     assert empty == {"boot_id": None, "cmdline": None, "microcode": None, "smt": {"control": None, "active": None},
-                     "vulnerabilities": {}, "kvm": {}}
+                     "vulnerabilities": {}, "kvm": {}, "machine_id": None, "hostname": None, "cpu_model": None}
 
 
 def test_a_parameter_that_is_not_a_regular_file_is_null_and_never_opened(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmharness.errors import HarnessError
-from vmharness.rundir import record_check, store
+from vmharness.rundir import jsontext, store
 from vmharness.rundir.store import RECORDS, RunDir
 
 MANIFEST = {"kind": "bench", "config": {"instance": [{"name": "a"}, {"name": "b"}]}}
@@ -44,13 +44,13 @@ def test_each_line_is_parsed_once_however_often_the_records_are_asked_for(tmp_pa
         for c in (1, 2):
             run.append(record("a", c, it))
     parsed: list[str] = []
-    real = record_check.loads
+    real = jsontext.line
 
     def counting(line: str) -> tuple[Any, bool]:
         parsed.append(line)
         return real(line)
 
-    monkeypatch.setattr(record_check, "loads", counting)
+    monkeypatch.setattr(jsontext, "line", counting)
     reader = RunDir.open(run.path)
     first = list(reader.records())
     assert [r["key"] for r in first] == [f"a/{c}/{it}" for it in range(3) for c in (1, 2)]

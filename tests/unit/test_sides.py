@@ -420,8 +420,8 @@ def test_records_without_the_new_figures_report_as_before(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("damage", [
-    {"threads_cpu": "hot"}, {"threads_cpu": {"percent_of_one": ["97"]}}, {"threads_cpu": {"percent_of_one": True}},
-])
+    {"threads_cpu": "hot"}, {"threads_cpu": {"percent_of_one": [[97]]}}, {"threads_cpu": {"percent_of_one": True}},
+])  # text where a figure belongs refuses the record instead: tests/unit/test_hostile_runs.py
 def test_damaged_thread_figures_are_left_out(tmp_path: Path, damage: dict[str, Any]) -> None:
     run = _run(tmp_path)
     lines = (run.path / "records.jsonl").read_text().splitlines()
@@ -434,7 +434,7 @@ def test_damaged_thread_figures_are_left_out(tmp_path: Path, damage: dict[str, A
 
 
 @pytest.mark.parametrize("host", [
-    {"vfio_interrupts_per_s": "lots"}, {"vfio_interrupts_per_s": {"0000:b3:00.0": "x"}}, {"vfio_interrupts_per_s": {}},
+    {"vfio_interrupts_per_s": "lots"}, {"vfio_interrupts_per_s": {"0000:b3:00.0": [5]}}, {"vfio_interrupts_per_s": {}},
     "broken", {"vfio_interrupts_per_s": {"0000:b3:00.0": 5.0}, "vfio_vectors": "two"},
 ])
 def test_damaged_host_figures_are_left_out_or_read_as_far_as_they_go(tmp_path: Path, host: Any) -> None:

@@ -26,7 +26,7 @@ def _facts(cmdline: str, spectre: str = "Mitigation: Retpolines", log: tuple[str
 
 def _run(tmp_path: Path) -> RunDir:
     cfg = config.run_from_json({"instance": [{"name": "on", "cmdline": "pti=on"}],
-                                "study": {"switches": SWITCHES}})
+                                "study": {"switches": SWITCHES}, "sweep": {"connections": "8,16"}})
     facts = {"on": _facts("pti=on", log=("pti: enabled",)), "no-pti": _facts("pti=off"),
              "no-spectre_v2": _facts("pti=on spectre_v2=off", "Vulnerable", ("pti: enabled",)),
              "no-spectre_v1": _facts("pti=on nospectre_v1", log=("pti: enabled",)),  # reports the same

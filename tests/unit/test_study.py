@@ -209,7 +209,8 @@ def test_the_variants_stay_at_one_count_when_the_pilot_moves_the_baselines_highe
         moved += max(base, key=lambda c: base[c]) not in at
     assert moved > 0  # the case arose: the baseline's highest mean left the variants' count
     run = RunDir.create(tmp_path / "run", {"kind": "run", "config": {
-        "instance": [{"name": "on"}], "study": {"switches": ["pti"]}, "sweep": {"search": "adaptive"}}})
+        "instance": [{"name": "on"}, {"name": "no-pti"}], "study": {"switches": ["pti"]},
+        "sweep": {"search": "adaptive"}}})
     for r in records:
         run.append(r)
     assert saturation.fixed_peak(run) == next(iter(at))

@@ -38,6 +38,7 @@ from vmharness.rundir.store import RECORDS
 
 GREW = 0.01  # of the work: a function's share must rise by this much (one percentage point; the test is what
 # keeps the samples' noise out: in the runs of 2026-11-27 no function of the control came near p < P)
+ALLOWANCE = 10.0  # seconds an attempt's profile may run beyond its load: perf told on and off through a FIFO
 P = 0.001  # and equal shares be rejected at this level
 SHOWN = 3  # growers named per variant in the text
 TOP = 10  # functions given per instance in the JSON, the dearest first
@@ -139,6 +140,8 @@ def _profile(r: dict[str, Any], run: Path, where: Path, measured: dict[tuple[obj
         if requests <= 0 or frequency <= 0 or not math.isfinite(rps):
             raise ValueError("its requests, throughput or sampling frequency is not a positive number")
         path, stacks = folded.read(run, r["profile"], r.get("key"))
+        if (over := _more_than_could(r, sum(stacks.values()))) is not None:
+            raise ValueError(over)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise damaged(where, "profile", r.get("key"), exc) from exc
     plain = []
@@ -152,6 +155,25 @@ def _profile(r: dict[str, Any], run: Path, where: Path, measured: dict[tuple[obj
     idle = sum(ns for s, ns in stacks.items() if folded.idle(s))
     return Profile(name, path, conns, requests, 1e9 / frequency, work, idle,
                    sum(stacks.values()) - sum(work.values()) - idle, rps / mean - 1 if mean > 0 else None)
+
+
+def _more_than_could(r: dict[str, Any], ns: float) -> str | None:
+    """A profile holding more CPU time than its point could: perf samples the guest's CPUs while the
+    point's load runs (each attempt), so its stacks' time is at most that window times the CPUs (the most
+    any of the point's samplers counted), with ALLOWANCE an attempt for perf's switching on and off and the
+    wait after a failed attempt. A record without the window or the count says nothing (None)."""
+    start, end, attempts = r.get("start"), r.get("end"), r.get("attempts")
+    given = r.get("samples")
+    counts = [m.get("ncpu") for m in given.values() if isinstance(m, dict)] if isinstance(given, dict) else []
+    cpus = max((c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c > 0), default=0)
+    if not isinstance(start, int | float) or not isinstance(end, int | float) or not isinstance(attempts, int) \
+            or isinstance(attempts, bool) or not cpus:
+        return None
+    seconds = (max(0.0, end - start) + ALLOWANCE) * max(1, attempts)
+    if ns > seconds * cpus * 1e9 * 1.1:
+        return (f"its stacks hold {ns / 1e9:,.1f} s of CPU time, more than its point could ({seconds:,.1f} s x "
+                f"{cpus} CPUs)")
+    return None
 
 
 def growers(base: Profile, other: Profile) -> tuple[Grower, ...]:

@@ -170,9 +170,17 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                 table[key] = cells_of[name]
                 first = first or key
     a = analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
-    a.flags[:0] = left_out_line(runs)
+    a.flags[:0] = left_out_line(runs) + [f for run in runs for f in _own_flags(run, a.flags)]
     a.flags[:0] = hostdiff.compare_flags(runs)  # the hosts' differences, before all
     return a
+
+
+def _own_flags(run: RunDir, said: list[str]) -> list[str]:
+    """A run's own report warnings that a comparison does not say itself (it says those of the joint table,
+    the records left out and the sessions), named by the run's folder: its control, its loads, its clients'
+    capacity, a host that changed under it."""
+    skip = {*said, *left_out_line([run]), *session_flags(run)}
+    return [f"{run.path.name}: {f}" for f in analyse(run).flags if f not in skip]
 
 
 def noise(by_count: dict[int, Cell], d: Design) -> Noise | None:

@@ -2,7 +2,7 @@
 the harness writes. `store.RunDir.records` applies it to each record before anything reads it, so the
 report, the plans and `--resume` all see the same records.
 
-Three faults leave a record out of every figure; it is named with its file and line, the report's first
+These faults leave a record out of every figure; it is named with its file and line, the report's first
 warning counts what was left out and why, and `report --strict` refuses the file instead:
 - **a number that cannot be a measurement**: not finite (JSON has no NaN or Infinity, but Python reads
   both) or a float beyond 2**63 anywhere, or a figure outside its range (RULES: requests/s, counts, latencies, CPU
@@ -13,10 +13,12 @@ warning counts what was left out and why, and `report --strict` refuses the file
   failed attempts, then at most one success: a retry after a failure, by `--resume`, writes the key
   again), a key that is not its own fields' (it would count as another point), a second `load_target`,
   a second `capacity` record of one machine.
+- **a record contradicting the run** (rundir/cross_check.py: set beside the manifest and the other records).
 
-The record's shape is not judged here: a figure that is missing, or not a number, is the reader's to
-refuse, with an error naming the record (docs/safety.md, section 6). A figure's range is checked only
-where it is a number.
+A value of the wrong type is no measurement at all and is refused, naming the file and the line
+(type_fault: text or true/false where RULES has a figure, an `ok` that is not true or false). A figure
+that is missing or of another shape (null, a list) is the reader's to refuse, with an error naming the
+record (docs/safety.md, section 6); a figure's range is checked only where it is a number.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from typing import Any
 from vmharness.model.connections import MAX_CONNECTIONS
 from vmharness.model.sections import DAY, LoadSection, SweepSection
 from vmharness.rundir.histogram import MOST_COUNT, MOST_US, PERCENTILES
+from vmharness.rundir.jsontext import MOST  # beyond any counter or figure the harness writes
 from vmharness.stats import MOST_REPEATS
 
-MOST = 2**63  # beyond any counter or figure the harness writes
 MAX_RATE = 1e9  # requests/s: 400 Gb/s carries about 5e8 of the smallest request and answer
 ONE_CORE = 200.0  # % of one CPU: a thread reaches 100, and two readings a fraction of a second apart add jitter
 MAX_FREQUENCY = 100_000  # samples/s: perf refuses more than its perf_event_max_sample_rate (100000 at most)
@@ -107,6 +109,7 @@ KEYED = ("measurement", "load", "syscalls", "profile")  # the kinds that are a m
 
 # why a record is left out, as the report counts them
 NUMBER, KIND, AGAIN = "with a number out of range", "of an unknown kind", "repeating a point already measured"
+CONTRA = "contradicting the run"  # rundir/cross_check.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +164,7 @@ def numbers_fault(rec: dict[str, Any], suspect: bool = True) -> Fault | None:
     for path, low, high, whole in RULES.get(rec.get("kind", ""), []) if isinstance(rec.get("kind"), str) else []:
         for where, x in _at(rec, path):
             if not isinstance(x, int | float) or isinstance(x, bool):
-                continue  # not a number: the reader's to refuse (its shape)
+                continue  # not a number: type_fault's, or (null, a list) the reader's to refuse (its shape)
             name = ".".join(where)
             if whole and not isinstance(x, int):
                 return Fault(NUMBER, f"{name} {_show(x)} is not a whole number")
@@ -243,23 +246,17 @@ def fault(rec: dict[str, Any], seen: Seen, suspect: bool = True) -> Fault | None
     return numbers_fault(rec, suspect) or seen.fault(rec)
 
 
-def loads(line: str) -> tuple[Any, bool]:
-    """A line's JSON value, and whether it holds a number no figure can be (NaN, Infinity, a float beyond
-    2**63): only such a record is walked number by number (a histogram makes one thousands of numbers
-    long). An integer that large is caught where it would count: no range in RULES reaches it."""
-    odd: list[str] = []
-
-    def constant(text: str) -> float:
-        odd.append(text)
-        return float(text)
-
-    def floating(text: str) -> float:
-        x = float(text)
-        if not abs(x) <= MOST:
-            odd.append(text)
-        return x
-
-    return json.loads(line, parse_constant=constant, parse_float=floating), bool(odd)
+def type_fault(rec: dict[str, Any]) -> str | None:
+    """Text or true/false where RULES has a figure (float("1e9") reads the one, True + 1 is 2), or an `ok`
+    that is not true or false (`"ok": "false"` is true to `if rec.get("ok")`): a record the harness never
+    writes, refused (store.py names its file and line)."""
+    if "ok" in rec and not isinstance(rec["ok"], bool):
+        return f"with ok {json.dumps(rec['ok'])[:40]}, not true or false"
+    for path, _, _, _ in RULES.get(rec["kind"], []) if isinstance(rec.get("kind"), str) else []:
+        for where, x in _at(rec, path):
+            if isinstance(x, str | bool):
+                return f"with {'.'.join(where)} {json.dumps(x)[:40]}, not a number"
+    return None
 
 
 def describe(rec: dict[str, Any], why: Fault) -> str:

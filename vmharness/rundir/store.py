@@ -6,9 +6,10 @@ A run directory is read back long after it was written, perhaps copied, perhaps 
 that is not a JSON object, or a record line in the middle that is not one, is an error naming the file
 (and line); a torn last line is what a crash mid-write leaves, so it is reported once and the rest is
 used. Only regular files are read (a FIFO would block the reader forever), each at most a size the
-error names. A whole record whose values cannot be a measurement, of an unknown kind, or repeating a
-point (rundir/record_check.py) is left out of every figure and said once; with `strict` (report
---strict) it is an error naming its line. The records are read once and kept (`RunDir.records`).
+error names. A whole record whose values cannot be a measurement, of an unknown kind, repeating a
+point (rundir/record_check.py) or contradicting the run (rundir/cross_check.py) is left out of every
+figure and said once (`report --strict`: an error naming its line, as a key given twice or a value of the
+wrong type always is). The records are read once and kept (`RunDir.records`).
 
 The folder is the harness's (vmharness/system/owned.py): made and marked by `create`, or checked by `resume`
 (its manifest's kind, no link where it writes, its samples/ folder there) before anything is written;
@@ -30,7 +31,7 @@ from typing import Any
 
 from vmharness import userfile
 from vmharness.errors import HarnessError
-from vmharness.rundir import manifest_values, record_check
+from vmharness.rundir import cross_check, jsontext, manifest_values, record_check
 from vmharness.rundir.identity import Identity, identity_of
 from vmharness.system import owned
 
@@ -91,6 +92,7 @@ class RunDir:
     _reported: set[int] = field(default_factory=set, repr=False, compare=False)  # torn lines warned of
     # the records the last read left out of every figure: (line, why, what), said once on stderr
     left_out: list[tuple[int, str, str]] = field(default_factory=list, repr=False, compare=False)
+    missing: list[str] = field(default_factory=list, repr=False, compare=False)  # what the records lack: said once
     _said: bool = field(default=False, repr=False, compare=False)
     _kept: tuple[Identity, list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)  # records
     _manifest: tuple[Identity, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
@@ -156,7 +158,7 @@ class RunDir:
         if self._manifest is not None and identity is not None and self._manifest[0] == identity:
             return self._manifest[1]
         try:
-            data = json.loads(_read(path, MAX_MANIFEST))
+            data = jsontext.value(_read(path, MAX_MANIFEST))
         except (ValueError, RecursionError) as exc:
             raise _damaged(path, f"is not JSON: {exc}") from exc
         if not isinstance(data, dict):
@@ -211,16 +213,16 @@ class RunDir:
         if self._kept is not None and identity is not None and self._kept[0] == identity:
             return iter(self._kept[1])
         lines = _read(path, MAX_RECORDS).splitlines()
-        out = []
+        out: list[tuple[int, dict[str, Any]]] = []
         seen = record_check.Seen()
-        left: list[tuple[int, str, str]] = []
+        left: list[tuple[int, dict[str, Any], record_check.Fault]] = []
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                rec, odd = record_check.loads(line)
+                rec, odd = jsontext.line(line)
             except (ValueError, RecursionError) as exc:
-                if n == len(lines):
+                if n == len(lines) and not isinstance(exc, jsontext.Twice):
                     if n not in self._reported:
                         self._reported.add(n)
                         log.warning("warning: %s line %d is cut short (a crash mid-write?): left out, "
@@ -229,22 +231,19 @@ class RunDir:
                 raise _damaged(path, f"line {n} is not JSON: {exc}") from exc
             if not isinstance(rec, dict):
                 raise _damaged(path, f"line {n} is not a record (a JSON {type(rec).__name__})")
-            if (fault := _fault(rec)) is not None:
+            if (fault := _fault(rec) or record_check.type_fault(rec)) is not None:
                 raise _damaged(path, f"line {n} is a {rec.get('kind')} record {fault}")
             if (bad := record_check.fault(rec, seen, odd)) is not None:
-                if self.strict:
-                    raise HarnessError(f"{path} line {n}: {record_check.describe(rec, bad)}",
-                                       "without --strict the report leaves such a record out of every figure, "
-                                       "and its first warning says so")
-                left.append((n, bad.why, record_check.describe(rec, bad)))
+                left.append((n, rec, bad))
                 continue
-            out.append(rec)
-        self.left_out = left
-        if left and not self._said:
+            out.append((n, rec))
+        recs, self.left_out, self.missing = cross_check.settle(self.manifest, out, left, path, self.strict)
+        if (self.left_out or self.missing) and not self._said:
             self._said = True
-            print(f"warning: {record_check.summary([(path, *x) for x in left])}", file=sys.stderr, flush=True)
-        self._kept = (identity, out) if identity is not None else None
-        return iter(out)
+            for said in left_out_line([self]):
+                print(f"warning: {said}", file=sys.stderr, flush=True)
+        self._kept = (identity, recs) if identity is not None else None
+        return iter(recs)
 
     def completed(self) -> set[str]:
         """Keys of the points measured successfully: what --resume does not measure again (a record left
@@ -253,10 +252,11 @@ class RunDir:
 
 
 def left_out_line(runs: list[RunDir]) -> list[str]:
-    """The report's first warning, when a run's records were left out of every figure: how many, why, and
-    the first few by file:line (empty when none was)."""
+    """The report's first warnings: the records left out of every figure (how many, why, the first few by
+    file:line), then what a run's records lack (cross_check.missing); empty when neither."""
     left = [(r.path / RECORDS, *x) for r in runs for x in r.left_out]
-    return [record_check.summary(left)] if left else []
+    return ([record_check.summary(left)] if left else []) + [f"{r.path / RECORDS}: {m}" for r in runs
+                                                             for m in r.missing]
 
 
 def _fault(rec: dict[str, Any]) -> str | None:

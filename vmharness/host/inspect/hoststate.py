@@ -22,8 +22,11 @@ MICROCODE = "/sys/devices/system/cpu/cpu0/microcode/version"
 VULNERABILITIES = "/sys/devices/system/cpu/vulnerabilities"
 SMT = "/sys/devices/system/cpu/smt"
 MODULES = "/sys/module"
+MACHINE_ID = "/etc/machine-id"  # the installation's identity: another machine, not another boot of it
+HOSTNAME = "/proc/sys/kernel/hostname"
 _KVM_MODULE = re.compile(r"kvm(_[a-z0-9]+)?\Z")  # kvm, kvm_intel, kvm_amd, kvm_pvm...
-KEYS = ("boot_id", "cmdline", "microcode", "smt", "vulnerabilities", "kvm")
+KEYS = ("boot_id", "cmdline", "microcode", "smt", "vulnerabilities", "kvm", "machine_id", "hostname", "cpu_model")
+IDENTITY = ("machine_id", "hostname", "cpu_model")  # which machine (a state recorded before them has none)
 
 
 def _read(root: HostRoot, path: str, limit: int | None = None) -> str | None:
@@ -43,13 +46,18 @@ def _listdir(root: HostRoot, path: str) -> list[str]:
         return []
 
 
-def microcode(root: HostRoot) -> str | None:
-    """The first CPU's microcode revision: /proc/cpuinfo's field (x86), else cpu0's microcode/version."""
+def _cpuinfo(root: HostRoot, field: str) -> str | None:
+    """The first CPU's `field` in /proc/cpuinfo (x86 names), None where it has none."""
     for line in (_read(root, CPUINFO, LARGE_READ) or "").splitlines():
         key, found, value = line.partition(":")
-        if found and key.strip() == "microcode":
+        if found and key.strip() == field:
             return value.strip()
-    return _read(root, MICROCODE)
+    return None
+
+
+def microcode(root: HostRoot) -> str | None:
+    """The first CPU's microcode revision: /proc/cpuinfo's field (x86), else cpu0's microcode/version."""
+    return _cpuinfo(root, "microcode") or _read(root, MICROCODE)
 
 
 def kvm_parameters(root: HostRoot) -> dict[str, str | None]:
@@ -70,7 +78,13 @@ def read(root: HostRoot) -> dict[str, Any]:
         "vulnerabilities": {name: _read(root, f"{VULNERABILITIES}/{name}")
                             for name in _listdir(root, VULNERABILITIES)},
         "kvm": kvm_parameters(root),
+        "machine_id": _strip(_read(root, MACHINE_ID)), "hostname": _strip(_read(root, HOSTNAME)),
+        "cpu_model": _cpuinfo(root, "model name"),
     }
+
+
+def _strip(text: str | None) -> str | None:
+    return text.strip() or None if text is not None else None
 
 
 def flat(state: dict[str, Any]) -> dict[str, str | None]:
@@ -83,14 +97,24 @@ def flat(state: dict[str, Any]) -> dict[str, str | None]:
     return out
 
 
+def other_machine(before: dict[str, Any], after: dict[str, Any], keys: tuple[str, ...] = IDENTITY) -> str | None:
+    """What tells two states' machines apart (machine-id, hostname, CPU model where both name it), or None:
+    another boot of one machine is not another machine."""
+    differ = [f"{k} {str(before[k])[:80]!r} -> {str(after[k])[:80]!r}" for k in keys
+              if before.get(k) and after.get(k) and before[k] != after[k]]
+    return "; ".join(differ) or None
+
+
 def differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, str]:
-    """What differs from `before` to `after`: fact -> `name: old -> new` ('-' where absent), the boot first."""
+    """What differs from `before` to `after`: fact -> `name: old -> new` ('-' where absent), the machine
+    (`machine`: other_machine) and the boot first."""
     a, b = flat(before), flat(after)
 
     def show(v: str | None) -> str:
         return "-" if v is None else repr(v[:200])
 
-    out = {} if before.get("boot_id") == after.get("boot_id") else {
+    out = {"machine": machine} if (machine := other_machine(before, after)) else {}
+    out |= {} if before.get("boot_id") == after.get("boot_id") else {
         "boot": f"boot {before.get('boot_id') or '?'} -> {after.get('boot_id') or '?'}"}
     return out | {k: f"{k}: {show(a.get(k))} -> {show(b.get(k))}" for k in dict.fromkeys([*a, *b])
                   if a.get(k) != b.get(k)}

@@ -102,7 +102,8 @@ def _study(cwd: Path) -> None:
     """An attribution study whose one switch is named SWITCH: the reference and the switch off (all off)."""
     rd = cwd / "rs"
     rd.mkdir()
-    (rd / "manifest.json").write_text(json.dumps({"kind": "run", "config": {"instance": [{"name": "on"}],
+    instances = [{"name": "on"}, {"name": f"no-{SWITCH}"}]  # as a study's manifest lists them, its variants too
+    (rd / "manifest.json").write_text(json.dumps({"kind": "run", "config": {"instance": instances,
                                                                              "study": {"switches": [SWITCH]}}}))
     rates = {"on": 1000.0, f"no-{SWITCH}": 1250.0}
     records = [fx.measurement(name, 8, it, rps * luck) for it, luck in enumerate((1.0, 1.01, 0.99, 1.02))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.rig import Rig
+from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 JOURNAL = Path("/run/vmharness/journal.jsonl")
@@ -84,3 +85,11 @@ def give_back_leftovers() -> None:
     print(f"an earlier session left {JOURNAL}; host-restore said:\n{res.stdout}{res.stderr}")
     if JOURNAL.exists():
         pytest.exit(f"{JOURNAL} from an earlier session could not be restored:\n{res.stdout}{res.stderr}", 2)
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[None]:
+    """A libvirtd for the module's guests: the one that answers, or one started for them and stopped after
+    (vmharness.host.libvirt.daemon.running)."""
+    with libvirtd.running():
+        yield

@@ -19,16 +19,10 @@ import pytest
 
 from tests.integration.test_experiment import assert_nothing_left, records, vmh
 from vmharness.analysis import variants
-from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[None]:
-    with libvirtd.running():
-        yield
 
 
 @pytest.fixture

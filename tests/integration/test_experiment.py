@@ -12,14 +12,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from vmharness.analysis import profiles
-from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
@@ -56,11 +54,6 @@ def cannot_judge(warnings: list[str]) -> bool:
     return any(w.startswith(("client-bound: ", "noisy: ")) or "for a host CPU other work held" in w
                for w in warnings)
 
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[None]:
-    with libvirtd.running():
-        yield
 
 
 # Run beside the rig's stream (CI's two cores), as its landed runs were: the machine to itself would hold

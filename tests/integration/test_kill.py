@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from tests.rig import leftovers
-from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -98,11 +97,6 @@ def kill_at(argv: list[str], marker: str, sig: signal.Signals, timeout: float = 
         assert p.returncode == 128 + sig and "Traceback" not in said, (p.returncode, said[-3000:])
     return said
 
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[None]:
-    with libvirtd.running():
-        yield
 
 
 @pytest.fixture()

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.test_experiment import cannot_judge
-from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
@@ -48,11 +46,6 @@ capacity = 0
 profile = "none"
 """
 
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[None]:
-    with libvirtd.running():
-        yield
 
 
 def _records(run: Path) -> list[dict[str, Any]]:

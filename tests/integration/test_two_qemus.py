@@ -13,14 +13,12 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import qemu_kit
-from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
@@ -54,11 +52,6 @@ capacity = 0
 profile = "none"
 """
 
-
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[None]:
-    with libvirtd.running():
-        yield
 
 
 class Watch(threading.Thread):

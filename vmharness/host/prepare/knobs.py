@@ -146,7 +146,8 @@ def apply(root: HostRoot, inst: str, knobs: dict[str, str | int], owner: str, sa
             names = tuple(f.name for f in files)
             reload.reload(root, reload.modules_for(root, list(loading), names), loading, owner, out.made, files)
             if files:
-                out.report["kvm_modules"] = [{**f.to_json(), "reads": reload.srcversion(root, f.name)} for f in files]
+                out.report["kvm_modules"] = [{**f.to_json(), "reads": reload.srcversion(root, f.name),
+                                              "taint": reload.taint(root, f.name)} for f in files]
                 say(f"KVM modules for {inst}: " + ", ".join(f"{f.path} as {f.name} (srcversion "
                                                           f"{f.srcversion or 'none'})" for f in files))
             for s in (s for s in steps if s.key in loading):

@@ -81,6 +81,13 @@ def srcversion(root: HostRoot, module: str) -> str:
     return value if _SRCVERSION.fullmatch(value) else ""
 
 
+def taint(root: HostRoot, module: str) -> str:
+    """/sys/module/MODULE/taint: the kernel's taint flags for it (`E`: loaded unsigned, `O`: built out of
+    the tree, as `make M=` does); "?" when it reads as no flags can."""
+    value = (root.read_optional(f"/sys/module/{module}/taint") or "").strip()
+    return value if re.fullmatch(r"[A-Z]{0,32}", value) else "?"
+
+
 def modules_for(root: HostRoot, keys: list[str], files: tuple[str, ...] = ()) -> list[str]:
     """The modules a reload of these knobs' modules (and of the modules named `files`, loaded from
     files) takes, in load order: kvm first when one of its own parameters is asked or it is loaded from

@@ -143,7 +143,7 @@ import lzma, os, sys
 src, dst, other, unsigned = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "unsigned"
 data = open(src, "rb").read()
 data = lzma.decompress(data) if src.endswith(".xz") else data
-magic = b"~Module signature appended~\n"
+magic = b"~Module signature appended~\\n"
 if unsigned:  # as make M= builds it: the signature (its length in the 12 bytes before the magic) cut off
     assert data.endswith(magic)
     sig_len = int.from_bytes(data[-len(magic) - 4:-len(magic)], "big")

@@ -210,3 +210,12 @@ def test_a_damaged_files_record_is_not_undone(host: Any, files: object) -> None:
     with pytest.raises(HarnessError, match="is a 'reload' record whose files is"):
         restore.undo(root, print)
     assert mods.calls == []
+
+
+def test_the_preview_names_each_file_and_loads_nothing(host: Any) -> None:
+    _h, mods, root = host
+    path = _module(mods)
+    line = knobs.preview(root, "b", {}, (path,))
+    assert line.startswith(f"host knobs of b, set before its guest boots and given back after it: kvm_modules {path} "
+                           f"as kvm_amd (vermagic {RELEASE}, sha256 ")
+    assert mods.calls == []

@@ -210,9 +210,11 @@ def check_all(root: HostRoot, instances: tuple[Any, ...]) -> None:
         plan(root, inst.name, inst.host, files=tuple(kvm_module.check_all(mods, f"config.instance[{n}].kvm_modules")))
 
 
-def preview(root: HostRoot, inst: str, knobs: dict[str, str | int]) -> str:
-    """What `inst` would set, checked on this host or snapshot, as one line ("" when nothing)."""
-    parts = []
+def preview(root: HostRoot, inst: str, knobs: dict[str, str | int], modules: tuple[str, ...] = ()) -> str:
+    """What `inst` would set and load, checked on this host or snapshot, as one line ("" when nothing)."""
+    parts = [f"kvm_modules {f.path} as {f.name} (vermagic {f.vermagic.split(' ', 1)[0]}, sha256 {f.sha256[:16]}..., "
+             f"loaded in place of the stock {f.name} while no guest runs)"
+             for f in kvm_module.check_all(modules, f"instance {inst}: kvm_modules")]
     for s in plan(root, inst, knobs):
         more = ""
         if s.key == SMT and s.value == "off" and s.now == "on":

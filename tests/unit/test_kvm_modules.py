@@ -20,7 +20,9 @@ import pytest
 from tests import qemu_kit
 from tests.fakehost import FakeHost
 from tests.unit.test_reload import OWNER, Modules, _read, _tree
+from vmharness.analysis import variants
 from vmharness.errors import HarnessError
+from vmharness.experiment import boots
 from vmharness.host.inspect import kvm_module
 from vmharness.host.prepare import knobs
 from vmharness.journal import journal, restore
@@ -219,3 +221,15 @@ def test_the_preview_names_each_file_and_loads_nothing(host: Any) -> None:
     assert line.startswith(f"host knobs of b, set before its guest boots and given back after it: kvm_modules {path} "
                            f"as kvm_amd (vermagic {RELEASE}, sha256 ")
     assert mods.calls == []
+
+
+def test_instances_that_differ_in_their_modules_boot_apart_and_the_variant_check_names_them(tmp_path: Path) -> None:
+    """Never one guest for both (the modules are loaded before a boot), and the difference is one the
+    configuration asked for, shown as such."""
+    path = tmp_path / "r.toml"
+    path.write_text('[[instance]]\nname = "stock"\n[[instance]]\nname = "patched"\nvcpu_cap = 50\n'
+                    'kvm_modules = ["/root/kvm/kvm-amd.ko"]\n')
+    cfg = config.load_run(path)
+    assert boots.rides(cfg) == {}
+    d = variants.diff({}, {}, {"kvm_modules": []}, {"kvm_modules": ["/root/kvm/kvm-amd.ko"]}, "patched")
+    assert d.lines == ("kvm_modules: [] -> ['/root/kvm/kvm-amd.ko']",) and d.asked

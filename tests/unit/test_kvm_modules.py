@@ -233,3 +233,18 @@ def test_instances_that_differ_in_their_modules_boot_apart_and_the_variant_check
     assert boots.rides(cfg) == {}
     d = variants.diff({}, {}, {"kvm_modules": []}, {"kvm_modules": ["/root/kvm/kvm-amd.ko"]}, "patched")
     assert d.lines == ("kvm_modules: [] -> ['/root/kvm/kvm-amd.ko']",) and d.asked
+
+
+def test_host_prepare_dry_run_shows_an_instances_modules_and_loads_nothing(host: Any, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from vmharness.cli import main as cli
+    h, mods, _root = host
+    path = _module(mods)
+    study = tmp_path / "r.toml"
+    study.write_text(f'[[instance]]\nname = "a"\n[[instance]]\nname = "b"\nkvm_modules = ["{path}"]\n')
+    before = _tree(h.base)
+    assert cli.main(["host-prepare", "--dry-run", "--hugepages", "64M", "--host-root", str(h.base),
+                     "--config", str(study)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        f"host knobs of b, set before its guest boots and given back after it: kvm_modules {path} as kvm_amd")
+    assert mods.calls == [] and _tree(h.base) == before

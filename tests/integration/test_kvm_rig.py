@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -131,3 +132,106 @@ def test_host_knobs_are_set_read_back_and_given_back_in_l1(kvm_in_l1: Rig, endin
         assert res.stdout.splitlines()[1] == "[]", res.stdout + res.stderr
     assert sh(kvm_in_l1, f"cat {paths}").split() == before
     assert sh(kvm_in_l1, "test -e /run/vmharness/journal.jsonl && echo left || echo gone").strip() == "gone"
+
+
+# An instance's own KVM modules (kvm_modules): a copy of the stock kvm_amd.ko at another path, in a folder
+# only root can write (L1's /run is its own tmpfs, mode 755), loaded by the harness in place of the stock
+# one, and the stock one loaded again by modprobe afterwards.
+COPIES = "/run/kvmcopy"
+_COPY = """
+import lzma, os, sys
+src, dst, other, unsigned = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "unsigned"
+data = open(src, "rb").read()
+data = lzma.decompress(data) if src.endswith(".xz") else data
+magic = b"~Module signature appended~\\n"
+if unsigned:  # as make M= builds it: the signature (its length in the 12 bytes before the magic) cut off
+    assert data.endswith(magic)
+    sig_len = int.from_bytes(data[-len(magic) - 4:-len(magic)], "big")
+    data = data[:-(len(magic) + 12 + sig_len)]
+if other:  # the same module, its vermagic's release rewritten: a module for another kernel as modinfo reads it
+    release = os.uname().release.encode()
+    assert data.count(b"vermagic=" + release) == 1
+    data = data.replace(b"vermagic=" + release, b"vermagic=" + other.encode()[:len(release)].ljust(len(release), b"x"))
+os.makedirs(os.path.dirname(dst), mode=0o700, exist_ok=True)
+with open(dst, "wb") as f:
+    f.write(data)
+os.chmod(dst, 0o644)
+"""
+_MODULES = """
+import json, os, sys
+from vmharness.host.prepare import knobs
+from vmharness.system.root import HostRoot
+a = knobs.apply(HostRoot("/"), "b", {}, "run:rig-kvm-modules", lambda line: None, (sys.argv[2],))
+print(json.dumps(a.report), flush=True)
+print(open("/sys/module/kvm_amd/taint").read().strip(), flush=True)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), 9)
+print(knobs.give_back(HostRoot("/"), a, lambda line: None))
+"""
+
+
+def _stock(rig: Rig) -> tuple[str, str, list[str]]:
+    """The loaded kvm_amd: the stock file, its taint flags ("" for the stock, signed module; `E` for
+    one loaded unsigned) and its load-time knobs. (Debian's kernel has no srcversion for it: built
+    without CONFIG_MODULE_SRCVERSION_ALL, and kvm_amd has no MODULE_VERSION.)"""
+    path = sh(rig, "modinfo -n kvm_amd").strip()
+    src = sh(rig, "cat /sys/module/kvm_amd/taint").strip()
+    knobs = sh(rig, "cat " + " ".join(PARAMS.format(module="kvm_amd", name=n) for n in ("npt", "nested")))
+    return path, src, knobs.split()
+
+
+def _copy(rig: Rig, src: str, dst: str, other_release: str = "", unsigned: bool = False) -> None:
+    rig.run([sys.executable, "-c", _COPY, src, dst, other_release, "unsigned" if unsigned else "signed"],
+            timeout=120, check=True)
+
+
+@pytest.mark.parametrize("ending", ["give-back", "kill"])
+def test_an_instances_kvm_module_is_loaded_from_its_file_and_the_stock_one_given_back(kvm_in_l1: Rig,
+                                                                                       ending: str) -> None:
+    """The harness's own code on a real KVM: the copy checked (vermagic of L1's kernel), the stock kvm_amd
+    unloaded and the copy inserted with the stock one's load-time parameters, then the stock one loaded
+    again by the run's give-back, or, after a SIGKILL, by `vmharness host-restore`. A plain copy once
+    loaded reads as the stock module, so the killed case loads the copy without its signature (as a
+    module built with make M= is): the kernel marks it `E` (loaded unsigned) while it is loaded, and the
+    module that reads unmarked afterwards is the stock one, loaded again."""
+    stock, taint, before = _stock(kvm_in_l1)
+    assert taint == "" and before == ["Y", "1"]
+    copy = f"{COPIES}/{ending}/kvm-amd.ko"
+    _copy(kvm_in_l1, stock, copy, unsigned=ending == "kill")
+    env = {"PYTHONPATH": str(kvm_in_l1.repo)}
+    res = kvm_in_l1.run([sys.executable, "-c", _MODULES, ending, copy], timeout=300, env=env)
+    lines = res.stdout.splitlines()
+    assert len(lines) >= 2, res.stdout + res.stderr
+    [loaded] = json.loads(lines[0])["kvm_modules"]
+    assert loaded["path"] == copy and loaded["name"] == "kvm_amd", loaded
+    assert loaded["vermagic"].split()[0] == sh(kvm_in_l1, "uname -r").strip()
+    assert loaded["srcversion"] == loaded["reads"] == ""  # Debian's kvm_amd has none (see _stock)
+    assert loaded["taint"] == lines[1] == ("E" if ending == "kill" else ""), res.stdout + res.stderr
+    if ending == "kill":
+        assert sh(kvm_in_l1, "cat /sys/module/kvm_amd/taint").strip() == "E"  # the copy, left loaded
+        assert json.loads(sh(kvm_in_l1, "cat /run/vmharness/journal.jsonl"))["files"][0]["path"] == copy
+        restore = kvm_in_l1.run([sys.executable, "-m", "vmharness", "host-restore"], timeout=300, env=env)
+        assert restore.ok and f"{copy} loaded in place of kvm_amd" in restore.stdout + restore.stderr, restore.stderr
+    else:
+        assert lines[2] == "[]", res.stdout + res.stderr
+    assert _stock(kvm_in_l1) == (stock, "", before)
+    assert sh(kvm_in_l1, "test -e /run/vmharness/journal.jsonl && echo left || echo gone").strip() == "gone"
+
+
+def test_a_kvm_module_for_another_kernel_is_refused_with_both_strings(kvm_in_l1: Rig) -> None:
+    """The stock kvm_amd.ko with its vermagic's release rewritten: `run --print-xml` refuses it before
+    anything is touched, naming both strings, and the stock module stays loaded as it was."""
+    stock, src, before = _stock(kvm_in_l1)
+    bad = f"{COPIES}/other/kvm-amd.ko"
+    _copy(kvm_in_l1, stock, bad, "9.9.9-rig-other")
+    vermagic = sh(kvm_in_l1, f"modinfo -F vermagic {bad}").strip()
+    release = sh(kvm_in_l1, "uname -r").strip()
+    assert vermagic.startswith("9.9.9-rig-") and vermagic.split()[0] != release
+    sh(kvm_in_l1, f"printf '[guest]\\naccel = \"tcg\"\\n[[instance]]\\nname = \"b\"\\nkvm_modules = [\"{bad}\"]\\n'"
+                  f" > {COPIES}/other/r.toml")
+    res = kvm_in_l1.run([sys.executable, "-m", "vmharness", "run", f"{COPIES}/other/r.toml", "--print-xml"],
+                        timeout=300, env={"PYTHONPATH": str(kvm_in_l1.repo)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert (f"error: config.instance[0].kvm_modules[0] {bad}: was built for another kernel: its vermagic is "
+            f"{vermagic!r}, and the running kernel is {release!r}") in res.stderr
+    assert _stock(kvm_in_l1) == (stock, src, before)

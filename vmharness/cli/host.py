@@ -113,7 +113,8 @@ def _host_knobs(root: HostRoot, path: str | None) -> tuple[dict[str, list[dict[s
     instances = config.load_run(Path(path)).instance
     shown = {i.name: [{"knob": s.key, "value": s.value, "now": s.now} for s in knobs.plan(root, i.name, i.host)]
              for i in instances if i.host}
-    return shown, [knobs.preview(root, i.name, i.host) for i in instances if i.host] or [
+    return shown, [knobs.preview(root, i.name, i.host, i.kvm_modules) for i in instances
+                   if i.host or i.kvm_modules] or [
         f"host knobs: no instance in {path} sets any"]
 
 

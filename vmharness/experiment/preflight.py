@@ -101,7 +101,8 @@ def domains(root: HostRoot, cfg: sections.RunConfig, after: plan.Plan | None) ->
                 raise HarnessError(f"instance {inst.name}: {said}, and then: {exc.message}", exc.hint) from None
             raise
         notes = (*planned.notes, f"{said}: the guest is placed on the CPUs left") if said else planned.notes
-        yield Domain(inst.name, domain.to_xml(planned.spec), notes, knobs.preview(root, inst.name, inst.host))
+        yield Domain(inst.name, domain.to_xml(planned.spec), notes, knobs.preview(root, inst.name, inst.host,
+                                                                                  inst.kvm_modules))
 
 
 def resumed(root: HostRoot, saved: dict[str, Any]) -> hostprep.Choice:

@@ -133,7 +133,7 @@ def boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: s
          owner: str) -> Booted:
     """Boot the guest for `inst`, once its host knobs are set; the caller holds the host lock and calls
     `shutdown` afterwards (a failure gives the knobs back before the error goes up)."""
-    applied = knobs.apply(root, inst.name, inst.host, owner, say)
+    applied = knobs.apply(root, inst.name, inst.host, owner, say, inst.kvm_modules)
     try:
         b = _boot(root, cfg, inst, default_image, say, owner, applied)
     except BaseException:

@@ -38,7 +38,7 @@ def validate(cfg: C) -> C:
     else:
         for i in cfg.instance:
             for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "claim_unmitigated",
-                        "qemu_args", "qemu", "vcpu_cap", "host"):
+                        "qemu_args", "qemu", "kvm_modules", "vcpu_cap", "host"):
                 if getattr(i, key):
                     raise HarnessError(f"instance {i.name}: {key} is a guest's setting; bench runs on bare metal",
                                        "boot guests with: vmharness run CONFIG")

@@ -29,6 +29,7 @@ from vmharness.model.cpubit import check_claim
 from vmharness.model.emulator import check_emulator
 from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host
+from vmharness.model.kvm_modules import check_module_path, check_module_paths
 from vmharness.model.qemu_args import check as check_qemu_args
 from vmharness.model.schema import bounded, checked
 from vmharness.model.switches import check_distinct, check_switch
@@ -84,6 +85,8 @@ class InstanceSection:
     vcpu_cap: int = bounded(0, 0, 100)
     # the QEMU binary that runs its guest (libvirt's <emulator>; model/emulator.py); "": guest.qemu
     qemu: str = checked(check_emulator, default="")
+    # KVM modules loaded in place of the stock ones while its guest runs (model/kvm_modules.py)
+    kvm_modules: tuple[str, ...] = checked(check_module_path, whole=check_module_paths, default=())
     # HTTP/1.1 requests each wrk connection sends back to back: syscall-heavy load from few connections.
     # Compared as instances are (the same server, pipelined and not); no open-loop load (oha cannot).
     # sweep.pipeline makes the twins for every instance (with_pipelines)

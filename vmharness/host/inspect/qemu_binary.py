@@ -64,30 +64,37 @@ def _folders(path: str) -> list[str]:
     return ["/" + "/".join(parts[:i]) for i in range(len(parts) + 1)]
 
 
-def _root_only(st: os.stat_result) -> bool:
+def root_only(st: os.stat_result) -> bool:
     return st.st_uid in (0, os.geteuid()) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def root_only_place(path: str, where: str, missing: str, swapped: str, hint: str = HINT_PLACE) -> str:
+    """The file `path` names, symlinks resolved, once it exists and every folder to it (as written and as
+    resolved) can be changed by root alone; `missing` is the hint when it is not there, `swapped` says
+    what a file swapped in such a folder would do."""
+    try:
+        real = os.path.realpath(path, strict=True)
+    except (OSError, RuntimeError) as exc:  # missing, a symlink loop, a folder that cannot be entered
+        raise _refuse(where, path, f"cannot be found ({getattr(exc, 'strerror', None) or exc})", missing) from None
+    for folder in dict.fromkeys(_folders(path) + _folders(real)):
+        st = os.stat(folder)  # followed: a symlinked folder is judged by where it leads
+        if not root_only(st):
+            shown = folder if os.path.realpath(folder) == folder else f"{folder} (-> {os.path.realpath(folder)})"
+            raise _refuse(where, path, f"the folder {shown} can be written by others than root (owner uid "
+                          f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}): {swapped}", hint)
+    return real
 
 
 def check_file(path: str, where: str) -> str:
     """The file `path` names, symlinks resolved, once it and the folders to it pass (see the top)."""
-    try:
-        real = os.path.realpath(path, strict=True)
-    except (OSError, RuntimeError) as exc:  # missing, a symlink loop, a folder that cannot be entered
-        raise _refuse(where, path, f"cannot be found ({getattr(exc, 'strerror', None) or exc})",
-                      "install that QEMU, or fix the path") from None
-    for folder in dict.fromkeys(_folders(path) + _folders(real)):
-        st = os.stat(folder)  # followed: a symlinked folder is judged by where it leads
-        if not _root_only(st):
-            shown = folder if os.path.realpath(folder) == folder else f"{folder} (-> {os.path.realpath(folder)})"
-            raise _refuse(where, path, f"the folder {shown} can be written by others than root (owner uid "
-                          f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}): the binary could be swapped before "
-                          "libvirt runs it")
+    real = root_only_place(path, where, "install that QEMU, or fix the path",
+                           "the binary could be swapped before libvirt runs it")
     st = os.stat(real)
     shown = "" if real == path else f" (-> {real})"
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(where, path, f"is {userfile.kind_of(st.st_mode)}{shown}, not a regular file",
                       "name the qemu-system-x86_64 binary itself")
-    if not _root_only(st):
+    if not root_only(st):
         raise _refuse(where, path, f"the file{shown} can be written by others than root (owner uid {st.st_uid}, "
                       f"mode {stat.S_IMODE(st.st_mode):o})")
     if not st.st_mode & 0o111 or not os.access(real, os.X_OK):

@@ -10,6 +10,11 @@ it, then reads it back: a value the kernel did not take is an error, and what wa
 `give_back` undoes them through the journal's one undo loop, as host-restore would; so does a later
 run or host-restore after a SIGKILL. A knob no instance named is never touched.
 
+An instance's own KVM modules (`kvm_modules`) go with its knobs: each file checked on this host
+(host/inspect/kvm_module.py) by `check_all` before the run changes anything and again by `apply`, and
+loaded in place of the stock modules by the same reload (reload.py), with the knobs read only at load;
+what was loaded (path, sha256, srcversion) goes into the run's record beside the knobs.
+
 SMT off takes CPUs away: what it took is kept for the run's record, and the guest's placement, planned
 once it is off, must use none of them (`check_placement`)."""
 
@@ -22,6 +27,7 @@ from typing import Any
 
 from vmharness.cpus import format_cpulist, parse_cpulist
 from vmharness.errors import HarnessError
+from vmharness.host.inspect import kvm_module
 from vmharness.host.prepare import reload
 from vmharness.journal import journal, restore
 from vmharness.journal.journal import Op, Record
@@ -85,15 +91,20 @@ def _step(root: HostRoot, inst: str, key: str, value: str | int) -> Step:
     return Step(key, path, str(value), now)
 
 
-def plan(root: HostRoot, inst: str, knobs: dict[str, str | int], strict: bool = False) -> list[Step]:
+def plan(root: HostRoot, inst: str, knobs: dict[str, str | int], strict: bool = False,
+         files: tuple[kvm_module.Module, ...] = ()) -> list[Step]:
     """The knobs `inst` names, each checked on this host (present, writable now or its module free to
-    reload): an error names the instance and the knob, with a hint. `strict`: right before they are set
-    (a reference count a snapshot did not keep is then a refusal)."""
+    reload), and its modules from `files` free to be loaded in place of the stock ones: an error names
+    the instance and the knob, with a hint. `strict`: right before they are set (a reference count a
+    snapshot did not keep is then a refusal)."""
     steps = [_step(root, inst, key, value) for key, value in knobs.items()]
     loading = [s.key for s in steps if KNOBS[s.key].reload]
-    if loading and (why := reload.busy(root, reload.modules_for(root, loading), strict)):
+    names = tuple(f.name for f in files)
+    if (loading or names) and (why := reload.busy(root, reload.modules_for(root, loading, names), strict)):
         raise _refuse(inst, loading[0], f"its module must be reloaded, and {why}",
-                      "stop the guests using KVM on this host first (virsh list), then run again")
+                      "stop the guests using KVM on this host first (virsh list), then run again") if loading else \
+            HarnessError(f"instance {inst}: kvm_modules: the stock modules must be unloaded, and {why}",
+                         "stop the guests using KVM on this host first (virsh list), then run again")
     return steps
 
 
@@ -119,16 +130,26 @@ def _online(root: HostRoot) -> tuple[int, ...]:
     return parse_cpulist(root.read_text(ONLINE).strip(), ONLINE)
 
 
-def apply(root: HostRoot, inst: str, knobs: dict[str, str | int], owner: str, say: Say) -> Applied:
-    """Set the knobs `inst` names (checked again: the host may have changed since), each journaled
-    first and read back. On any error, what was set is given back before the error goes up."""
+def apply(root: HostRoot, inst: str, knobs: dict[str, str | int], owner: str, say: Say,
+          modules: tuple[str, ...] = ()) -> Applied:
+    """Set the knobs `inst` names and load its `modules` (files; checked again: the host may have
+    changed since), each journaled first and read back. On any error, what was set is given back
+    before the error goes up."""
     out = Applied()
-    if not knobs:
+    if not knobs and not modules:
         return out
-    steps = plan(root, inst, knobs, strict=True)
+    files = tuple(kvm_module.check_all(modules, f"instance {inst}: kvm_modules")) if modules else ()
+    steps = plan(root, inst, knobs, strict=True, files=files)
     try:
-        if loading := {s.key: s.value for s in steps if KNOBS[s.key].reload}:
-            out.made.append(reload.reload(root, reload.modules_for(root, list(loading)), loading, owner))
+        loading = {s.key: s.value for s in steps if KNOBS[s.key].reload}
+        if loading or files:
+            names = tuple(f.name for f in files)
+            reload.reload(root, reload.modules_for(root, list(loading), names), loading, owner, out.made, files)
+            if files:
+                out.report["kvm_modules"] = [{**f.to_json(), "reads": reload.srcversion(root, f.name),
+                                              "taint": reload.taint(root, f.name)} for f in files]
+                say(f"KVM modules for {inst}: " + ", ".join(f"{f.path} as {f.name} (srcversion "
+                                                          f"{f.srcversion or 'none'})" for f in files))
             for s in (s for s in steps if s.key in loading):
                 got = (root.read_optional(s.path) or "").strip()
                 if got != s.value:
@@ -183,14 +204,17 @@ def taken_by_smt_off(root: HostRoot) -> tuple[int, ...]:
 
 
 def check_all(root: HostRoot, instances: tuple[Any, ...]) -> None:
-    """Before a run changes anything: every instance's knobs checked on this host."""
-    for inst in instances:
-        plan(root, inst.name, inst.host)
+    """Before a run changes anything: every instance's knobs and KVM modules checked on this host."""
+    for n, inst in enumerate(instances):
+        mods = getattr(inst, "kvm_modules", ())
+        plan(root, inst.name, inst.host, files=tuple(kvm_module.check_all(mods, f"config.instance[{n}].kvm_modules")))
 
 
-def preview(root: HostRoot, inst: str, knobs: dict[str, str | int]) -> str:
-    """What `inst` would set, checked on this host or snapshot, as one line ("" when nothing)."""
-    parts = []
+def preview(root: HostRoot, inst: str, knobs: dict[str, str | int], modules: tuple[str, ...] = ()) -> str:
+    """What `inst` would set and load, checked on this host or snapshot, as one line ("" when nothing)."""
+    parts = [f"kvm_modules {f.path} as {f.name} (vermagic {f.vermagic.split(' ', 1)[0]}, sha256 {f.sha256[:16]}..., "
+             f"loaded in place of the stock {f.name} while no guest runs)"
+             for f in kvm_module.check_all(modules, f"instance {inst}: kvm_modules")]
     for s in plan(root, inst, knobs):
         more = ""
         if s.key == SMT and s.value == "off" and s.now == "on":

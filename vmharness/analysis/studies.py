@@ -25,7 +25,7 @@ class View:
     left_out: dict[str, str]  # switch -> why it is not in the family
     studies: tuple[attr.Study, ...]  # one per metric of METRICS, where any switch is compared
     waterfall: list[tuple[str, float, float]]  # throughput, from all off to all on
-    # the hypervisor's switches (qemu) -> what it set on and off; the others are the guest kernel's
+    # the hypervisor's switches (qemu, kvm_modules) -> what each set on and off; the others are the guest kernel's
     hypervisor: dict[str, str] = field(default_factory=dict)
 
 
@@ -69,14 +69,24 @@ def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[st
                 **{attr.one_on(s): stand.get(f"only-{s}", f"only-{s}") for s in compared}}
     variants[attr.ALL_OFF] = stand.get("all-off", "all-off") if len(names) > 1 else f"no-{names[0]}"
     cells = {k: table[v][peak] for k, v in variants.items() if peak in table.get(v, {})}
-    side = {s: f"on, {qemu_label(manifest, baseline)}; off, {qemu_label(manifest, f'no-{s}')}"
-            for s in names if s == switches.QEMU}
+    side = {s: f"on, {_hypervisor(manifest, baseline, s)}; off, {_hypervisor(manifest, f'no-{s}', s)}"
+            for s in names if s in switches.HYPERVISOR}
     if not compared:
         return View((), left, (), [], side)
     studies = tuple(attr.study(metric, {k: _values(c, metric) for k, c in cells.items()}, compared,
                                higher_is_better=up) for metric, up in METRICS)
     steps = attr.waterfall({k: _values(c, "throughput") for k, c in cells.items()}, compared)
     return View(compared, left, studies, steps, side)
+
+
+def _hypervisor(manifest: dict[str, Any], name: str, switch: str) -> str:
+    """What the hypervisor's `switch` set for the instance `name`: its QEMU, or its KVM modules' files."""
+    if switch == switches.QEMU:
+        return qemu_label(manifest, name)
+    instances = manifest.get("config", {}).get("instance", [])
+    inst = next((i for i in instances if isinstance(i, dict) and i.get("name") == name), {})
+    files = inst.get("kvm_modules") if isinstance(inst, dict) else None
+    return f"KVM modules {', '.join(str(f) for f in files)}" if files else "the host's stock KVM modules"
 
 
 def lines(v: View | None, peak: int | None) -> list[str]:

@@ -127,10 +127,10 @@ class Runner:
     def _changes_nothing(self, s: Session, b: session.Booted) -> str | None:
         """Why a study's leave-one-out instance need not be measured: its guest reports the same
         mitigations as the reference's (its switch does nothing on this CPU and kernel), or None. The
-        QEMU switch is never judged so: what a QEMU changes, its guest need not report."""
+        hypervisor's switches are never judged so: what a QEMU or a KVM changes, its guest need not report."""
         ref = self.cfg.instance[0].name
         if s.instance not in derived.study_variants(self.cfg) or not s.instance.startswith("no-") or any(
-                p.instance != s.instance for p in s.points) or s.instance == f"no-{switches.QEMU}":
+                p.instance != s.instance for p in s.points) or s.instance.removeprefix("no-") in switches.HYPERVISOR:
             return None
         facts = self.run.manifest.get("instances", {}).get(ref)
         if not isinstance(facts, dict) or not provenance.same_mitigations(facts, b.facts):

@@ -77,7 +77,7 @@ def with_study(cfg: RunConfig) -> RunConfig:
     """`cfg` with its study's instances after the reference (the first instance), if it has a study and
     lacks them; a configuration that already holds them (a resumed run's) is returned as it is."""
     names = cfg.study.switches
-    _check_qemu_switch(cfg)
+    _check_hypervisor_switches(cfg)
     if not names:
         return cfg
     sw.check_distinct(names, "study.switches")  # read so from a file; a manifest is checked again
@@ -87,7 +87,8 @@ def with_study(cfg: RunConfig) -> RunConfig:
     ref = cfg.instance[0]
     sw.check_reference(ref.name, ref.cmdline, names)
     want = [dataclasses.replace(ref, name=name, cmdline=sw.cmdline(ref.cmdline, off),
-                                qemu=cfg.study.qemu_off if sw.QEMU in off else ref.qemu)
+                                qemu=cfg.study.qemu_off if sw.QEMU in off else ref.qemu,
+                                kvm_modules=() if sw.KVM_MODULES in off else ref.kvm_modules)
             for name, off in study_variants(cfg).items()]
     have = {i.name: i for i in cfg.instance}
     if all(have.get(w.name) == w for w in want):
@@ -98,9 +99,14 @@ def with_study(cfg: RunConfig) -> RunConfig:
     return dataclasses.replace(cfg, instance=(ref, *want, *cfg.instance[1:]))
 
 
-def _check_qemu_switch(cfg: RunConfig) -> None:
-    """The `qemu` switch needs the QEMU it turns to (study.qemu_off), one the reference does not run."""
+def _check_hypervisor_switches(cfg: RunConfig) -> None:
+    """The `qemu` switch needs the QEMU it turns to (study.qemu_off), one the reference does not run; the
+    `kvm_modules` switch needs a reference that loads its own modules (off, the host's stock ones)."""
     st, ref = cfg.study, cfg.instance[0]
+    if sw.KVM_MODULES in st.switches and not ref.kvm_modules:
+        raise HarnessError(f"study.switches: kvm_modules needs the reference {ref.name} to load its own KVM modules "
+                           "(its kvm_modules); with it off, the variants run on the host's stock ones",
+                           'name the patched modules in the first instance: kvm_modules = ["/path/kvm.ko", ...]')
     if sw.QEMU not in st.switches:
         if st.qemu_off:
             raise HarnessError("study.qemu_off is set, but study.switches has no qemu",

@@ -15,9 +15,11 @@ others are off (`mitigations=off` overrides some per-vulnerability words: it wou
 switches and their words are the kernel's (Documentation/admin-guide/kernel-parameters.txt);
 model/derived.py makes the instances.
 
-One switch is the hypervisor's, not the guest kernel's: `qemu`. The reference runs its own QEMU (its
-`qemu`, or [guest]'s: a patched build, say), and an instance with `qemu` off runs `study.qemu_off` (the
-stock one) instead; its cmdline is left as it is. `all` means the kernel's switches only."""
+Two switches are the hypervisor's, not the guest kernel's, and leave the cmdline as it is: `qemu`, where
+the reference runs its own QEMU (its `qemu`, or [guest]'s: a patched build, say) and an instance with it
+off runs `study.qemu_off` (the stock one); and `kvm_modules`, where the reference loads its own KVM
+modules (its `kvm_modules`: a patched KVM) and an instance with it off runs on the host's stock ones.
+`all` means the kernel's switches only."""
 
 from __future__ import annotations
 
@@ -58,15 +60,18 @@ SWITCHES: dict[str, Switch] = {
 }
 ALL_OFF = "all-off"
 QEMU = "qemu"  # the hypervisor's switch: the reference's QEMU, or study.qemu_off
+KVM_MODULES = "kvm_modules"  # the hypervisor's switch: the reference's KVM modules, or the stock ones
+HYPERVISOR = (QEMU, KVM_MODULES)
 
 
 EVERY = "all"  # in study.switches: every switch above; those that change nothing are dropped at one boot
 
 
 def check_switch(value: str, where: str) -> str:
-    if value not in SWITCHES and value not in (EVERY, QEMU):
+    if value not in SWITCHES and value not in (EVERY, *HYPERVISOR):
         raise HarnessError(f"{where} {value[:80]!r} is not a mitigation switch vmharness knows",
                            f"one of: {', '.join(SWITCHES)}, {QEMU} (study.qemu_off against the reference's QEMU), "
+                           f"{KVM_MODULES} (the reference's KVM modules against the stock ones), "
                            "or all; or write the instance by hand ([[instance]])")
     return value
 
@@ -116,8 +121,8 @@ def check_reference(name: str, line: str, studied: Sequence[str], where: str = "
 def cmdline(reference: str, off: list[str]) -> str:
     """The reference's cmdline with the switches in `off` turned off: each parameter of theirs taken out
     (as the kernel parses the line: a quoted word stays whole), their off words added before any `--`.
-    The QEMU switch changes no word of it."""
-    kernel = [name for name in off if name != QEMU]
+    The hypervisor's switches change no word of it."""
+    kernel = [name for name in off if name not in HYPERVISOR]
     drop = {k for name in kernel for k in SWITCHES[name].keys}
     line = kernel_cmdline.parse(reference)
     kept = [p.text for p in line.params if p.key not in drop]

@@ -66,8 +66,10 @@ inferno: $(VENV)/bin/inferno-flamegraph
 # can run it (not under /root, where ~/.cache is when root runs make). tests/integration/test_two_qemus.py
 # runs it beside 7.2 and fails if it is not there.
 QEMU_CACHE := $(or $(VMHARNESS_QEMU_CACHE),/var/cache/vmharness)
-qemu-10:
-	@$(SUDO) bash tests/fetch-qemu.sh "$(QEMU_CACHE)" bookworm-backports 10
+# The mirror: the host's own for bookworm, as the guest image's (guest/recipe.py host_mirror).
+qemu-10: venv
+	@$(SUDO) bash tests/fetch-qemu.sh "$(QEMU_CACHE)" bookworm-backports 10 \
+	    "$$($(PY) -c 'from vmharness.guest.recipe import host_mirror; print(host_mirror("bookworm"))')"
 
 # The suite as two streams side by side (tests/streams.py: the nested-VM rig's tests beside the rest);
 # PYTEST_ARGS go to every pytest. `$(VENV)/bin/pytest` alone runs it all one test at a time. The guest

@@ -1,5 +1,6 @@
 #!/bin/bash
-# fetch-qemu.sh CACHE SUITE MAJOR: QEMU MAJOR.x from Debian's SUITE (bookworm-backports), unpacked
+# fetch-qemu.sh CACHE SUITE MAJOR MIRROR: QEMU MAJOR.x from Debian's SUITE (bookworm-backports) at MIRROR
+# (the host's own, as the Makefile finds it), unpacked
 # beside the system's QEMU into CACHE/qemu-VERSION (the package's version without its epoch, so a
 # folder is named by what it holds), once per machine: apt-get runs with a private configuration (its
 # own sources list, lists and cache; the machine's apt sources are not read or changed), `dpkg -x`
@@ -16,7 +17,7 @@
 # SeaBIOS. iPXE's ROMs are not in backports: the system's are linked in (/usr/lib/ipxe/qemu).
 # CACHE must be reachable by libvirt's QEMU user (libvirt-qemu): not under /root.
 set -euo pipefail
-cache=$1 suite=$2 major=$3
+cache=$1 suite=$2 major=$3 mirror=$4
 mkdir -p -m 755 "$cache"
 exec 9>"$cache/.lock"
 flock -w 900 9
@@ -26,7 +27,7 @@ done
 echo "fetching QEMU $major from $suite into $cache (once per machine)"
 tmp=$(mktemp -d "$cache/.fetch-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "deb http://deb.debian.org/debian $suite main" > "$tmp/sources.list"
+echo "deb $mirror $suite main" > "$tmp/sources.list"
 mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
 apt=(apt-get -qq -o Dir::Etc::SourceList="$tmp/sources.list" -o Dir::Etc::SourceParts=- \
      -o Dir::State::Lists="$tmp/lists" -o Dir::Cache="$tmp/cache" -o APT::Sandbox::User=root)

@@ -2,11 +2,13 @@
 and its hostile table, and where the real QEMU 10.0 of the integration test is. The check refuses a
 binary in a folder that others than root can write, and pytest's temporary folders are under /tmp
 (mode 1777), so a fake that must get past that check to be run (a QEMU that hangs, one that prints
-garbage) is made in a folder of the clone's own `.cache/` (ignored by git), which is root's like the
-clone."""
+garbage) is made under QEMU_CACHE/test-fakes/, root's all the way up, in a folder of the clone's own
+(named by its path's digest: clones side by side do not share one). Not in the clone: a clone may sit
+under /tmp itself (a clean clone of this machine's CI did, and every such test failed there)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -32,15 +34,21 @@ def qemu_10() -> Path | None:
     return found[-1] if found else None
 
 
+FAKES = QEMU_CACHE / "test-fakes" / hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
+
+
 def trusted(name: str) -> Path:
-    """A fresh folder `.cache/qemu-fakes/NAME` of the clone, writable by its owner alone all the way up
-    (asserted: a clone in a folder others can write cannot run these tests as meant)."""
-    folder = REPO / ".cache" / "qemu-fakes" / name
+    """A fresh folder FAKES/NAME, writable by its owner alone all the way up (asserted: where another
+    could write, these tests cannot run as meant)."""
+    folder = FAKES / name
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True, mode=0o755)
+    for p in reversed((folder, *folder.parents)):
+        if not p.exists():
+            p.mkdir(mode=0o755)
+            p.chmod(0o755)  # whatever the umask
     for p in (folder, *folder.parents):
         st = p.stat()
-        assert not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH), f"{p} is writable by others: move the clone"
+        assert not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH), f"{p} is writable by others"
     return folder
 
 

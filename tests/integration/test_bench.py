@@ -123,8 +123,10 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     assert point["measured_end"] == pytest.approx(point["start"] + measured, abs=1e-5)
     assert point["end"] > point["measured_end"]  # wrk's done() hook and its exit come after what it measured
     window = point["samples"]["local"]["window"]
-    # from the sampler's answer to the wake as wrk was released to its answer to the one after it ended
-    assert window["how"] == "woken" and window["load_s"] == pytest.approx(measured, abs=1e-3)
+    # from the sampler's answer to the wake as wrk was released to its answer to the one after it ended; or,
+    # where an answer came late (a clean clone's CI, the machine busy: "inside"), the snapshots inside the
+    # load alone, which sample_summary.choose takes only when they span most of it: never the idle around it
+    assert window["how"] in ("woken", "inside") and window["load_s"] == pytest.approx(measured, abs=1e-3), window
     assert 0.95 * measured <= window["covered_s"] <= point["end"] - point["start"] + 0.5, window
     (detail,) = point["client"]["clients_detail"]
     cpu = detail["threads_cpu"]

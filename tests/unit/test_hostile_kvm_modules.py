@@ -18,7 +18,7 @@ from tests.hostile_kit import Case, Outcomes, run_toml
 
 RUN = ("run", "r.toml", "--print-xml")
 THIRD = "config.instance[2].kvm_modules"
-FAKE_MODINFO = qemu_kit.REPO / ".cache" / "qemu-fakes" / "modinfo-other-kernel"
+FAKE_MODINFO = qemu_kit.FAKES / "modinfo-other-kernel"
 OTHER_KERNEL = ('#!/bin/sh\ncase "$2" in\nname) echo kvm_amd ;;\n'
                 "vermagic) echo '5.10.0-99-amd64 SMP mod_unload modversions ' ;;\nsrcversion) echo 0123ABCD ;;\nesac\n")
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_qemu_switch import _Booted, _Run
-from tests.unit.test_studies import NOISE, _facts
+from tests.unit.test_qemu_switch import _Booted, _Run, measured
+from tests.unit.test_studies import _facts
 from vmharness.analysis import report, saturation
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
@@ -64,15 +64,7 @@ def _analysed(tmp_path: Path) -> saturation.Analysis:
     facts = {"on": same, "no-kvm_modules": same, "no-pti": _facts("pti=off"), "all-off": _facts("pti=off")}
     run = RunDir.create(tmp_path / "run", {"config": cfg.to_json(), "instances": facts,
                                            "machines": {"server": {"machine": "srv"}, "clients": []}})
-    for it, luck in enumerate(NOISE):
-        for name, rps in RPS.items():
-            value, p50 = rps * luck, 1e6 / (rps * luck)
-            run.append({"kind": "measurement", "key": f"{name}/16/{it}", "ok": True, "instance": name,
-                        "connections": 16, "iteration": it,
-                        "client": {"requests_per_s": value, "requests": 1000, "errors": {"total": 0},
-                                   "latency_us": {"percentiles": {"50": p50, "90": p50, "99": 2 * p50,
-                                                                  "99.9": 3 * p50}}}})
-    return saturation.analyse(run)
+    return measured(run, RPS)
 
 
 def test_the_kvm_modules_switch_is_attributed_like_the_others_and_labelled_the_hypervisors(tmp_path: Path) -> None:

@@ -91,8 +91,13 @@ def _analysed(tmp_path: Path) -> saturation.Analysis:
                                 ("no-qemu", STOCK, "7.2.22", "b"), ("all-off", STOCK, "7.2.22", "b"))}
     run = RunDir.create(tmp_path / "run", {"config": cfg.to_json(), "instances": facts, "qemu": qemus,
                                            "machines": {"server": {"machine": "srv"}, "clients": []}})
+    return measured(run, RPS)
+
+
+def measured(run: RunDir, rates: dict[str, float]) -> saturation.Analysis:
+    """`run` with each instance measured at 16 connections in every boot of NOISE, at its rate, analysed."""
     for it, luck in enumerate(NOISE):
-        for name, rps in RPS.items():
+        for name, rps in rates.items():
             value, p50 = rps * luck, 1e6 / (rps * luck)
             run.append({"kind": "measurement", "key": f"{name}/16/{it}", "ok": True, "instance": name,
                         "connections": 16, "iteration": it,

@@ -84,9 +84,17 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     dropped = [(r["instance"], r["iteration"]) for r in got if r["kind"] == "dropped"]
     assert dropped == [("no-spec_store_bypass_disable", 0), ("all-off", 0)], dropped
     assert "all-off dropped before it is measured: it differs from no-pti only in switches" in res.stderr
-    assert [(s["instance"], s["iteration"], s["riders"]) for s in sessions] == [
+    # a point at the peak that failed (a counted, profiled or open-loop one) is offered once more after the
+    # sweep, in a boot of its own (runner.py): in the CI run of f107223 no-pti's iteration 2 came back as a
+    # ninth session (the tail of the log kept did not say which of its points had failed). Such a boot is
+    # accepted only for a failure on record, which is printed, and only after the eight the rotation plans
+    failed = [r for r in got if r["kind"] in ("syscalls", "profile", "load") and not r["ok"]]
+    print("points that failed:", [(r["kind"], r["instance"], r["iteration"], r.get("error")) for r in failed])
+    assert [(s["instance"], s["iteration"], s["riders"]) for s in sessions[:8]] == [
         ("on", 0, ["control"]), ("no-pti", 0, []), ("no-pti", 1, []), ("on", 1, ["control"]),
         ("on", 2, ["control"]), ("no-pti", 2, []), ("on", 3, ["control"]), ("no-pti", 3, [])], sessions
+    assert all((s["instance"], s["iteration"]) in {(r["instance"], r["iteration"]) for r in failed}
+               for s in sessions[8:]), (sessions[8:], failed)
     assert res.stderr.count("all-off, iteration") == 0 and res.stderr.count("no-spec_store_bypass_disable, it") == 1
     for s in sessions:
         words = s["cmdline"].split()  # the image's, the minimal init's init=, then the instance's
@@ -172,8 +180,8 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # why, from one more point per instance and boot with the server's system calls counted: the reference
     # makes no-pti's calls, each dearer, and its work per request predicts pti's cost; the control makes the
     # same calls with no more work per request: its cost lies outside the guest (the negative control)
-    counted = [r for r in got if r["kind"] == "syscalls"]
-    assert len(counted) == 12 and all(r["ok"] and r["connections"] == report["load"]["connections"] for r in counted)
+    counted = [r for r in got if r["kind"] == "syscalls" and r["ok"]]
+    assert len(counted) == 12 and all(r["connections"] == report["load"]["connections"] for r in counted)
     calls = report["syscalls"]["instances"]
     # a point whose shorter load served as many requests says nothing and is left out, said (under TCG pti's
     # counted load once served fewer requests in 3 s than in the 1 s before it, its rate down to a third)

@@ -14,6 +14,7 @@ from typing import Any
 
 from vmharness import digits
 from vmharness.errors import HarnessError
+from vmharness.experiment.hostboots import show as hostboots_show
 from vmharness.host.inspect import iommu, pciids, show
 from vmharness.host.inspect.hostcheck.facts import FAIL
 from vmharness.host.inspect.hostcheck.rows import run_checks
@@ -107,15 +108,17 @@ def _request(args: argparse.Namespace) -> plan.Request:
 def _host_knobs(root: HostRoot, path: str | None) -> tuple[dict[str, list[dict[str, str]]], list[str]] | None:
     """Each instance's host knobs in the run configuration at `path`, checked on this host or snapshot
     as run checks them (knobs.plan: an error names the first instance and knob that cannot be set), for
-    the JSON and as lines; None without --config."""
+    the JSON and as lines (with its host boots after them: experiment/hostboots/show.py); None without
+    --config."""
     if path is None:
         return None
-    instances = config.load_run(Path(path)).instance
+    cfg = config.load_run(Path(path))
+    instances = cfg.instance
     shown = {i.name: [{"knob": s.key, "value": s.value, "now": s.now} for s in knobs.plan(root, i.name, i.host)]
              for i in instances if i.host}
-    return shown, [knobs.preview(root, i.name, i.host, i.kvm_modules) for i in instances
-                   if i.host or i.kvm_modules] or [
-        f"host knobs: no instance in {path} sets any"]
+    boots = hostboots_show.lines(root, cfg)  # each host boot's files checked here, as run checks them
+    return shown, [*([knobs.preview(root, i.name, i.host, i.kvm_modules) for i in instances
+                      if i.host or i.kvm_modules] or [f"host knobs: no instance in {path} sets any"]), *boots]
 
 
 def cmd_host_prepare(args: argparse.Namespace) -> int:
@@ -128,7 +131,8 @@ def cmd_host_prepare(args: argparse.Namespace) -> int:
         the_plan = plan.make(root, request)
         shown = _host_knobs(root, args.config)
         if args.json:
-            _emit({**the_plan.to_json(), **({} if shown is None else {"host_knobs": shown[0]})})
+            _emit({**the_plan.to_json(), **({} if shown is None else {
+                "host_knobs": shown[0], "host_boots": [b.strip() for b in shown[1] if b.startswith("  ")]})})
         else:
             print("\n".join([show_plan.plan_text(the_plan, dry_run=True), *(shown[1] if shown else [])]))
         return 0

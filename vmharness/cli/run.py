@@ -38,6 +38,7 @@ def _print_xml(args: argparse.Namespace) -> int:
     would carry out (as `host-prepare --dry-run` prints it) and each instance's domain as it would be
     defined once that plan is done."""
     from vmharness.experiment import cpucheck, preflight  # scipy, libvirt: see the note at the top
+    from vmharness.experiment.hostboots import show as hostboots_show
 
     root = HostRoot.open(args.host_root)
     choice = preflight.choose(root, _flags(args))
@@ -46,6 +47,8 @@ def _print_xml(args: argparse.Namespace) -> int:
     after = preflight.host_plan(root, choice.cfg)
     print(show_plan.plan_text(after, dry_run=True) if after is not None else
           "host-prepare plan: nothing to prepare (no NIC to pass through, no hugepages)")
+    for line in hostboots_show.lines(root, choice.cfg):
+        print(line)
     for dom in preflight.domains(root, choice.cfg, after):
         for note in dom.notes:
             print(f"note: {dom.instance}: {note}", file=sys.stderr)
@@ -58,6 +61,7 @@ def _print_xml(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from vmharness.experiment import cpucheck, preflight, runfolder, runner, wire_check
+    from vmharness.experiment.hostboots import show as hostboots_show
     from vmharness.rundir.store import REPORT, RunDir, check_new
 
     given = [name for name, on in (("CONFIG", args.config), ("--out", args.out is not None), ("--bdf", args.bdf),
@@ -81,6 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         choice = preflight.choose(root, _flags(args))
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
+    hostboots_show.not_run_yet(choice.cfg)  # its files were checked; going round them is not built yet
     qemus = cpucheck.preflight(root, choice.cfg, say)  # a refusal is the only line
     say(choice.line)
     cfg = choice.cfg

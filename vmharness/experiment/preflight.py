@@ -16,6 +16,7 @@ from vmharness.bench import bench
 from vmharness.cpus import format_cpulist
 from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep
+from vmharness.experiment.hostboots import target
 from vmharness.guest import domain, instance, session
 from vmharness.host.prepare import knobs, plan
 from vmharness.journal import journal
@@ -64,6 +65,7 @@ def choose(root: HostRoot, flags: Flags) -> hostprep.Choice:
     choice = hostprep.choose(root, cfg, given)
     rules.validate(choice.cfg)
     knobs.check_all(root, choice.cfg.instance)  # each instance's host knobs, on this host, before any change
+    target.named(root, choice.cfg)  # each host boot's kernel and initrd, on this machine
     return choice
 
 
@@ -110,4 +112,5 @@ def resumed(root: HostRoot, saved: dict[str, Any]) -> hostprep.Choice:
     nothing new taken from the host."""
     choice = hostprep.choose(root, rules.validate(config.run_from_json(saved)), hostprep.Given(resumed=True))
     knobs.check_all(root, choice.cfg.instance)
+    target.named(root, choice.cfg)
     return choice

@@ -11,6 +11,7 @@ from typing import TypeVar
 from vmharness.errors import HarnessError
 from vmharness.model import connections as conn_spec
 from vmharness.model import profile
+from vmharness.model.hostboots import check_host_boots
 from vmharness.model.sections import BenchConfig, RunConfig, ServerSection
 from vmharness.model.wire import wire
 
@@ -38,7 +39,7 @@ def validate(cfg: C) -> C:
     else:
         for i in cfg.instance:
             for key in ("cmdline", "kernel", "initrd", "image", "profile", "cpu_features", "claim_unmitigated",
-                        "qemu_args", "qemu", "kvm_modules", "vcpu_cap", "host"):
+                        "qemu_args", "qemu", "kvm_modules", "vcpu_cap", "host", "host_boot"):
                 if getattr(i, key):
                     raise HarnessError(f"instance {i.name}: {key} is a guest's setting; bench runs on bare metal",
                                        "boot guests with: vmharness run CONFIG")
@@ -73,6 +74,7 @@ def _validate_run(cfg: RunConfig) -> None:
         if not ok:
             raise HarnessError(message, "fix the configuration file (docs/run.md lists every setting)")
     _file("guest.image", g.image, folder=True)
+    check_host_boots(cfg.host_boot, tuple((i.name, i.host_boot) for i in cfg.instance))
     for i in cfg.instance:
         _file(f"instance {i.name}: kernel", i.kernel)
         _file(f"instance {i.name}: initrd", i.initrd)

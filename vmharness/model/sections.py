@@ -27,6 +27,7 @@ from vmharness.model.checks import (
 )
 from vmharness.model.cpubit import check_claim
 from vmharness.model.emulator import check_emulator
+from vmharness.model.hostboots import HostBootSection, check_boot_name
 from vmharness.model.hostknobs import Knobs
 from vmharness.model.hostname import check_host
 from vmharness.model.kvm_modules import check_module_path, check_module_paths
@@ -92,6 +93,8 @@ class InstanceSection:
     # sweep.pipeline makes the twins for every instance (with_pipelines)
     pipeline: int = bounded(1, 1, MAX_PIPELINE)
     host: Knobs = field(default_factory=Knobs)  # host knobs set while its guest runs (model/hostknobs.py)
+    # the [[host_boot]] its guests run under (model/hostboots.py); "": the boot the run started in
+    host_boot: str = checked(check_boot_name, default="")
 
 
 @dataclass(frozen=True)
@@ -258,4 +261,11 @@ class RunConfig(BenchConfig):
     control: ControlSection = field(default_factory=ControlSection)
     study: StudySection = field(default_factory=StudySection)
     explain: ExplainSection = field(default_factory=ExplainSection)
+    host_boot: tuple[HostBootSection, ...] = ()  # host kernels and command lines (model/hostboots.py)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if not self.host_boot:  # an empty array of tables is no table: it would not read back
+            del out["host_boot"]
+        return out
 

@@ -1,0 +1,60 @@
+"""The host boots of a configuration in words, for `run --print-xml` and `host-prepare --dry-run
+--config`: what each would boot (its kernel's release and sha256, its initrd), the kexec command that
+would load it, the order of the rounds, how the run would come home, whether kexec can work here, and
+what a reboot would end. Read from this machine (the files) and the host root (the rest), changing
+nothing."""
+
+from __future__ import annotations
+
+import shlex
+
+from vmharness import textsafe
+from vmharness.errors import HarnessError
+from vmharness.experiment.hostboots import checks, plan, target
+from vmharness.model.sections import RunConfig
+from vmharness.system.root import HostRoot
+
+NOT_YET = ("host boots are shown by run --print-xml and host-prepare --dry-run --config, but run does not make "
+           "them yet")
+
+
+def _target(t: target.Target, program: str) -> str:
+    initrd = f", initrd {t.initrd.path} (sha256 {t.initrd.sha256[:16]}...)" if t.initrd else ""
+    return (f"kernel {t.release} (sha256 {t.kernel.sha256[:16]}...){initrd}; would load: "
+            f"{textsafe.line(shlex.join(t.kexec_argv(program)))}")
+
+
+def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
+    """The host boots of `cfg` as lines ([] when every instance runs in the boot the run starts in);
+    a host boot whose files do not pass is refused (one HarnessError), as the run would refuse it."""
+    if not plan.needs_host_boots(cfg):
+        return []
+    named = target.named(root, cfg)
+    try:
+        program = checks.check_kexec(root)
+        can = f"kexec: {program}"
+    except HarnessError as exc:
+        program, can = "kexec", f"kexec cannot work here: {exc.message}"
+    by_boot: dict[str, list[str]] = {}
+    for i in cfg.instance:
+        by_boot.setdefault(i.host_boot, []).append(i.name)
+    out = [f"host boots ({NOT_YET}):"]
+    for name, t in named.items():
+        out.append(f"  host boot {name} (instances {', '.join(by_boot[name])}): {_target(t, program)}")
+    try:
+        out.append(f"  the boot the run starts in, and comes home to: {_target(target.home(root), program)}")
+    except HarnessError as exc:
+        out.append(f"  the boot the run starts in: a run could not come back to it, so it would be refused: {exc.message}")
+    order = "; ".join(f"{s.label} ({', '.join(s.instances)})" for s in plan.stops(cfg))
+    out += [f"  order: {order}; {plan.switches(cfg)} switches in all", f"  {can}"]
+    ends = checks.reboot_ends(root)
+    out.append("  each switch reboots the host, which ends " + ("; ".join(ends) if ends else "every process on it"))
+    return out
+
+
+def not_run_yet(cfg: RunConfig) -> None:
+    """Until run goes round host boots: a configuration with an instance under another is refused."""
+    inst = next((i for i in cfg.instance if i.host_boot != plan.START), None)
+    if inst is not None:
+        raise HarnessError(f"instance {inst.name} runs under host boot {inst.host_boot!r}: {NOT_YET}",
+                           "run each host boot's instances as a run of their own for now; docs/run.md \"Host boots\"")

@@ -1,0 +1,101 @@
+"""`[[host_boot]]`: a host kernel and command line a run's instances may run under, reached with kexec
+(the host's kernel or its command line as a variable of the experiment: a hypervisor mitigation lives
+there, `spectre_v2=`, `retbleed=`, `vmscape=`, `mitigations=`, or in a patched KVM built into a kernel).
+An instance names one with `host_boot = "NAME"`; "" (the default) is the boot the run started in,
+which needs no entry.
+
+    [[host_boot]]
+    name = "v2-off"
+    kernel = "/boot/vmlinuz-6.1.0-18-amd64"
+    initrd = "/boot/initrd.img-6.1.0-18-amd64"   # optional
+    cmdline = "spectre_v2=off"
+    cmdline_mode = "add"   # add: the running command line, then this; replace: this alone
+
+Here only the form is checked: the files' paths absolute and written plainly (kexec reads them by that
+path, and they are printed in the record), the command line one that cannot run another program as
+the host's first process (`init=`, `rdinit=`, or arguments for init after `--`) and that fits the
+kernel's COMMAND_LINE_SIZE. What each file is (a regular file, not a symlink, in folders only root can
+change, a bzImage) is checked on the host before anything is taken: host/inspect/boot_file.py."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from vmharness.errors import HarnessError
+from vmharness.model import kernel_cmdline
+from vmharness.model.checks import check_name
+from vmharness.model.schema import checked
+
+CmdlineMode = Literal["add", "replace"]
+CMDLINE_SIZE = 2048  # x86's COMMAND_LINE_SIZE, the trailing NUL included: a longer line is cut by the kernel
+HINT_PATH = "write the file's whole path, e.g. /boot/vmlinuz-6.1.0-18-amd64"
+HINT_CMDLINE = "a host boot changes the kernel's parameters; the host's first process stays the one it has"
+_PLAIN = re.compile(r"[A-Za-z0-9_.,+@%=:~/-]{1,4000}")
+_NOT_OURS = ("init", "rdinit")  # the program the kernel starts as PID 1
+
+
+def check_file_path(value: str, where: str) -> str:
+    """An absolute path, written plainly (no '.', '..' or empty parts, no space or quote)."""
+    shown = repr(value[:80])
+    if not _PLAIN.fullmatch(value):
+        raise HarnessError(f"{where} {shown} has a character other than letters, digits and _.,+@%=:~/- "
+                           "(a space, a newline, a quote)", "keep the kernel in a folder with a plain name")
+    if not value.startswith("/"):
+        raise HarnessError(f"{where} {shown} is not an absolute path", HINT_PATH)
+    if any(part in ("", ".", "..") for part in value[1:].split("/")):
+        raise HarnessError(f"{where} {shown} is not written plainly (a '.', '..' or '//' in it, or a '/' at "
+                           "its end)", HINT_PATH)
+    return value
+
+
+def check_optional_path(value: str, where: str) -> str:
+    """"" (none), or a path as check_file_path allows."""
+    return value if value == "" else check_file_path(value, where)
+
+
+def check_cmdline(value: str, where: str) -> str:
+    """A host command line (or the part added to one): no parameter that names the first process, no
+    arguments for init, at most CMDLINE_SIZE - 1 characters. Control characters were refused by the
+    schema (every string is)."""
+    if len(value) >= CMDLINE_SIZE:
+        raise HarnessError(f"{where} is {len(value)} characters long: the kernel keeps {CMDLINE_SIZE - 1}",
+                           "shorten it")
+    line = kernel_cmdline.parse(value)
+    for p in line.params:
+        if p.key in _NOT_OURS:
+            raise HarnessError(f"{where} sets {p.key}= ({p.text[:60]!r}): another program as the host's first "
+                               "process is refused", HINT_CMDLINE)
+    if line.rest:  # from a bare `--` on
+        raise HarnessError(f"{where} passes arguments to init after '--' ({line.rest[:60]!r})", HINT_CMDLINE)
+    return value
+
+
+def check_boot_name(value: str, where: str) -> str:
+    """An instance's host_boot: "" (the boot the run started in) or a host boot's name."""
+    return value if value == "" else check_name(value, where)
+
+
+@dataclass(frozen=True)
+class HostBootSection:
+    name: str = checked(check_name)
+    kernel: str = checked(check_file_path)  # the bzImage kexec loads
+    initrd: str = checked(check_optional_path, default="")  # its initramfs; "": none
+    cmdline: str = checked(check_cmdline, default="")
+    cmdline_mode: CmdlineMode = "add"  # add: after the running command line; replace: this line alone
+
+
+def check_host_boots(boots: tuple[HostBootSection, ...], instances: tuple[tuple[str, str], ...]) -> None:
+    """Names unique, and each instance's (name, host_boot) names a host boot that exists."""
+    seen: set[str] = set()
+    for n, b in enumerate(boots):
+        if b.name in seen:
+            raise HarnessError(f"config.host_boot[{n}].name {b.name!r} is named twice",
+                               "give each [[host_boot]] its own name")
+        seen.add(b.name)
+    for inst, boot in instances:
+        if boot and boot not in seen:
+            known = ", ".join(sorted(seen)) or "none: add a [[host_boot]] table"
+            raise HarnessError(f"instance {inst}: host_boot {boot!r} names no [[host_boot]]",
+                               f"host boots known: {known}; \"\" (the default) is the boot the run starts in")

@@ -1,6 +1,7 @@
 """The whole journal table. Each subsystem registers its journal ops when it is imported (the host's
 in host/prepare/bind.py, pages.py, kmod.py, knobs.py, reload.py and irqs.py, harness-made files' in
-journal/files.py, tuning's in tune/apply.py, guests' in guest/vm.py, servers' in bench/server.py); the
+journal/files.py, tuning's in tune/apply.py, guests' in guest/vm.py, servers' in bench/server.py, a
+host boot's loaded kernel in experiment/hostboots/kexec.py); the
 commands that read the journal as a whole — host-restore, and run and bench when they reclaim what a dead run left —
 import them all from here, above every layer, so that no record is ever mistaken for an unknown one."""
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from vmharness.bench import server
 from vmharness.errors import HarnessError
+from vmharness.experiment.hostboots import kexec
 from vmharness.guest import vm
 from vmharness.host.prepare import bind, irqs, kmod, knobs, pages, reload
 from vmharness.journal import files, restore
@@ -17,7 +19,7 @@ from vmharness.system.root import HostRoot
 from vmharness.tune import apply
 
 # imported for their journal.register calls
-REGISTRARS = (bind, pages, kmod, knobs, reload, files, irqs, apply, vm, server)
+REGISTRARS = (bind, pages, kmod, knobs, reload, files, irqs, apply, vm, server, kexec)
 
 
 def reclaim(root: HostRoot, say: Callable[[str], None]) -> None:

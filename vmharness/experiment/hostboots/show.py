@@ -44,7 +44,8 @@ def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
     try:
         out.append(f"  the boot the run starts in, and comes home to: {_target(target.home(root), program)}")
     except HarnessError as exc:
-        out.append(f"  the boot the run starts in: a run could not come back to it, so it would be refused: {exc.message}")
+        out.append(f"  the boot the run starts in: a run could not come back to it, so it would be refused: "
+                   f"{exc.message}")
     order = "; ".join(f"{s.label} ({', '.join(s.instances)})" for s in plan.stops(cfg))
     out += [f"  order: {order}; {plan.switches(cfg)} switches in all", f"  {can}"]
     ends = checks.reboot_ends(root)

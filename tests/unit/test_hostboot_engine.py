@@ -28,9 +28,9 @@ class Killed(Exception):
 
 
 class World:
-    def __init__(self, tmp: Path, kill_at: int | None = None) -> None:
+    def __init__(self, tmp: Path, kill_at: int | None = None, toml: str = TOML) -> None:
         cfg_path = tmp / "c.toml"
-        cfg_path.write_text(TOML)
+        cfg_path.write_text(toml)
         self.stops = plan.stops(config.load_run(cfg_path))
         (tmp / "host").mkdir()
         self.host = BootingHost(tmp / "host")
@@ -152,3 +152,13 @@ def test_killed_at_any_step_the_run_resumes_where_it_was_and_ends_home(tmp_path:
     assert all(_right(world, m) for m in world.measured)
     assert (world.host.release, world.host.cmdline) == (HOME_RELEASE, HOME_CMDLINE)
     assert not (tmp_path / "host/var/lib/vmharness/hostboots/state.json").exists()
+
+
+def test_a_run_whose_instances_all_run_elsewhere_switches_first_and_comes_home(tmp_path: Path) -> None:
+    world = World(tmp_path, toml=TOML.replace('name = "a"\n', 'name = "a"\nhost_boot = "v2off"\n'))
+    world.run()
+    assert [(m[0], m[1]) for m in world.measured] == [(0, "v2off"), (1, "v2off")]
+    assert [s.instances for s in world.stops] == [("a", "b"), ("b", "a")]  # both measured in each, rotated
+    assert all(_right(world, m) for m in world.measured)
+    assert world.host.boots == 1 + 2 + 1  # the first switch, one between the rounds, home
+    assert (world.host.release, world.host.cmdline) == (HOME_RELEASE, HOME_CMDLINE)

@@ -162,3 +162,19 @@ def test_a_run_whose_instances_all_run_elsewhere_switches_first_and_comes_home(t
     assert all(_right(world, m) for m in world.measured)
     assert world.host.boots == 1 + 2 + 1  # the first switch, one between the rounds, home
     assert (world.host.release, world.host.cmdline) == (HOME_RELEASE, HOME_CMDLINE)
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [("next", 99, "at stop 100 of 4"),
+                                                        ("targets", {}, "names no host boot 'v2off'")])
+def test_a_state_that_does_not_fit_the_plan_is_refused(tmp_path: Path, field: str, value: object,
+                                                      needle: str) -> None:
+    world = World(tmp_path)
+    world.engine().step(RUN)
+    store = Store(world.host.base)
+    st = store.load()
+    assert st is not None
+    setattr(st, field, value)
+    store.save(st)
+    world.kexec.arrive()
+    with pytest.raises(HarnessError, match=needle):
+        world.engine().step(RUN)

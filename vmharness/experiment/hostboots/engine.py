@@ -49,7 +49,11 @@ class Engine:
 
     def _goal(self, st: State) -> Target:
         """The target of stop `next` (home past the last), its files checked again."""
-        return target.recheck(st.targets[self.stops[st.next].boot if st.next < len(self.stops) else START])
+        boot = self.stops[st.next].boot if st.next < len(self.stops) else START
+        if boot not in st.targets:
+            raise HarnessError(f"{self.store.path}: the run's state names no host boot {boot!r}",
+                               "it is damaged or another configuration's: host-restore, then start the run again")
+        return target.recheck(st.targets[boot])
 
     def _label(self, st: State) -> str:
         return self.stops[st.next].label if st.next < len(self.stops) else "home: the boot the run started in"
@@ -76,6 +80,9 @@ class Engine:
         if st.run != run:
             raise HarnessError(f"{self.store.path}: the host boots are another run's ({st.run[:200]})",
                                "resume that run, or host-restore and remove the state file")
+        if st.next > len(self.stops):
+            raise HarnessError(f"{self.store.path}: the run's state is at stop {st.next + 1} of {len(self.stops)}",
+                               "it is damaged or another configuration's: host-restore, then start the run again")
         if st.phase == "stopped":
             raise HarnessError(f"the run stopped its host boots: {st.reason}", "host-restore, then start it again")
         if st.phase == "switching":
@@ -125,6 +132,9 @@ class Engine:
         else:
             st.phase, st.reason = "stopped", f"{self._label(st)}: {found[0]} ({st.redone + 1} times)"
         self.store.save(st)
+        if st.next > len(self.stops):
+            raise HarnessError(f"{self.store.path}: the run's state is at stop {st.next + 1} of {len(self.stops)}",
+                               "it is damaged or another configuration's: host-restore, then start the run again")
         if st.phase == "stopped":
             raise HarnessError(f"the host boots stopped: {st.reason}", "nothing was measured under that label; "
                                "look at the host's boot log, then host-restore")

@@ -63,8 +63,9 @@ def check(path: str, where: str, kernel: bool) -> BootFile:
     except OSError as exc:
         raise _refuse(where, path, f"cannot be found ({exc.strerror})", "fix the path") from None
     if stat.S_ISLNK(st.st_mode):
-        raise _refuse(where, path, f"is a symlink (-> {os.readlink(path)[:120]}): what it leads to could change "
-                      "before kexec loads it", "name the file itself, not a link to it")
+        shown = textsafe.line(os.readlink(path)[:120])
+        raise _refuse(where, path, f"is a symlink (-> {shown}): what it leads to could change before kexec loads it",
+                      "name the file itself, not a link to it")
     root_only_place(path, where, "fix the path", "the file could be swapped before kexec loads it", HINT_PLACE)
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(where, path, f"is {userfile.kind_of(st.st_mode)}, not a regular file",

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmharness.analysis import loadcurve, markdown, publish, report, saturation
+from vmharness.analysis import intervals, loadcurve, markdown, publish, report, saturation
 from vmharness.bench.openloop import MISS
 from vmharness.errors import HarnessError
 from vmharness.rundir.histogram import Histogram
@@ -133,7 +133,7 @@ def test_the_geometric_interval_holds_the_truth_about_95_percent_of_the_time() -
         held = 0
         for _ in range(400):
             values = list(5000 * np.exp(rng.normal(0, 0.8, boots)))
-            iv = loadcurve.log_interval(values)
+            iv = intervals.log_interval(values)
             held += iv.low <= 5000 <= iv.high
             assert iv.low > 0
         assert 0.90 <= held / 400 <= 0.99, (boots, held)

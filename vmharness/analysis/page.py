@@ -1,4 +1,5 @@
-"""One self-contained HTML page: the warnings, the headline (headline.py), the answer with the method of
+"""One self-contained HTML page: the answer's table (summary.py) with the warnings that void or limit it
+above and the others below, the answer with the method of
 every interval, the figures inline (SVG), the profiles' growers and flame graphs, the server's counters
 per request, and the text report's own tables (a latency percentile too far in the tail for its sample
 marked as there): none wider than the page, every column in the CSV and the JSON."""
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from vmharness import userfile
-from vmharness.analysis import events, flame, headline, loadcurve, profiles, report, switch_why
+from vmharness.analysis import events, flame, loadcurve, profiles, report, summary, switch_why
 from vmharness.analysis.saturation import Analysis
 from vmharness.stats import Change
 from vmharness.textsafe import html as _text
@@ -35,10 +36,14 @@ LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histo
 
 def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | None = None) -> str:
     data = report.to_json(a)
-    warnings = "".join(f'<div class="warn">{_text(w)}</div>' for w in a.flags)
-    top, *each = headline.lines(a)
-    lead = (f'<div class="answer"><p><b>{_text(top)}</b></p><ul>'
-            + "".join(f"<li>{_text(v.strip())}</li>" for v in each) + "</ul></div>")
+    s = data["summary"]
+    warnings = "".join(f'<div class="warn">{_text(w["text"])}<br><i>Do:</i> {_text(w["do"])}</div>'
+                       for w in s["warnings"])
+    lead = (f'<div class="answer"><p><b>{_text(s["caption"])}</b></p>'
+            + (_table([c or "instance or switch" for c in s["columns"]], summary.body(s)) if s["rows"] else "")
+            + "<ul>" + "".join(f"<li>{_text(r['name'])}: why: {_text(r['why'])}</li>"
+                               for r in s["rows"] if r.get("why"))
+            + "</ul></div>" + "".join(f'<div class="warn">{_text(w)}</div>' for w in s["notes"]))
     answer = "".join(f"<p>{_text(line)}</p>" for line in report.answer(a))
     methods = sorted({c.method for ch in a.changes.values() for c in ch.values()})
     method = ("<h2>Method</h2><ul>" + "".join(f"<li>{_text(m)}</li>" for m in

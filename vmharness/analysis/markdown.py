@@ -39,10 +39,11 @@ def answer(s: dict[str, Any]) -> list[str]:
                                                   f"> *Do:* {md(item['do'])}", ""]]
     out += [f"**{md(s['caption'])}**", ""]
     if s["rows"]:
-        out += ["| " + " | ".join(c.lower() or "instance or switch" for c in s["columns"]) + " |",
-                "|---|---|---|---|", *("| " + " | ".join(map(md, row)) + " |" for row in summary.body(s)), ""]
-    out += _items([f"{r['name']}: why: {r['why']}" for r in s["rows"] if r.get("why")])
-    return out + [w for f in s["notes"] for w in ["", *warning("> **Warning:** ", f, "> ", md)]]
+        out += ["| " + " | ".join(map(md, s["columns"])) + " |", "|---|---|---|---|",
+                *("| " + " | ".join(map(md, row)) + " |" for row in summary.body(s)), ""]
+    why = _items([f"{r['name']}: why: {r['why']}" for r in s["rows"] if r.get("why")])
+    return out + why + ([""] if why else []) + [w for f in s["notes"] for w in [*warning("> **Warning:** ", f, "> ",
+                                                                                         md), ""]]
 
 
 def render(a: Analysis) -> str:

@@ -219,7 +219,8 @@ def answer_lines(s: dict[str, Any]) -> list[str]:
     answer, each with what to do, then the table under its caption, and what explains each cost; each
     line escaped (textsafe.line)."""
     out = [w for item in s["warnings"] for w in [*warning("WARNING: ", item["text"], ""), f"  do: {item['do']}"]]
-    out += [one_line(s["caption"]), *(table.render(s["columns"], summary.body(s), "  ") if s["rows"] else [])]
+    head = ["", *(c.upper() for c in s["columns"][1:])]
+    out += [one_line(s["caption"]), *(table.render(head, summary.body(s), "  ") if s["rows"] else [])]
     return out + [one_line(f"  {r['name']}: why: {r['why']}") for r in s["rows"] if r.get("why")]
 
 

@@ -35,7 +35,7 @@ RANKED = (
                 "numbers"),
     ("one iteration at the peak:", "set sweep.iterations to 3 or more"),
 )
-COLUMNS = ("", "THROUGHPUT", "P99", "VERDICT")
+COLUMNS = ("instance or switch", "throughput", "p99", "verdict")
 
 
 def _todo(flag: str) -> str | None:
@@ -140,7 +140,9 @@ def build(a: Analysis) -> dict[str, Any]:
             row["verdict"] = (f"the positive control, expected {a.control.expected:+.1%}: "
                               f"{variants.verdict(a.control)}")
         rows.append({**row, "why": _why(a, name)})
-    study = "; a switch: all on against it off, judged by Holm over the switches" if a.study is not None else ""
+    thr = a.study.studies[0].marginals if a.study is not None and a.study.studies else ()
+    study = (f"; a switch: all on against it off ({thr[0].change.level:.1%} intervals, Holm over {len(thr)})"
+             if thr else "")
     out.update(requests_per_s=round(a.peak_interval.mean, 1), rows=rows,
                caption=f"ANSWER at {where}, {a.peak} connections ({a.peak_interval.mean:,.0f} requests/s; "
                        f"{warned}): the cost of each against {a.baseline}{study}; {LEVEL:.0%} intervals")

@@ -132,8 +132,9 @@ def _options(p: argparse.ArgumentParser, baseline: str) -> None:
 
 def register(subs: Any, add: Any) -> None:
     p = add(subs, "report", cmd_report,
-            "the baseline's saturation point, the other instances' throughput and latency change there "
-            "(95% t-intervals), and the reasons not to trust them", "vmharness report runs/loopback --format markdown")
+            "the answer's table: each instance's (a study's: each switch's) change in throughput and p99 at the "
+            "baseline's saturation point, with intervals and a verdict, under the warnings that void or limit it "
+            "(--full: every warning, the detail, every point)", "vmharness report runs/loopback --format markdown")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by bench (or run)")
     _options(p, "the instance to compare against (default: the first one)")
     p = add(subs, "compare", cmd_compare,

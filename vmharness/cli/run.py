@@ -112,10 +112,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # what `run` with no CONFIG does, said from data/default-run.toml (tests/unit/test_help.py holds the two together)
-BUILT_IN = ("No CONFIG: a small built-in attribution study on this machine under TCG: the reference `on` (the kernel's "
-            "mitigations, pti=on) against each switch turned off (no-pti, no-spec_store_bypass_disable), with a "
-            "positive control (its vCPU capped to 50%), latency at fixed rates, and the server's system calls and "
-            "profile counted to explain each cost.")
+SUMMARY = ("the whole experiment: prepare the host, boot each instance's guest, tune, sweep wrk load over nginx in it, "
+           "restore the host, report (no CONFIG: a small built-in study on this machine)")
+BUILT_IN = ("The built-in study runs under TCG: the reference `on` (the kernel's mitigations, pti=on) against each "
+            "switch turned off (no-pti, no-spec_store_bypass_disable), with a positive control (its vCPU capped to "
+            "50% of a CPU: a cost known in advance), latency at fixed rates, and the server's system calls and "
+            "profile counted to explain each cost. It prints the answer's table first; the report's folder holds "
+            "the rest.")
 SECTIONS = ("[[instance]] (cmdline, qemu, kvm_modules; [instance.host]: host knobs set while its guest runs), "
             "[study] (switches: which mitigation costs what), [explain] (syscalls, profile: why it costs), "
             "[control], [sweep], [load], [guest], [tuning].")
@@ -123,10 +126,8 @@ SECTIONS = ("[[instance]] (cmdline, qemu, kvm_modules; [instance.host]: host kno
 
 def register(subs: Any, add: Any) -> None:
     p = add(subs, "run", cmd_run,
-            "the whole experiment: prepare the host, boot each instance's guest, tune, sweep wrk load over "
-            f"nginx in it, restore the host, report: the answer's table first (report --full: the rest). {BUILT_IN} "
-            f"A CONFIG's tables (docs/run.md): {SECTIONS}",
-            "vmharness host-prepare --bdf 0000:b3:00.0 --hugepages 8G; then: vmharness run --hugepages")
+            SUMMARY, "vmharness host-prepare --bdf 0000:b3:00.0 --hugepages 8G; then: vmharness run --hugepages")
+    p.description = f"{SUMMARY}. {BUILT_IN} A CONFIG's tables (docs/run.md): {SECTIONS}"
     p.add_argument("config", nargs="?", metavar="CONFIG",
                    help="TOML experiment (docs/run.md); default: the built-in study (data/default-run.toml)")
     p.add_argument("--bdf", action="append", default=[],

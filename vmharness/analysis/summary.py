@@ -35,6 +35,10 @@ RANKED = (
                 "numbers"),
     ("one iteration at the peak:", "set sweep.iterations to 3 or more"),
 )
+UNDER = {"host": "compare runs measured on one host state, or make the difference an instance's own (its host "
+                 "knobs, its QEMU, its KVM modules) so that the report names it",
+         "records": "read the records named: re-measure what they lack with run --resume, or refuse such a folder "
+                    "with --strict"}
 COLUMNS = ("instance or switch", "throughput", "p99", "verdict")
 
 
@@ -42,10 +46,11 @@ def _todo(flag: str) -> str | None:
     return next((todo for start, todo in RANKED if flag.startswith(start)), None)
 
 
-def ranked(flags: list[str]) -> tuple[list[dict[str, str]], list[str]]:
-    """The warnings that void or limit the answer, each with what to do, and the rest."""
-    top = [{"text": f, "do": todo} for f in flags if (todo := _todo(f)) is not None]
-    return top, [f for f in flags if _todo(f) is None]
+def ranked(flags: list[str], under: dict[str, str]) -> tuple[list[dict[str, str]], list[str]]:
+    """The warnings that void or limit the answer, each with what to do, and the rest. `under`: the
+    flags under every figure (the host's, the records left out: saturation.py) and their kind."""
+    todo = {f: UNDER[under[f]] if f in under else _todo(f) for f in flags}
+    return [{"text": f, "do": do} for f, do in todo.items() if do is not None], [f for f in flags if todo[f] is None]
 
 
 def cell(c: Change) -> str:
@@ -120,7 +125,7 @@ def _why(a: Analysis, name: str) -> str | None:
 
 def build(a: Analysis) -> dict[str, Any]:
     """The summary of an analysis: plain data (JSON as it is), which every form renders."""
-    top, rest = ranked(a.flags)
+    top, rest = ranked(a.flags, a.under)
     n = len(a.flags)
     warned = f"{n} warning{'s' * (n != 1)}" if n else "no warnings"
     out: dict[str, Any] = {"reference": a.baseline, "connections": a.peak, "requests_per_s": None,

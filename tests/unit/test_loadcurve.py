@@ -159,7 +159,7 @@ def test_every_form_of_the_report_shows_it(tmp_path: Path) -> None:
     assert any(f.startswith("client local: the baseline's peak on it, 1,000 req/s, is 91%") for f in a.flags)
     text = report.text(a)
     assert "LATENCY AGAINST LOAD" in text and "470 !" in text
-    assert text.index("WARNING: pti at 50%") < text.index("LATENCY AGAINST LOAD")  # warnings first
+    assert text.index("WARNING: pti at 50%") > text.index("LATENCY AGAINST LOAD")  # beside the figures it concerns
     assert "percent_of_peak" in markdown.render(a)
     data = json.loads(json.dumps(report.to_json(a)))
     assert [p["instance"] for p in data["load"]["points"]] == ["base", "pti"]

@@ -118,3 +118,13 @@ def test_the_reports_text_and_json_import_no_plotting_library(tmp_path: Path) ->
     done = subprocess.run([sys.executable, "-c", probe, str(run)], capture_output=True, text=True, timeout=300,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     assert done.stdout.rstrip().split("\n")[-1] == "[]", done.stderr
+
+
+def test_warnings_under_every_figure_and_without_an_answer_all_stand_first() -> None:
+    flags = ["host: r2 ran on another machine", "records.jsonl: 2 records left out", "errors: a at 8", "no KVM: TCG"]
+    under = {flags[0]: "host", flags[1]: "records"}
+    top, rest = summary.ranked(flags, under)
+    assert [w["text"] for w in top] == [flags[0], flags[1], flags[3]] and rest == [flags[2]]
+    assert top[0]["do"] == summary.UNDER["host"] and top[1]["do"] == summary.UNDER["records"]
+    top, rest = summary.ranked(flags, under, answered=False)
+    assert [w["text"] for w in top] == flags and rest == [] and top[2]["do"] == summary.NO_ANSWER

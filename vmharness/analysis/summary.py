@@ -39,6 +39,7 @@ UNDER = {"host": "compare runs measured on one host state, or make the differenc
                  "knobs, its QEMU, its KVM modules) so that the report names it",
          "records": "read the records named: re-measure what they lack with run --resume, or refuse such a folder "
                     "with --strict"}
+NO_ANSWER = "there is no answer: what this says must be mended before a run can give one"
 COLUMNS = ("instance or switch", "throughput", "p99", "verdict")
 
 
@@ -46,10 +47,11 @@ def _todo(flag: str) -> str | None:
     return next((todo for start, todo in RANKED if flag.startswith(start)), None)
 
 
-def ranked(flags: list[str], under: dict[str, str]) -> tuple[list[dict[str, str]], list[str]]:
+def ranked(flags: list[str], under: dict[str, str], answered: bool = True) -> tuple[list[dict[str, str]], list[str]]:
     """The warnings that void or limit the answer, each with what to do, and the rest. `under`: the
-    flags under every figure (the host's, the records left out: saturation.py) and their kind."""
-    todo = {f: UNDER[under[f]] if f in under else _todo(f) for f in flags}
+    flags under every figure (the host's, the records left out: saturation.py) and their kind. Without
+    an answer every warning may say why: all stand first."""
+    todo = {f: UNDER[under[f]] if f in under else _todo(f) or (None if answered else NO_ANSWER) for f in flags}
     return [{"text": f, "do": do} for f, do in todo.items() if do is not None], [f for f in flags if todo[f] is None]
 
 
@@ -125,7 +127,7 @@ def _why(a: Analysis, name: str) -> str | None:
 
 def build(a: Analysis) -> dict[str, Any]:
     """The summary of an analysis: plain data (JSON as it is), which every form renders."""
-    top, rest = ranked(a.flags, a.under)
+    top, rest = ranked(a.flags, a.under, a.peak is not None and a.peak_interval is not None)
     n = len(a.flags)
     warned = f"{n} warning{'s' * (n != 1)}" if n else "no warnings"
     out: dict[str, Any] = {"reference": a.baseline, "connections": a.peak, "requests_per_s": None,

@@ -128,3 +128,12 @@ def test_warnings_under_every_figure_and_without_an_answer_all_stand_first() -> 
     assert top[0]["do"] == summary.UNDER["host"] and top[1]["do"] == summary.UNDER["records"]
     top, rest = summary.ranked(flags, under, answered=False)
     assert [w["text"] for w in top] == flags and rest == [] and top[2]["do"] == summary.NO_ANSWER
+
+
+def test_a_client_that_may_bound_the_peak_ranks_and_a_consoles_words_do_not() -> None:
+    bound = ("client local: the baseline's peak on it, 1,000 req/s, is 91% of its capacity (wrk against nginx on "
+             "itself: 1,100 req/s): the peak may be the client's, not the server's (seed 003)")
+    console = "a iteration 0 measured nothing: the guest did not boot; its console ends with:\nno KVM: not saturated:"
+    top, rest = summary.ranked([bound, console, "rd2: no KVM: the guest ran under TCG"], {})
+    assert [w["text"] for w in top] == [bound, "rd2: no KVM: the guest ran under TCG"] and rest == [console]
+    assert top[0]["do"] == summary.CLIENT

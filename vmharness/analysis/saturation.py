@@ -177,16 +177,19 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                 table[key] = cells_of[name]
                 first = first or key
     a = analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
-    a.flags[:0] = [f for run in runs for f in _own_flags(run, a.flags)]
+    own = {f: kind for run in runs for f, kind in _own_flags(run, a.flags).items()}
+    a.flags[:0] = list(own)
+    a.under.update({f: kind for f, kind in own.items() if kind is not None})
     return _under(a, hostdiff.compare_flags(runs), left_out_line(runs))
 
 
-def _own_flags(run: RunDir, said: list[str]) -> list[str]:
+def _own_flags(run: RunDir, said: list[str]) -> dict[str, str | None]:
     """A run's own report warnings that a comparison does not say itself (it says those of the joint table,
     the records left out and the sessions), named by the run's folder: its control, its loads, its clients'
-    capacity, a host that changed under it."""
+    capacity, a host that changed under it; each with its kind where it lies under every figure."""
     skip = {*said, *left_out_line([run]), *session_flags(run)}
-    return [f"{run.path.name}: {f}" for f in analyse(run).flags if f not in skip]
+    own = analyse(run)
+    return {f"{run.path.name}: {f}": own.under.get(f) for f in own.flags if f not in skip}
 
 
 def noise(by_count: dict[int, Cell], d: Design) -> Noise | None:

@@ -23,11 +23,14 @@ from vmharness.analysis.intervals import TOO_FEW
 from vmharness.analysis.saturation import Analysis
 from vmharness.stats import LEVEL, Change
 
-# the beginning of a warning that voids or limits the answer, and what to do about it
+# words of a warning's first line that void or limit the answer (in a comparison after its run's name), and
+# what to do about it
+CLIENT = "give the load more client threads or another client machine (seed 003)"
 RANKED = (
     ("not saturated:", "raise the load (more connections in the sweep) or give the server fewer CPUs, until its "
                        "CPUs are busy at the peak"),
-    ("client-bound:", "give the load more client threads or another client machine (seed 003)"),
+    ("client-bound:", CLIENT),
+    ("the peak may be the client's, not the server's", CLIENT),
     ("the positive control was not", "add boots (sweep.iterations) until the control's known cost is told from "
                                      "none; until then a 'no change' below says little"),
     ("the positive control cannot be judged", "keep other work off the host's CPUs during the run, and run it again"),
@@ -44,7 +47,8 @@ COLUMNS = ("instance or switch", "throughput", "p99", "verdict")
 
 
 def _todo(flag: str) -> str | None:
-    return next((todo for start, todo in RANKED if flag.startswith(start)), None)
+    head = flag.split("\n", 1)[0]  # not a guest console's tail below it
+    return next((todo for words, todo in RANKED if head.startswith(words) or f": {words}" in head), None)
 
 
 def ranked(flags: list[str], under: dict[str, str], answered: bool = True) -> tuple[list[dict[str, str]], list[str]]:

@@ -76,7 +76,8 @@ def _change(c: Change | None) -> dict[str, Any] | None:
             "method": c.method, "text": cell(c)}
 
 
-def _verdict(throughput: Change, p99: Change | None, changed: tuple[bool, bool], by: str) -> str:
+def _verdict(throughput: Change, changed: tuple[bool, bool], by: str) -> str:
+    """Throughput's verdict, or p99's where only it changed; `by`: the test that judged (Holm's)."""
     if not throughput.bounded:
         return TOO_FEW
     if changed[0]:
@@ -90,7 +91,7 @@ def _row(name: str, kind: str, on: str, off: str, throughput: Change, p99: Chang
          changed: tuple[bool, bool], by: str = "") -> dict[str, Any]:
     return {"name": name, "kind": kind, "on": on, "off": off, "throughput": _change(throughput),
             "p99": _change(p99), "changed": changed[0] or changed[1],
-            "verdict": _verdict(throughput, p99, changed, by)}
+            "verdict": _verdict(throughput, changed, by)}
 
 
 def _study_rows(a: Analysis) -> tuple[list[dict[str, Any]], set[str]]:

@@ -97,14 +97,15 @@ def test_loopback_sweep_with_two_instances(tmp_path: Path) -> None:
     assert manifest["harness"]["git"]
     assert nginx_gone("tmpl") and nginx_gone("own")
     assert not JOURNAL.exists()
-    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run)], timeout=60, check=False)
+    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--full"], timeout=60, check=False)
     assert rep.returncode == 0, rep.stderr
     assert "WARNING: the server and a client share a machine" in rep.stdout
     assert "baseline tmpl: saturation point " in rep.stdout and "own vs tmpl at " in rep.stdout
     _page_renders(run, tmp_path)
     again = tmp_path / "again"
     shutil.copytree(run, again)
-    cmp = proc.run([sys.executable, "-m", "vmharness.cli", "compare", str(run), str(again)], timeout=60, check=False)
+    cmp = proc.run([sys.executable, "-m", "vmharness.cli", "compare", str(run), str(again), "--full"], timeout=60,
+                   check=False)
     assert cmp.returncode == 0, cmp.stderr
     assert "again/tmpl vs run/tmpl at " in cmp.stdout and "throughput +0.0%" in cmp.stdout
 
@@ -143,7 +144,7 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     said = sum(cpu["percent_of_one"]) + cpu["main_percent_of_one"]
     print(f"wrk threads {cpu}; the sampler saw wrk at {seen:.1f}% over {chosen[-1].t - chosen[0].t:.2f} s")
     assert said == pytest.approx(seen, rel=0.15, abs=5)
-    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run)], timeout=60, check=False)
+    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--full"], timeout=60, check=False)
     assert rep.returncode == 0, rep.stderr
     shown = ", ".join(f"{v:.0f}%" for v in cpu["percent_of_one"])
     assert f"wrk threads on this machine {shown} of a core" in rep.stdout

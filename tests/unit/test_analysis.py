@@ -49,8 +49,9 @@ def test_peak_overhead_and_a_clean_bill(tmp_path: Path) -> None:
     assert tp.method == "paired by iteration, t on log ratio, n=3"
     assert a.changes["mitig"]["p99"].change == pytest.approx(0.30, abs=2e-3)
     text = report.text(a)
-    assert text.startswith("ANSWER at base's saturation point, 128 connections (1,000 requests/s; no warnings):\n"
-                           "  mitig: throughput -18.0% [")  # no warning: the headline comes first
+    assert text.startswith("ANSWER at base's saturation point, 128 connections (1,000 requests/s; no warnings): the "
+                           "cost of each against base; 95% intervals\n")  # no warning: the answer's table comes first
+    assert "\n  mitig  -18.0% [" in text and "  a change\n" in text
     assert "\nbaseline base: saturation point 128 connections (95%: 128–128), 1,000 requests/s ± " in text
     assert "mitig vs base at 128 connections (paired by iteration, t on log ratio, n=3):\n  throughput -18.0% [" \
         in text
@@ -231,8 +232,9 @@ def test_with_only_the_baseline_swept_the_changes_are_read_where_the_others_were
     assert 256 not in a.plausible_peaks and "the throughput peaks at the largest count (256): it may still rise; " \
         "extend the sweep" in a.flags
     assert "saturation point 256 connections" in report.text(a)
-    assert report.text(a).startswith("WARNING: ") and "\nANSWER at base's peak as its first boot found it, 128 " \
-        "connections (1,000 requests/s; " in report.text(a)
+    text = report.text(a)
+    assert text.startswith("ANSWER at base's peak as its first boot found it, 128 connections (1,000 requests/s; ")
+    assert "\nWARNING: the throughput peaks at the largest" in text
     assert "; the others were measured at 128 connections, where its first iteration peaked" in report.text(a)
     # negative control: the same records read as a full sweep have nothing of mitig at 256, and say so
     swept = saturation.analyse(_fixed(tmp_path, 128, variants="sweep"))
@@ -252,4 +254,4 @@ def test_a_load_target_changed_by_hand_is_said_and_changes_no_answer_silently(tm
     a = saturation.analyse(_fixed(tmp_path, 128, target=64))
     assert a.peak == 64 and a.changes == {}
     assert "mitig has no successful point at the baseline's peak (64 connections): no change is read for it" in a.flags
-    assert report.text(a).startswith("WARNING: ")
+    assert "\nWARNING: mitig has no successful point at the baseline's peak (64 connections)" in report.text(a)

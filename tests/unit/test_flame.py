@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit import profile_fixtures as fx
-from vmharness.analysis import flame, markdown, profiles, publish, report, saturation
+from vmharness.analysis import flame, markdown, profiles, publish, report, saturation, summary
 from vmharness.rundir.store import RunDir
 from vmharness.system import owned
 
@@ -61,11 +61,11 @@ def test_a_run_with_profiles_renders_every_form(tmp_path: Path) -> None:
     assert "  control: no function of the guest's kernel grew per request" in text
     assert "base -2.5%, capped -2.8%, pti -2.5%" in text  # profiled at 98% of the first boot's rate
     assert text.index("what grew per request") < text.index("pti vs base at 8 connections")
-    # the headline names where a detected cost's time grew most; a cost with nothing grown names nothing
-    head = {ln.split(":")[0].strip(): ln for ln in text.split("\nANSWER")[1].splitlines()[1:4]}
+    # the answer's table names where a detected cost's time grew most; a cost with nothing grown names nothing
+    why = {r["name"]: r["why"] for r in summary.build(a)["rows"]}
     assert a.changes["pti"]["throughput"].significant and a.changes["capped"]["throughput"].significant
-    assert head["pti"].endswith("; its time grew most in syscall_enter_from_user_mode (kernel)"), head
-    assert "grew" not in head["capped"], head
+    assert why["pti"] == "its time grew most in syscall_enter_from_user_mode (kernel)", why
+    assert why["capped"] is None and "\n  pti: why: its time grew most in syscall_enter_from_user_mode" in text
     got = json.loads(json.dumps(report.to_json(a)))["profiles"]
     assert got["growers"]["pti"][0]["function"] == "syscall_enter_from_user_mode" and got["growers"]["pti"][0]["kernel"]
     assert got["control"] == {"instance": "capped", "kernel_growers": []}

@@ -122,6 +122,7 @@ def _scenes() -> list[Scene]:
         Scene("run-print-xml-nic", ("run", "--print-xml", *H, "--bdf", NIC, "--hugepages")),
         Scene("run-print-xml-prepared", ("run", "--print-xml", *P)),
         Scene("report-run", ("report", RUN)),
+        Scene("report-run-full", ("report", RUN, "--full")),
         Scene("report-run-markdown", ("report", RUN, "--format", "markdown")),
         Scene("report-run-csv", ("report", RUN, "--format", "csv")),
         Scene("report-run-json", ("report", RUN, "--json")),

@@ -75,3 +75,21 @@ def test_main_returns_rather_than_exits_on_help() -> None:
 def test_help_after_other_words_still_prints_and_exits_0(cli, argv: tuple[str, ...]) -> None:
     code, out, err = cli(*argv)
     assert (code, err) == (0, "") and out.startswith("usage: vmharness")
+
+
+def test_run_help_describes_the_built_in_experiment_as_its_configuration_has_it(cli) -> None:
+    """`run` with no CONFIG runs data/default-run.toml: its help names that file's reference, each switch
+    turned off, the control's cap and what it measures beside the sweep, and where a CONFIG's study,
+    [explain] and host knobs are."""
+    import tomllib
+
+    code, out, _ = cli("run", "--help")
+    said = " ".join(out.split())
+    cfg = tomllib.loads((Path(__file__).parents[2] / "vmharness/data/default-run.toml").read_text())
+    (ref,) = cfg["instance"]
+    assert code == 0 and f"the reference `{ref['name']}`" in said and ref["cmdline"] in said
+    assert "study" in said and all(f"no-{s}" in said for s in cfg["study"]["switches"])
+    assert f"(its vCPU capped to {cfg['control']['cap']}% of a CPU" in said
+    assert ("latency at fixed rates" in said) == ("load" in cfg)
+    assert ("system calls" in said) == cfg["explain"]["syscalls"] and ("profile" in said) == cfg["explain"]["profile"]
+    assert all(k in said for k in ("[study]", "[explain]", "[instance.host]: host knobs", "docs/run.md"))

@@ -177,7 +177,8 @@ FORMS: dict[str, Callable[[str], None]] = {".txt": _plain, ".md": _markdown, ".c
                                             ".html": _html, ".svg": _svg}
 OUT = ("out",)
 CASES = [
-    Case("text", ("report", "rd"), ("saturation point",), _recorded(), code=0),
+    Case("text", ("report", "rd", "--full"), ("saturation point",), _recorded(), code=0),
+    Case("short-text", ("report", "rd"), ("ANSWER",), _recorded(), code=0),
     Case("markdown", ("report", "rd", "--format", "markdown"), ("ANSWER",), _recorded(), code=0),
     Case("csv", ("report", "rd", "--format", "csv"), ("requests_per_s",), _recorded(), code=0),
     Case("json", ("report", "rd", "--format", "json"), ('"rows"',), _recorded(), code=0),
@@ -225,8 +226,9 @@ def test_every_file_of_the_report_holds_to_its_forms_rule(cid: str, outcomes: Ou
 @pytest.mark.parametrize(("cid", "shown"), [
     ("text", "=HYPERLINK(1)|<img src=x onerror=alert(1)> $\\frac{$"),
     ("text", "# [x](javascript:alert(1)) `c|d` \\x1b[2J\\x0d\\x0a\\u202eevil\\u2066\\u200e\\u200b"),
+    ("short-text", "# [x](javascript:alert(1)) `c|d` \\x1b[2J\\x0d\\x0a\\u202eevil\\u2066\\u200e\\u200b"),
     ("markdown", "=HYPERLINK(1)&#124;&lt;img src=x onerror=alert(1)&gt; &#36;\\frac{&#36;"),
-    ("markdown", "- &#35; [x&#93;(javascript:alert(1)) &#96;c&#124;d&#96; \\x1b[2J\\x0d\\x0a\\u202eevil"),
+    ("markdown", "| &#35; [x&#93;(javascript:alert(1)) &#96;c&#124;d&#96; \\x1b[2J\\x0d\\x0a\\u202eevil"),
     ("json", '"instance": "=HYPERLINK(1)|<img src=x onerror=alert(1)> $\\\\frac{$"'),
     ("json", '"instance": "# [x](javascript:alert(1)) `c|d` \\u001b[2J\\r\\n\\u202eevil\\u2066\\u200e\\u200b"'),
     ("csv", "'=HYPERLINK(1)|<img src=x onerror=alert(1)> $\\frac{$"),

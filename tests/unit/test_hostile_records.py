@@ -164,13 +164,13 @@ def _named(names: tuple[str, ...], extra: tuple[dict[str, Any], ...] = ()) -> Bu
 
 
 def _cases() -> list[Case]:
-    c = [Case("clean", ("report", "rd"), ("saturation point 2 connections",), a_run_dir(manifest(), GOOD_RECORDS),
-              code=0)]
+    c = [Case("clean", ("report", "rd", "--full"), ("saturation point 2 connections",),
+              a_run_dir(manifest(), GOOD_RECORDS), code=0)]
     for cid, bad, kept, needles in DAMAGED:
-        c.append(Case(cid, ("report", "rd"), ("WARNING: ", "left out of every figure", HERE if not kept else "",
-                                             *needles), _folder(kept, bad), code=0))
+        c.append(Case(cid, ("report", "rd", "--full"), ("WARNING: ", "left out of every figure",
+                                                       HERE if not kept else "", *needles), _folder(kept, bad), code=0))
         if kept:
-            c.append(Case(f"{cid}--clean", ("report", "rd"), ("saturation point",), _folder(kept), code=0))
+            c.append(Case(f"{cid}--clean", ("report", "rd", "--full"), ("saturation point",), _folder(kept), code=0))
     nan, again, kind = DAMAGED[0][1], DAMAGED[4][1], DAMAGED[14][1]
     c += [
         Case("json-nan-throughput", ("report", "rd", "--json"), ('"1 damaged record', HERE), _folder("", nan), code=0),
@@ -186,15 +186,16 @@ def _cases() -> list[Case]:
         # text where a figure belongs: no measurement at all, refused (record_check.type_fault)
         Case("a-repeat-as-text", ("report", "rd"), ("rd/records.jsonl line 9", 'with repeat "1", not a number'),
              _folder("", lines({**point("a", 2, 2), "repeat": "1", "key": "a/2/2/r1"}))),
-        Case("strict-clean", ("report", "rd", "--strict"), ("saturation point 2 connections",), _folder(""), code=0),
-        Case("compare-one-run-damaged", ("compare", "rd", "rd2"), ("1 damaged record", "rd2/records.jsonl:9"),
+        Case("strict-clean", ("report", "rd", "--strict", "--full"), ("saturation point 2 connections",), _folder(""),
+             code=0),
+        Case("compare-one-run-damaged", ("compare", "rd", "rd2", "--full"), ("1 damaged record", "rd2/records.jsonl:9"),
              both(_folder(""), _folder("", again, "rd2")), code=0),
-        Case("compare-one-run-damaged--clean", ("compare", "rd", "rd2"), ("saturation point",),
+        Case("compare-one-run-damaged--clean", ("compare", "rd", "rd2", "--full"), ("saturation point",),
              both(_folder(""), _folder("", "", "rd2")), code=0),
         Case("compare-strict", ("compare", "rd", "rd2", "--strict"), ("rd2/records.jsonl line 9", "'a/1/1'"),
              both(_folder(""), _folder("", again, "rd2"))),
         # a profile's folded stacks: a file of the run folder's profiles/, as its record says, or an error
-        Case("profile-clean", ("report", "rd"), ("what grew per request",),
+        Case("profile-clean", ("report", "rd", "--full"), ("what grew per request",),
              both(_folder(lines(profiled())), with_file("rd/profiles/a-0.folded", FOLDED)), code=0),
         Case("profile-a-link-out", ("report", "rd"), ("rd/profiles/a-0.folded", "link"),
              both(_folder(lines(profiled())), _link("rd/profiles/a-0.folded", "/etc/hostname"))),
@@ -207,14 +208,14 @@ def _cases() -> list[Case]:
              both(_folder(lines(profiled(digest=hashlib.sha256(b"$(reboot) x\n").hexdigest()))),
                   with_file("rd/profiles/a-0.folded", "$(reboot) x\n"))),
         # escape sequences
-        Case("escape-instance-name", ("report", "rd"), ("saturation point", "a\\x1b[2J\\x0d\\x07\\x9b"),
+        Case("escape-instance-name", ("report", "rd", "--full"), ("saturation point", "a\\x1b[2J\\x0d\\x07\\x9b"),
              _named((f"a{ESC}", "b")), code=0),
-        Case("escape-session-error", ("report", "rd"), ("measured nothing", "\\x1b[2J\\x0d\\x07\\x9b"),
+        Case("escape-session-error", ("report", "rd", "--full"), ("measured nothing", "\\x1b[2J\\x0d\\x07\\x9b"),
              _folder(lines({"kind": "session", "instance": "a", "iteration": 2, "ok": False, "error": f"boom{ESC}"})),
              code=0),
-        Case("escape-in-a-left-out-key", ("report", "rd"), ("left out", "\\x1b]0;pwned\\x07"),
+        Case("escape-in-a-left-out-key", ("report", "rd", "--full"), ("left out", "\\x1b]0;pwned\\x07"),
              _folder("", lines(point("\x1b]0;pwned\x07", 2, 0, rps=-1.0))), code=0),
-        Case("escape-folder-name", ("compare", "rd", f"r{ESC}d"), ("vs rd/a", "r\\x1b[2J\\x0d\\x07\\x9bd/a"),
+        Case("escape-folder-name", ("compare", "rd", f"r{ESC}d", "--full"), ("vs rd/a", "r\\x1b[2J\\x0d\\x07\\x9bd/a"),
              both(_folder(""), _folder("", "", f"r{ESC}d")), code=0),
         Case("escape-in-an-error", ("report", f"nope{ESC}"), ("no run directory nope\\x1b[2J\\x0d\\x07\\x9b",)),
         Case("escape-in-strict-error", ("report", "rd", "--strict"), ("kind '\\x1b[2J\\r\\x07\\x9b'",),
@@ -243,10 +244,10 @@ def _twin(cid: str) -> str:
 
 
 def _count(lines: list[str]) -> tuple[list[str], int]:
-    """The lines with the headline's count of warnings taken out, and that count (0: none)."""
+    """The lines with the answer's count of warnings taken out, and that count (0: none)."""
     out, n = [], -1
     for line in lines:
-        if line.startswith("ANSWER") and (m := re.search(r"(\d+) warnings? above|no warnings", line)):
+        if line.startswith("ANSWER") and (m := re.search(r"(\d+) warnings?\b|no warnings", line)):
             n = int(m.group(1) or 0)
             line = line[:m.start()] + "COUNT" + line[m.end():]
         out.append(line)
@@ -254,8 +255,8 @@ def _count(lines: list[str]) -> tuple[list[str], int]:
 
 
 def _the_clean_twin(rest: list[str], clean: list[str]) -> None:
-    """The damaged run's lines after its first warning are the clean twin's, but for the headline's count
-    of warnings, one more (the damaged records' warning)."""
+    """The damaged run's lines after its first warning and what to do about it are the clean twin's, but
+    for the answer's count of warnings, one more (the damaged records' warning)."""
     (got, n), (want, m) = _count(rest), _count(clean)
     assert got == want and n == m + 1 and m >= 0, (n, m)
 
@@ -265,8 +266,8 @@ def test_the_warning_comes_first_and_the_figures_are_the_clean_twins(cid: str, o
     """The first line of the report counts what was left out; every other line is the report of the
     same folder without the damaged lines, word for word."""
     o, clean = outcomes.by_case[cid], outcomes.by_case[_twin(cid)]
-    first, *rest = o.stdout.splitlines()
-    assert first.startswith("WARNING: ") and "left out of every figure" in first
+    first, do, *rest = o.stdout.splitlines()
+    assert first.startswith("WARNING: ") and "left out of every figure" in first and do.startswith("  do: ")
     _the_clean_twin(rest, clean.stdout.splitlines())
     assert "left out" not in clean.stdout + clean.stderr
     assert o.stderr.count("left out of every figure") == 1  # said once on stderr too (report --out says no more)
@@ -280,8 +281,8 @@ def test_json_puts_the_warning_first_and_the_same_rows(outcomes: Outcomes) -> No
 
 def test_compare_warns_first_and_keeps_its_figures(outcomes: Outcomes) -> None:
     o, clean = outcomes.by_case["compare-one-run-damaged"], outcomes.by_case["compare-one-run-damaged--clean"]
-    first, *rest = o.stdout.splitlines()
-    assert "rd2/records.jsonl:9" in first
+    first, do, *rest = o.stdout.splitlines()
+    assert "rd2/records.jsonl:9" in first and do.startswith("  do: ")
     _the_clean_twin(rest, clean.stdout.splitlines())
 
 

@@ -56,8 +56,8 @@ def test_the_switch_that_costs_is_explained_against_its_leave_one_out_and_the_on
     assert said[0].startswith("why each switch costs what it does (on against the switch turned off")
     assert said[1].startswith("  pti (on against no-pti): the same system calls per request (")
     assert "; grew most per request: syscall_enter_from_user_mode (kernel) +" in said[1]
-    assert switch_why.headline(found) == ("; why pti: each call costs more, which explains the cost; its time grew "
-                                          "most in syscall_enter_from_user_mode (kernel)")
+    assert switch_why.said(pti) == ("each call costs more, which explains the cost; its time grew "
+                                    "most in syscall_enter_from_user_mode (kernel)")
     js = switch_why.to_json(found)
     assert set(js) == {"pti"} and js["pti"]["against"] == "no-pti"
     assert js["pti"]["growers"][0]["function"] == "syscall_enter_from_user_mode"
@@ -67,8 +67,8 @@ def test_a_cost_whose_profile_grew_nothing_says_so_and_nothing_without_readings_
     records, view = _records(tmp_path, on_enter=1.0)
     found = switch_why.explain(_study(), records, tmp_path / "records.jsonl", dict(WORK), view, "on")
     assert found[0].grew == () and "; nothing grew in its profile" in switch_why.lines(found)[1]
-    assert switch_why.headline(found) == "; why pti: each call costs more, which explains the cost"
+    assert switch_why.said(found[0]) == "each call costs more, which explains the cost"
     # without counted points or profiles, or without a study, nothing is said
     assert switch_why.explain(_study(), [], tmp_path / "records.jsonl", dict(WORK), None, "on") == ()
     assert switch_why.explain(None, records, tmp_path / "records.jsonl", dict(WORK), view, "on") == ()
-    assert switch_why.lines(()) == [] and switch_why.headline(()) == ""
+    assert switch_why.lines(()) == []

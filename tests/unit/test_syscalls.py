@@ -265,8 +265,8 @@ def test_only_a_detected_cost_is_explained(tmp_path: Path) -> None:
     assert a.changes["pti"]["throughput"].significant
     assert a.work_us["base"] == pytest.approx(800.0, rel=0.05)  # (90 - 10)% of a CPU at about 1000 req/s
     assert [(r.instance, r.verdict) for r in a.why] == [("pti", "each call costs more, which explains the cost")]
-    from vmharness.analysis import headline
-    assert headline.lines(a)[1].endswith("; why: each call costs more, which explains the cost")
+    from vmharness.analysis import summary
+    assert summary.build(a)["rows"][0]["why"] == "each call costs more, which explains the cost"
     small = _analysed(tmp_path / "small", -0.005)  # half a percent within pti's own ±3%: not detected
     assert not small.changes["pti"]["throughput"].significant and small.why == []
 

@@ -175,7 +175,7 @@ def test_the_report_puts_the_control_and_each_variants_diff_in_every_form(tmp_pa
     assert ("positive control control (vCPUs capped to 80%): expected -7.0% (80% of a CPU against the "
             "baseline's vCPU threads at 86% on the host at the peak), measured -7.0% [") in text
     assert ": recovered" in text
-    assert "  control: throughput -7.0% [" in text and "; the positive control, expected -7.0%: recovered\n" in text
+    assert "\n  control  -7.0% [" in text and "  the positive control, expected -7.0%: recovered\n" in text
     assert "<div class=\"answer\"><p><b>ANSWER at base&#x27;s saturation point" in page.render(a, "t", [])
     assert any("looks busy (99%) but its vCPU threads ran 86% of the time on the host at the peak" in f
                for f in a.flags)

@@ -7,7 +7,8 @@ instance and percentage of the baseline's peak.
 - **Latency.** p50, p99 and p99.9 of each iteration's histogram, summed up over the iterations (the
   boots are the blocks, as for the sweep) as a geometric mean with a t-interval on the logarithms:
   a latency is positive and its spread between boots multiplicative (one boot's p99 ten times
-  another's, under TCG), so an interval on the raw values would reach below zero. The iterations'
+  another's, under TCG), so an interval on the raw values would reach below zero (intervals.py: none
+  with too few iterations). The iterations'
   histograms are merged, and a percentile that the merged count cannot support is marked thin.
 - **Changes.** Every other instance's change in p50 and p99 against the baseline at the same
   percentage: a ratio paired by iteration (stats.ratio_change), like the sweep's.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vmharness.analysis.intervals import log_interval, span
 from vmharness.bench.openloop import MISS
 from vmharness.errors import HarnessError
 from vmharness.rundir import histogram
@@ -127,12 +129,6 @@ def _row(name: str, pct: int, recs: list[dict[str, Any]], where: Path) -> Row:
                histogram.merge(hists), len(recs) - len(ok), {})
 
 
-def log_interval(values: list[float]) -> Interval:
-    """The geometric mean of positive values and its t-interval, made on their logarithms."""
-    x = mean_interval([math.log(v) for v in values])
-    return Interval(math.exp(x.mean), math.exp(x.low), math.exp(x.high), x.n, x.level)
-
-
 def _with_changes(row: Row, base: Row | None) -> Row:
     if base is None:
         return row
@@ -221,8 +217,8 @@ def to_json(la: LoadAnalysis) -> dict[str, Any]:
 def _us(x: Interval, thin: bool) -> str:
     if math.isnan(x.mean):
         return "-"
-    span = f" [{x.low:,.0f}-{x.high:,.0f}]" if math.isfinite(x.low) else ""
-    return f"{x.mean:,.0f}{span}{'*' if thin else ''}"
+    given = f" [{span(x)}]" if x.n else ""  # a p99.9 is shown without one
+    return f"{x.mean:,.0f}{given}{'*' if thin else ''}"
 
 
 def _change(c: Change | None) -> str:

@@ -1,6 +1,7 @@
-"""The report as Markdown (`report --format markdown`, report.md): the warnings as quotes, the headline,
-the answer, the changes and every point as tables. A run folder someone uploaded is hostile data: every
-piece of text placed here goes through textsafe.markdown, so that an instance, function or folder name
+"""The report as Markdown (`report --format markdown`, report.md): the answer's table first (summary.py)
+with the warnings as quotes, then the detail, the changes and every point as tables. A run folder
+someone uploaded is hostile data: every piece of text placed here goes through textsafe.markdown, so
+that an instance, function or folder name
 never becomes a tag, a link, a code span, a table's cell break or a heading; the renderer's own markup
 (`**`, `|`, `- `, backticks around a name) is the only markup in the document."""
 
@@ -11,11 +12,11 @@ from typing import Any
 from vmharness.analysis import (
     events,
     exits,
-    headline,
     loadcurve,
     profiles,
     sides,
     studies,
+    summary,
     switch_why,
     syscalls,
     variants,
@@ -31,10 +32,22 @@ def _items(lines: list[str]) -> list[str]:
     return [f"- {md(v.strip())}" for v in lines]
 
 
+def answer(s: dict[str, Any]) -> list[str]:
+    """The summary (summary.py) first: the warnings that void or limit the answer, each with what to do,
+    the table under its caption, what explains each cost, then the other warnings."""
+    out = [w for item in s["warnings"] for w in [*warning("> **Warning:** ", item["text"], "> ", md),
+                                                  f"> *Do:* {md(item['do'])}", ""]]
+    out += [f"**{md(s['caption'])}**", ""]
+    if s["rows"]:
+        out += ["| " + " | ".join(map(md, s["columns"])) + " |", "|---|---|---|---|",
+                *("| " + " | ".join(map(md, row)) + " |" for row in summary.body(s)), ""]
+    why = _items([f"{r['name']}: why: {r['why']}" for r in s["rows"] if r.get("why")])
+    return out + why + ([""] if why else []) + [w for f in s["notes"] for w in [*warning("> **Warning:** ", f, "> ",
+                                                                                         md), ""]]
+
+
 def render(a: Analysis) -> str:
-    out = [w for f in a.flags for w in warning("> **Warning:** ", f, "> ", md)]
-    top, *each = headline.lines(a)
-    out += ["", f"**{md(top)}**", "", *_items(each)]
+    out = answer(summary.build(a))
     if a.peak is not None:
         out += ["", f"Baseline `{md(a.baseline)}`: **{md(peak_text(a))}**.", ""]
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):

@@ -1,4 +1,5 @@
-"""One self-contained HTML page: the warnings, the headline (headline.py), the answer with the method of
+"""One self-contained HTML page: the answer's table (summary.py) with the warnings that void or limit it
+above and the others below, the answer with the method of
 every interval, the figures inline (SVG), the profiles' growers and flame graphs, the server's counters
 per request, and the text report's own tables (a latency percentile too far in the tail for its sample
 marked as there): none wider than the page, every column in the CSV and the JSON."""
@@ -6,10 +7,10 @@ marked as there): none wider than the page, every column in the CSV and the JSON
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from vmharness import userfile
-from vmharness.analysis import events, flame, headline, loadcurve, profiles, report, switch_why
+from vmharness.analysis import events, flame, loadcurve, profiles, report, summary, switch_why
 from vmharness.analysis.saturation import Analysis
 from vmharness.stats import Change
 from vmharness.textsafe import html as _text
@@ -35,11 +36,8 @@ LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histo
 
 def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | None = None) -> str:
     data = report.to_json(a)
-    warnings = "".join(f'<div class="warn">{_text(w)}</div>' for w in a.flags)
-    top, *each = headline.lines(a)
-    lead = (f'<div class="answer"><p><b>{_text(top)}</b></p><ul>'
-            + "".join(f"<li>{_text(v.strip())}</li>" for v in each) + "</ul></div>")
-    answer = "".join(f"<p>{_text(line)}</p>" for line in report.answer(a))
+    warnings, lead = answer(data["summary"])
+    detail = "".join(f"<p>{_text(line)}</p>" for line in report.answer(a))
     methods = sorted({c.method for ch in a.changes.values() for c in ch.values()})
     method = ("<h2>Method</h2><ul>" + "".join(f"<li>{_text(m)}</li>" for m in
                                            [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods),
@@ -53,11 +51,24 @@ def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | No
     svgs = "".join(f"<figure>{userfile.text(f, MAX_FIGURE).split('?>', 1)[-1]}</figure>"
                    for f in figures if f.suffix == ".svg")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{answer}{svgs}"
+            f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{lead}{detail}{svgs}"
             f"{_profiles(a.profiles, flames or [], a.switch_why)}{method}"
             f"{_counters(a)}<h2>All points</h2>{points}{load_table}<p>{ALL_COLUMNS}</p>"
             f"<script type=application/json id=data>{_text(json_text(data, None, sort=False))}</script>"
             "</body></html>\n")
+
+
+def answer(s: dict[str, Any]) -> tuple[str, str]:
+    """The summary (summary.py) as the page begins: the warnings that void or limit the answer, each with
+    what to do; then the table under its caption, what explains each cost, and the other warnings."""
+    warnings = "".join(f'<div class="warn">{_text(w["text"])}<br><i>Do:</i> {_text(w["do"])}</div>'
+                       for w in s["warnings"])
+    why = "".join(f"<li>{_text(r['name'])}: why: {_text(r['why'])}</li>" for r in s["rows"] if r.get("why"))
+    lead = (f'<div class="answer"><p><b>{_text(s["caption"])}</b></p>'
+            + (_table(s["columns"], summary.body(s)) if s["rows"] else "")
+            + (f"<ul>{why}</ul>" if why else "") + "</div>"
+            + "".join(f'<div class="warn">{_text(w)}</div>' for w in s["notes"]))
+    return warnings, lead
 
 
 class _Grown(NamedTuple):

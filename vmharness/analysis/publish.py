@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vmharness.analysis import flame, loadcurve, markdown, page, plots, report
+from vmharness.analysis import flame, loadcurve, markdown, page, report
 from vmharness.analysis.saturation import Analysis
 from vmharness.errors import HarnessError
 from vmharness.system import owned
@@ -61,6 +61,8 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             forms.append(("report-load.csv", report.csv_text(loadcurve.rows(a.load))))
         for name, content in forms:
             written.append(folder.write(name, content.encode()))
+        from vmharness.analysis import plots  # matplotlib: only where figures are drawn, not for a report's text
+
         figures = plots.throughput(a, folder)
         if a.peak is not None:
             figures += plots.latency(a, folder) + plots.ccdf(a, folder) + plots.waterfall(a, folder)

@@ -14,11 +14,11 @@ from vmharness import table
 from vmharness.analysis import (
     events,
     exits,
-    headline,
     loadcurve,
     profiles,
     sides,
     studies,
+    summary,
     switch_why,
     syscalls,
     variants,
@@ -26,6 +26,7 @@ from vmharness.analysis import (
 from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
 from vmharness.analysis.change_json import change_json, finite
 from vmharness.analysis.headline import pct
+from vmharness.analysis.intervals import TOO_FEW, log_interval
 from vmharness.analysis.saturation import LEVEL, Analysis, Noise
 from vmharness.rundir import histogram
 from vmharness.stats import Interval, Peak
@@ -90,12 +91,12 @@ def rows_of(a: Analysis) -> list[dict[str, Any]]:
     rows = []
     for name, by_count in sorted(a.cells.items()):
         for count, c in sorted(by_count.items()):
-            iv = c.interval()
+            iv, geo = c.interval(), log_interval(c.values())  # the limits on the logarithms: never below 0
             rows.append({
                 "instance": name, "connections": count, "iterations": len(c.values()),
                 "requests_per_s": round(iv.mean, 1),
-                "ci_low": None if math.isinf(iv.low) else round(iv.low, 1),
-                "ci_high": None if math.isinf(iv.high) else round(iv.high, 1),
+                "ci_low": round(geo.low, 1) if math.isfinite(geo.low) else None,
+                "ci_high": round(geo.high, 1) if math.isfinite(geo.high) else None,
                 **{f"p{q}_us": _latency_us(c.latency[q]) for q in PERCENTILES},
                 "thin_percentiles": " ".join(f"p{q}" for q in _thin(c)) or None,
                 "server_busy_percent": round(statistics.fmean(c.server_busy), 1) if c.server_busy else None,
@@ -161,7 +162,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "attribution": None if a.study is None else {**(studies.to_json(a.study) or {}),
                                                           "why": switch_why.to_json(a.switch_why)},
             "rows": rows_of(a), "load": None if a.load is None else loadcurve.to_json(a.load),
-            "capacity": a.capacity}
+            "capacity": a.capacity, "summary": summary.build(a)}
 
 
 def _variant_lines(a: Analysis) -> list[str]:
@@ -205,7 +206,7 @@ def points_table(a: Analysis) -> tuple[list[str], list[list[str]], list[str]]:
     header = ["INSTANCE", "CONNS", "N", "REQ/S", f"{LEVEL:.0%} CI", *(f"P{q} US" for q in PERCENTILES), "SERVER",
               "CLIENT", "ERRORS"]
     body = [[str(r["instance"]), str(r["connections"]), str(r["iterations"]), f"{r['requests_per_s']:,.0f}",
-             "-" if r["ci_low"] is None else f"{r['ci_low']:,.0f}-{r['ci_high']:,.0f}",
+             TOO_FEW if r["ci_low"] is None else f"{r['ci_low']:,.0f}-{r['ci_high']:,.0f}",
              *(latency_cell(r, q) for q in PERCENTILES),
              _server_cell(r),
              "-" if r["client_busy_percent"] is None else f"{r['client_busy_percent']:.0f}%", str(r["errors"])]
@@ -213,11 +214,35 @@ def points_table(a: Analysis) -> tuple[list[str], list[list[str]], list[str]]:
     return header, body, [THIN_FOOT] if any(r["thin_percentiles"] for r in rows) else []
 
 
+def answer_lines(s: dict[str, Any]) -> list[str]:
+    """The summary (summary.py) as the terminal prints it first: the warnings that void or limit the
+    answer, each with what to do, then the table under its caption, and what explains each cost; each
+    line escaped (textsafe.line)."""
+    out = [w for item in s["warnings"] for w in [*warning("WARNING: ", item["text"], ""), f"  do: {item['do']}"]]
+    head = ["", *(c.upper() for c in s["columns"][1:])]
+    out += [one_line(s["caption"]), *(table.render(head, summary.body(s), "  ") if s["rows"] else [])]
+    return out + [one_line(f"  {r['name']}: why: {r['why']}") for r in s["rows"] if r.get("why")]
+
+
+def short(a: Analysis, where: list[str]) -> str:
+    """What the terminal prints by default, about a screen: the answer (answer_lines), how many more
+    warnings the full text says beside its figures, and `where` the rest is."""
+    s = summary.build(a)
+    n = len(s["notes"])
+    more = [f"{n} more warning{'s' * (n != 1)} beside the figures they concern, in the full text"] if n else []
+    return "\n".join([*answer_lines(s), *map(one_line, [*more, *where])])
+
+
 def text(a: Analysis) -> str:
+    """The full text: the answer, the other warnings, the detail, every point; an open-loop point's
+    warning beside the load's table."""
+    s = summary.build(a)
+    load = set(a.load.flags) if a.load is not None else set()
     header, body, foot = points_table(a)
-    return "\n".join([*(w for f in a.flags for w in warning("WARNING: ", f, "")),
-                      *map(one_line, [*headline.lines(a), "", *answer(a), "", *table.render(header, body), *foot,
-                                      *_load_text(a)])])
+    return "\n".join([*answer_lines(s),
+                      *(w for f in s["notes"] if f not in load for w in warning("WARNING: ", f, "")),
+                      *map(one_line, ["", *answer(a), "", *table.render(header, body), *foot]),
+                      *_load_text(a, [f for f in s["notes"] if f in load])])
 
 
 def warning(first: str, flag: str, indent: str, escape: Callable[[str], str] = one_line) -> list[str]:
@@ -236,12 +261,13 @@ def _server_cell(row: dict[str, Any]) -> str:
     return f"{busy:.0f}%" + (f" st {steal:.0f}%" if steal is not None and steal >= 1 else "")
 
 
-def _load_text(a: Analysis) -> list[str]:
+def _load_text(a: Analysis, flags: list[str]) -> list[str]:
     if a.load is None or not a.load.rows:
-        return []
+        return [w for f in flags for w in warning("WARNING: ", f, "")]
     head, body = loadcurve.table(a.load)
     thin = [loadcurve.THIN_FOOT] if any(r.thin(q) for r in a.load.rows for q in loadcurve.QS) else []
-    return ["", loadcurve.title(a.load), *table.render(head, body), *thin]
+    return [*map(one_line, ["", loadcurve.title(a.load), *table.render(head, body), *thin]),
+            *(w for f in flags for w in warning("WARNING: ", f, ""))]
 
 
 def to_csv(a: Analysis) -> str:

@@ -73,6 +73,7 @@ class Analysis:
     why: list[syscalls.Reason] = field(default_factory=list)  # what explains each variant's cost
     profiles: profiles.View | None = None  # what grew per request in the server's profile ([explain] profile)
     switch_why: tuple[Why, ...] = ()  # what explains each switch's cost, in a study
+    under: dict[str, str] = field(default_factory=dict)  # a flag under every figure -> "host" or "records"
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -124,8 +125,14 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     peak = a.peak_interval.mean if a.peak_interval is not None else 0.0
     highest = max((r.requested for r in a.load.rows), default=0.0) if a.load is not None else 0.0
     a.flags += (a.load.flags if a.load is not None else []) + loadcurve.capacity_flags(a.capacity, peak, highest)
-    a.flags[:0] = left_out_line([run])  # first: every figure above is without them
-    a.flags[:0] = hostdiff.run_flags(run)  # the host under every figure, before all
+    return _under(a, hostdiff.run_flags(run), left_out_line([run]))
+
+
+def _under(a: Analysis, host: list[str], records: list[str]) -> Analysis:
+    """The flags under every figure put first: the host's (its change, the runs' differences), then the
+    records left out of every figure; each remembered as such (summary.py ranks them)."""
+    a.flags[:0] = host + records
+    a.under.update({**dict.fromkeys(records, "records"), **dict.fromkeys(host, "host")})
     return a
 
 
@@ -170,17 +177,19 @@ def compare(runs: list[RunDir], baseline: str | None = None) -> Analysis:
                 table[key] = cells_of[name]
                 first = first or key
     a = analyse_table(table, failed, baseline or first, [r.manifest for r in runs], sessions, design(runs))
-    a.flags[:0] = left_out_line(runs) + [f for run in runs for f in _own_flags(run, a.flags)]
-    a.flags[:0] = hostdiff.compare_flags(runs)  # the hosts' differences, before all
-    return a
+    own = {f: kind for run in runs for f, kind in _own_flags(run, a.flags).items()}
+    a.flags[:0] = list(own)
+    a.under.update({f: kind for f, kind in own.items() if kind is not None})
+    return _under(a, hostdiff.compare_flags(runs), left_out_line(runs))
 
 
-def _own_flags(run: RunDir, said: list[str]) -> list[str]:
+def _own_flags(run: RunDir, said: list[str]) -> dict[str, str | None]:
     """A run's own report warnings that a comparison does not say itself (it says those of the joint table,
     the records left out and the sessions), named by the run's folder: its control, its loads, its clients'
-    capacity, a host that changed under it."""
+    capacity, a host that changed under it; each with its kind where it lies under every figure."""
     skip = {*said, *left_out_line([run]), *session_flags(run)}
-    return [f"{run.path.name}: {f}" for f in analyse(run).flags if f not in skip]
+    own = analyse(run)
+    return {f"{run.path.name}: {f}": own.under.get(f) for f in own.flags if f not in skip}
 
 
 def noise(by_count: dict[int, Cell], d: Design) -> Noise | None:

@@ -57,15 +57,11 @@ def lines(found: tuple[Why, ...]) -> list[str]:
                                                f"{'; '.join(_said(w))}" for w in found)]
 
 
-def headline(found: tuple[Why, ...]) -> str:
-    """What the answer's attribution line adds: each explained switch's verdict and its first grower."""
-    out = []
-    for w in found:
-        said = [w.reason.verdict] if w.reason is not None else []
-        said += [f"its time grew most in {w.grew[0].name}"] if w.grew else []
-        if said:
-            out.append(f"; why {w.switch}: {'; '.join(said)}")
-    return "".join(out)
+def said(w: Why) -> str | None:
+    """What the answer's table adds to an explained switch: its verdict and its first grower."""
+    out = [w.reason.verdict] if w.reason is not None else []
+    out += [f"its time grew most in {w.grew[0].name}"] if w.grew else []
+    return "; ".join(out) or None
 
 
 def to_json(found: tuple[Why, ...]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ there, and the warnings."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,15 +17,15 @@ if TYPE_CHECKING:
     from vmharness.rundir.store import RunDir
 
 # The analysis is imported when a command runs: it brings scipy.special (about 200 ms of CPU to import)
-# and publish.py matplotlib (about 300 ms more), the run folder numpy (about 75 ms), none of which the other
-# commands or `--help` need.
+# and the run folder numpy (about 75 ms), which the other commands and `--help` do not need; matplotlib
+# (about 300 ms more) only --out, which draws figures (publish.py).
 
 
 def _out(args: argparse.Namespace) -> Path | None:
     """--out: a folder to (create and) fill, refused before any work when something other than a
     folder is there, when it holds something other than files and folders (a FIFO would block a write
     forever), or when it is not a report's folder (vmharness/analysis/publish.py) unless --force."""
-    from vmharness.analysis import publish  # matplotlib, scipy: see the note at the top
+    from vmharness.analysis import publish  # scipy: see the note at the top
 
     value = args.out
     if value is None:
@@ -59,8 +60,18 @@ def _baseline(value: str | None, known: list[str]) -> str | None:
     return value
 
 
+def _where(args: argparse.Namespace) -> list[str]:
+    """Where the rest of the answer is, after the terminal's short form: the full text, and every form
+    (a run's own report folder, else --out)."""
+    again = shlex.join(["vmharness", args.command_name, *args.run_dirs])
+    out = [f"the full text: {again} --full"]
+    folders = [p for p in (Path(r) / "report" for r in args.run_dirs) if p.is_dir() and not p.is_symlink()]
+    return out + ([f"every form (HTML, Markdown, CSV, JSON, figures): {', '.join(map(str, folders))}"] if folders else
+                  [f"every form (HTML, Markdown, CSV, JSON, figures): {again} --out DIR"])
+
+
 def _show(a: Any, args: argparse.Namespace, title: str) -> int:
-    from vmharness.analysis import markdown, publish, report  # matplotlib, scipy: see the note at the top
+    from vmharness.analysis import markdown, publish, report  # scipy: see the note at the top
 
     out = _out(args)
     if out is not None:
@@ -72,8 +83,10 @@ def _show(a: Any, args: argparse.Namespace, title: str) -> int:
         print(markdown.render(a), end="")
     elif args.format == "csv":
         print(report.to_csv(a), end="")
-    else:
+    elif args.full:
         print(report.text(a))
+    else:
+        print(report.short(a, _where(args)))
     return 1 if a.peak is None else 0
 
 
@@ -82,6 +95,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from vmharness.rundir.store import RunDir
 
     _out(args)  # refused before any work
+    args.command_name, args.run_dirs = "report", [args.run_dir]
     run = RunDir.open(Path(args.run_dir), strict=args.strict)
     baseline = _baseline(args.baseline, _instances(run))
     return _show(saturation.analyse(run, baseline), args, f"vmharness report: {run.path.name}")
@@ -92,6 +106,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from vmharness.rundir.store import RunDir
 
     _out(args)  # refused before any work
+    args.command_name = "compare"
     runs = [RunDir.open(Path(p), strict=args.strict) for p in args.run_dirs]
     baseline = _baseline(args.baseline, [f"{r.path.name}/{name}" for r in runs for name in _instances(r)])
     title = "vmharness compare: " + " vs ".join(r.path.name for r in runs)
@@ -99,7 +114,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _options(p: argparse.ArgumentParser, baseline: str) -> None:
-    p.add_argument("--format", default="text", choices=["text", "markdown", "csv", "json"])
+    p.add_argument("--format", default="text", choices=["text", "markdown", "csv", "json"],
+                   help="text (default): the answer's table, the warnings that void or limit it, and where the rest "
+                        "is; markdown, csv, json: every figure")
+    p.add_argument("--full", action="store_true",
+                   help="with text: the full text (every warning beside its figures, the detail, every point)")
     p.add_argument("--baseline", help=baseline)
     p.add_argument("--strict", action="store_true",
                    help="refuse a run directory with a damaged record (a number out of range, an unknown kind, a "
@@ -113,8 +132,9 @@ def _options(p: argparse.ArgumentParser, baseline: str) -> None:
 
 def register(subs: Any, add: Any) -> None:
     p = add(subs, "report", cmd_report,
-            "the baseline's saturation point, the other instances' throughput and latency change there "
-            "(95% t-intervals), and the reasons not to trust them", "vmharness report runs/loopback --format markdown")
+            "the answer's table: each instance's (a study's: each switch's) change in throughput and p99 at the "
+            "baseline's saturation point, with intervals and a verdict, under the warnings that void or limit it "
+            "(--full: every warning, the detail, every point)", "vmharness report runs/loopback --format markdown")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by bench (or run)")
     _options(p, "the instance to compare against (default: the first one)")
     p = add(subs, "compare", cmd_compare,

@@ -30,10 +30,11 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 REPO = Path(__file__).resolve().parents[1]
 PRELOAD = ("vmharness.cli.main", "vmharness.analysis.publish")
@@ -142,6 +143,30 @@ def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float,
     finally:
         _idle.put(server)
     return None if got["hung"] else int(got["code"])
+
+
+@overload
+def call(argv: Sequence[str], cwd: Path | None = ..., env: Mapping[str, str] | None = ...,
+         timeout: float = ..., *, text: Literal[True]) -> subprocess.CompletedProcess[str]: ...
+@overload
+def call(argv: Sequence[str], cwd: Path | None = ..., env: Mapping[str, str] | None = ...,
+         timeout: float = ..., *, text: Literal[False] = ...) -> subprocess.CompletedProcess[bytes]: ...
+def call(argv: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None,
+         timeout: float = 60.0, *, text: bool = False) -> subprocess.CompletedProcess[Any]:
+    """`run` for a test that wants the output back, as `subprocess.run([sys.executable, "-m",
+    "vmharness.cli", *argv], capture_output=True, stdin=DEVNULL, text=text)` gives it (the caller's
+    environment unless `env`, its working folder unless `cwd`), without an interpreter's imports per
+    command; a command that outlives `timeout` is killed and raises TimeoutExpired, as there."""
+    with tempfile.TemporaryDirectory(prefix="forked-cli-") as held:
+        out, err = Path(held, "stdout"), Path(held, "stderr")
+        code = run(argv, cwd or Path.cwd(), os.environ if env is None else env, timeout, out, err)
+        said: tuple[Any, Any] = (out.read_bytes() if out.exists() else b"",  # not there: killed at once
+                                 err.read_bytes() if err.exists() else b"")
+    if text:
+        said = said[0].decode(), said[1].decode()
+    if code is None:
+        raise subprocess.TimeoutExpired(["vmharness", *argv], timeout, *said)
+    return subprocess.CompletedProcess(["vmharness", *argv], code, *said)
 
 
 if __name__ == "__main__":

@@ -15,22 +15,28 @@ REPO = Path(__file__).resolve().parents[2]
 """The repository root. L1 sees L0's `/`, so this path is valid inside L1 too."""
 
 
-def cache_dir() -> Path:
-    """`<cache>/rig/`, where `<cache>` is `$VMHARNESS_CACHE`, or else one per machine outside every clone
-    (`$XDG_CACHE_HOME/vmharness`, `~/.cache/vmharness`, beside the tools `make` builds): what it holds
-    is named by its content (the kernel package's ABI name, the initramfs's sha256), so clones of
-    different versions share it safely, and a clean clone no longer downloads and unpacks the kernel."""
+def machine_cache(name: str) -> Path:
+    """`<cache>/NAME/`, where `<cache>` is `$VMHARNESS_CACHE`, or else one per machine outside every
+    clone (`$XDG_CACHE_HOME/vmharness`, `~/.cache/vmharness`, beside the tools `make` builds)."""
     base = os.environ.get("VMHARNESS_CACHE") or str(
         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vmharness")
-    path = Path(base).resolve() / "rig"
+    path = Path(base).resolve() / name
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
+def cache_dir() -> Path:
+    """`<cache>/rig/`: what it holds is named by its content (the kernel package's ABI name, the
+    initramfs's sha256), so clones of different versions share it safely, and a clean clone no longer
+    downloads and unpacks the kernel."""
+    return machine_cache("rig")
+
+
 @contextmanager
-def cache_lock(timeout: float = 900.0) -> Iterator[Path]:
-    """Hold an exclusive lock on the cache while filling it (parallel test runs share it)."""
-    root = cache_dir()
+def cache_lock(timeout: float = 900.0, root: Path | None = None) -> Iterator[Path]:
+    """Hold an exclusive lock on a cache (the rig's unless `root`) while filling it (parallel test runs
+    share it)."""
+    root = root or cache_dir()
     deadline = time.monotonic() + timeout
     with open(root / ".lock", "w") as fh:
         while True:
@@ -40,7 +46,7 @@ def cache_lock(timeout: float = 900.0) -> Iterator[Path]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise HarnessError(
-                        f"the rig cache {root} stayed locked for {timeout:g} s",
+                        f"the cache {root} stayed locked for {timeout:g} s",
                         "another test run is filling it; wait for it or remove the .lock holder",
                     ) from None
                 time.sleep(0.2)

@@ -8,12 +8,12 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import forked_cli
 from tests.fakehost import FakeHost
 from tests.unit.test_cli_errors import assert_one_line_error
 from vmharness.errors import HarnessError
@@ -149,8 +149,7 @@ def test_a_torn_last_record_is_reported_once_and_the_rest_is_used(tmp_path: Path
     run = a_run(tmp_path)
 
     def report() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "vmharness.cli", "report", str(run.path), "--json"],
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        return forked_cli.call(["report", str(run.path), "--json"], timeout=120, text=True)
 
     whole = report()
     assert whole.returncode == 0 and whole.stderr == "", whole.stderr

@@ -1,6 +1,7 @@
 """tests/forked_cli.py against the real thing: the same commands run by `python -m vmharness.cli` in a
 fresh interpreter and forked from the preloaded server end with the same status, stdout and stderr
-(each in a working folder and environment of its own, stdin from /dev/null)."""
+(each in a working folder and environment of its own, stdin from /dev/null); `call`, which the tests
+that read a command's output use, gives them as subprocess.run does."""
 
 from __future__ import annotations
 
@@ -36,9 +37,8 @@ def test_a_forked_command_ends_as_the_interpreter_run_one_does(argv: tuple[str, 
                                 capture_output=True, text=True, stdin=subprocess.DEVNULL)
             ran.append((cp.returncode, cp.stdout, cp.stderr))
         else:
-            out, err = tmp_path / "out", tmp_path / "err"
-            code = forked_cli.run(argv, cwd, env, 60, out, err)
-            ran.append((code, out.read_text(), err.read_text()))
+            cp = forked_cli.call(argv, cwd, env, 60, text=True)
+            ran.append((cp.returncode, cp.stdout, cp.stderr))
     assert ran[0] == ran[1]
     assert ran[0][0] is not None and (ran[0][1] or ran[0][2])  # each said something
 
@@ -47,3 +47,5 @@ def test_a_command_that_outlives_its_time_is_killed(tmp_path: Path) -> None:
     """No time at all: the child cannot have parsed its words when the limit comes."""
     env = {"PATH": os.environ["PATH"]}
     assert forked_cli.run(("--help",), tmp_path, env, 0, tmp_path / "o", tmp_path / "e") is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        forked_cli.call(("--help",), tmp_path, env, 0)

@@ -7,13 +7,12 @@ in a name cannot add a line. Run under the hostile tables' lock with tests/unit/
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import forked_cli
 from tests.fakehost import FakeHost
 from tests.hostile_kit import CX5, GOOD_RECORDS, MLX, a_run_dir
 from tests.unit.test_hostile_records import ESC, _named, manifest, point
@@ -29,8 +28,7 @@ def _raw(data: bytes) -> bool:
 
 def _bytes_run(cwd: Path, *argv: str) -> tuple[int, bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_")}
-    cp = subprocess.run([sys.executable, "-m", "vmharness.cli", *argv], cwd=cwd, env=env, capture_output=True,
-                        timeout=120, stdin=subprocess.DEVNULL)
+    cp = forked_cli.call(argv, cwd, env, timeout=120)
     out = cp.stdout + cp.stderr
     assert b"Traceback" not in out, out.decode(errors="replace")
     return cp.returncode, out

@@ -21,13 +21,12 @@ import math
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests import hostile_kit
+from tests import forked_cli, hostile_kit
 from tests.hostile_kit import GOOD_RECORDS, Build, Case, Outcomes, a_run_dir, both, with_file
 
 RAW = ("\x1b", "\x07", "\x9b", "\x08")  # never in output; \r neither (a text-mode read makes it a line break)
@@ -303,8 +302,7 @@ def _resume(cwd: Path, records: str) -> subprocess.CompletedProcess[str]:
     a_run_dir(RESUME_MANIFEST, records)(cwd)
     (cwd / "rd" / "samples").mkdir()  # a whole run directory (--resume refuses one without it)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_")}
-    return subprocess.run([sys.executable, "-m", "vmharness.cli", "bench", "--resume", "rd"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return forked_cli.call(["bench", "--resume", "rd"], cwd, env, timeout=120, text=True)
 
 
 @pytest.mark.parametrize(("records", "todo", "done", "why"), [

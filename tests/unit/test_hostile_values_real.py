@@ -11,13 +11,12 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from tests import hostile_kit
+from tests import forked_cli, hostile_kit
 from tests.fakehost import FakeHost
 from vmharness.cli import main as cli
 from vmharness.host.inspect import wire_routes
@@ -121,8 +120,7 @@ def test_the_same_network_on_another_interface_is_refused_naming_it(tmp_path: Pa
 def _vmharness(args: list[str], cwd: Path, env: dict[str, str] | None = None,
                timeout: float = 240) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_")}
-    return subprocess.run([sys.executable, "-m", "vmharness.cli", *args], cwd=cwd, env={**clean, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return forked_cli.call(args, cwd, {**clean, **(env or {})}, timeout, text=True)
 
 
 def _error_and_hint(stderr: str) -> tuple[str, str]:

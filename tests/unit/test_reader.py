@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import forked_cli
 from tests.fakehost import FakeHost
 from tests.unit.test_cli_errors import assert_one_line_error
 from vmharness.errors import HarnessError
@@ -73,8 +72,7 @@ def test_a_device_node_is_refused_before_it_is_opened(tmp_path: Path) -> None:
 
 def test_host_groups_on_a_snapshot_with_a_fifo_is_one_line_not_a_hang(host: FakeHost) -> None:
     with_fifo(host)
-    cp = subprocess.run([sys.executable, "-m", "vmharness.cli", "host-groups", "--host-root", str(host.base)],
-                        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    cp = forked_cli.call(["host-groups", "--host-root", str(host.base)], timeout=30, text=True)
     assert_one_line_error((cp.returncode, cp.stdout, cp.stderr), "class", "FIFO")
 
 

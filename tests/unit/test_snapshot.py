@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests import forked_cli
 from tests.fakehost import FakeHost
 from tests.snapshot_compare import normalise
 from tests.unit.test_cli_errors import assert_one_line_error
@@ -193,8 +192,7 @@ def test_a_snapshot_with_a_fifo_or_folder_where_a_file_was_is_one_line(
     path.unlink(missing_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     make(path)
-    cp = subprocess.run([sys.executable, "-m", "vmharness.cli", *argv, "--host-root", str(snap)],
-                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    cp = forked_cli.call([*argv, "--host-root", str(snap)], timeout=60, text=True)
     assert_one_line_error((cp.returncode, cp.stdout, cp.stderr), rel.rsplit("/", 1)[1], fault)
 
 

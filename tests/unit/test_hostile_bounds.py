@@ -106,17 +106,18 @@ def grown_journal(cwd: Path) -> None:
 RD = a_run_dir(GOOD_MANIFEST, GOOD_RECORDS)
 PROFILED = profiled(3)
 REPORT = ("report", "rd")
+FULL = (*REPORT, "--full")  # the detail (a profile's growers, each instance's saturation point) is in the full text
 WITH_INFERNO = {"PATH": "bin:" + os.environ.get("PATH", "/usr/bin:/bin")}
 
 CASES = [
     # bounded: seconds, not minutes
-    Case("report-a-profile-of-64000-leaves", REPORT, ("b: grew most per request", "syscall_enter_from_user_mode"),
+    Case("report-a-profile-of-64000-leaves", FULL, ("b: grew most per request", "syscall_enter_from_user_mode"),
          profiled(64_000), code=0),
     Case("report-manifest-an-instance-name-of-10-mb", REPORT, ("config.instance[1].name", "not a name"),
          a_run_dir(manifest(name="b" * BIG), GOOD_RECORDS)),
     Case("report-manifest-an-instance-name-of-64-characters", REPORT, ("config.instance[1].name", "not a name"),
          a_run_dir(manifest(name="b" * 64), GOOD_RECORDS)),
-    Case("report-manifest-an-instance-name-of-63-characters", REPORT, ("baseline a: saturation point",),
+    Case("report-manifest-an-instance-name-of-63-characters", FULL, ("baseline a: saturation point",),
          a_run_dir(manifest(name="b" * 63), GOOD_RECORDS), code=0),
     Case("report-manifest-a-cmdline-of-10-mb", REPORT, ("config.instance[1].cmdline", "at most 65,536"),
          a_run_dir(manifest(cmdline="pti=on " * (BIG // 7)), GOOD_RECORDS)),

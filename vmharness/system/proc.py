@@ -155,9 +155,14 @@ def spawn(
         raise _not_installed(args[0]) from exc
 
 
+# prctl, looked up once here: the child between fork and exec must not dlopen (glibc's loader lock, held
+# by another thread of the harness at the fork, stays held in the child, which would then hang there
+# holding every descriptor of the harness, its host lock among them, and never exec)
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
 def _kill_me_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0, group: bool = False) -> int:

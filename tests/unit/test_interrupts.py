@@ -253,3 +253,15 @@ def test_a_signal_inside_a_garbage_collectors_callback_is_raised_after_it(capfd:
         ran.append("never")
     assert ref() is None and ran == ["the callback", "after it"] and got.value.signum == signal.SIGTERM
     assert signals.first() == signal.SIGTERM and "Exception ignored" not in capfd.readouterr().err
+
+
+def test_the_command_line_starts_no_thread_before_sigpipe_is_blocked() -> None:
+    """A thread that exists before the command blocks SIGPIPE (numpy's OpenBLAS starts its pool on import)
+    does not block it, and a `kill -PIPE` the kernel hands to that thread is lost: the command goes on. The
+    command line's own modules import none of the libraries that start threads; a command imports them as
+    it runs, and their threads then inherit the mask."""
+    script = ("import sys, threading\nfrom vmharness.cli import main\n"
+              "print(sorted(m for m in ('numpy', 'scipy', 'matplotlib', 'libvirt') if m in sys.modules))\n"
+              "import os\nprint(len(os.listdir('/proc/self/task')))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "1"], out.stdout + out.stderr

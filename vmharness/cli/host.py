@@ -14,7 +14,6 @@ from typing import Any
 
 from vmharness import digits
 from vmharness.errors import HarnessError
-from vmharness.experiment.hostboots import show as hostboots_show
 from vmharness.host.inspect import iommu, pciids, show
 from vmharness.host.inspect.hostcheck.facts import FAIL
 from vmharness.host.inspect.hostcheck.rows import run_checks
@@ -116,6 +115,10 @@ def _host_knobs(root: HostRoot, path: str | None) -> tuple[dict[str, list[dict[s
     instances = cfg.instance
     shown = {i.name: [{"knob": s.key, "value": s.value, "now": s.now} for s in knobs.plan(root, i.name, i.host)]
              for i in instances if i.host}
+    # numpy (through the rounds' plan): imported here, not with the command line, whose every command would
+    # otherwise start numpy's threads before signals.py blocks SIGPIPE in them (a `kill -PIPE` then lost)
+    from vmharness.experiment.hostboots import show as hostboots_show
+
     boots = hostboots_show.lines(root, cfg)  # each host boot's files checked here, as run checks them
     return shown, [*([knobs.preview(root, i.name, i.host, i.kvm_modules) for i in instances
                       if i.host or i.kvm_modules] or [f"host knobs: no instance in {path} sets any"]), *boots]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_studies import _run as study_run
-from vmharness.analysis import intervals, markdown, page, report, saturation, summary
+from vmharness.analysis import intervals, latex, markdown, page, report, saturation, summary
 from vmharness.analysis.saturation import Analysis
 from vmharness.rundir.store import RunDir
 from vmharness.textsafe import json_text
@@ -41,7 +41,7 @@ def _analysed(name: str, tmp_path: Path) -> Analysis:
 def _forms(a: Analysis) -> dict[str, str]:
     s = summary.build(a)
     return {"txt": "\n".join(report.answer_lines(s)) + "\n", "md": "\n".join(markdown.answer(s)) + "\n",
-            "html": "".join(page.answer(s)) + "\n", "json": json_text(s) + "\n"}
+            "html": "".join(page.answer(s)) + "\n", "json": json_text(s) + "\n", "tex": latex.render(s)}
 
 
 @pytest.mark.parametrize("name", ["demo", "study"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,9 @@ def _save(fig: Figure, out: Folder, stem: str) -> list[Path]:
     try:
         for ext in FORMATS:
             buf = io.BytesIO()
-            fig.savefig(buf, format=ext, dpi=200 if ext == "png" else "figure")
+            with warnings.catch_warnings():  # a legend of long names leaves no room: drawn all the same
+                warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
+                fig.savefig(buf, format=ext, dpi=200 if ext == "png" else "figure")
             paths.append(out.write(f"{stem}.{ext}", buf.getvalue()))
     finally:
         plt.close(fig)

@@ -14,7 +14,7 @@ untouched, as ssh passes it.
 A run folder someone uploaded is hostile data in every form its report takes, so each form has one
 function here that every renderer of that form uses (docs/safety.md, "Untrusted text in every output
 form"): `line` for the terminal's text, `markdown` for a Markdown document, `csv_cell` for a CSV's
-string cells, `html` for HTML and SVG, `json_text` for JSON. The figures' labels are `line`d, and
+string cells, `html` for HTML and SVG, `latex` for LaTeX, `json_text` for JSON. The figures' labels are `line`d, and
 matplotlib is told not to read them as mathtext (plots.py); a flame graph's frames are `line`d
 before inferno reads them (flame.py)."""
 
@@ -94,6 +94,27 @@ def html(text: str) -> str:
     """Text in HTML or SVG: `line`, then HTML-escaped (quotes too: it may stand in an attribute). No
     character XML refuses is left, so an SVG stays a well-formed document."""
     return _html.escape(line(text))
+
+
+# LaTeX: every character TeX reads as markup (the ten specials, and `[`, `]`, `*` that a row's end `\\`
+# would take as its options) as a command or in braces, which make nothing but the character; `<`, `>`,
+# `|` as the characters they are (the default font draws others there), `"` as the closing quote it
+# draws; a ligature's pair (`--`, ``` `` ```, `,,`, `?``) kept apart. No backslash of the text is left, so
+# no command of it runs: not `\input`, not `\write18`.
+_TEX = str.maketrans({"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#",
+                      "%": r"\%", "_": r"\_", "^": r"\textasciicircum{}", "~": r"\textasciitilde{}",
+                      "[": "{[}", "]": "{]}", "*": "{*}", "<": r"\textless{}", ">": r"\textgreater{}",
+                      "|": r"\textbar{}", '"': r"\textquotedblright{}", "\u00b1": r"\ensuremath{\pm}"})
+_TEX_PAIR = re.compile(r"([-`',?!])(?=[-`',])")
+_TEX_WIDE = re.compile(r"[^\x00-\x7f\u00b1]")  # no font of a default document draws it: `\uNNNN` instead
+
+
+def latex(text: str) -> str:
+    """Text in a LaTeX document: `line`, then every character that is not printable ASCII (but `±`) as
+    `\\uNNNN`, and nothing of it markup: it sets exactly the characters it holds, in any paragraph, a
+    table's cell or a macro's body."""
+    text = _TEX_WIDE.sub(lambda m: f"\\u{ord(m.group()):04x}", line(text))
+    return _TEX_PAIR.sub(r"\1{}", text.translate(_TEX))
 
 
 def json_text(value: object, indent: int | None = 2, sort: bool = True) -> str:

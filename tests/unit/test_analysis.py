@@ -174,9 +174,11 @@ def test_every_form_is_written(tmp_path: Path) -> None:
                           ("mitig", 128): [(800.0, 260, 99), (810.0, 250, 99)]})
     out = tmp_path / "out"
     written = publish.publish(saturation.analyse(run), out, title="t <&> run")
-    assert {p.name for p in written} == {"report.txt", "report.md", "report.csv", "report.json", "throughput.png",
-                                         "throughput.svg", "latency.png", "latency.svg", "report.html"}
+    assert {p.name for p in written} == {"report.txt", "report.md", "report.csv", "report.json", "report.tex",
+                                         "throughput.png", "throughput.svg", "throughput.pdf", "latency.png",
+                                         "latency.svg", "latency.pdf", "report.html"}
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "latency.pdf").read_bytes()[:5] == b"%PDF-"
     assert ET.parse(out / "latency.svg").getroot().tag.endswith("svg")
     page = (out / "report.html").read_text()
     assert "<title>t &lt;&amp;&gt; run</title>" in page and page.count("<svg") == 2

@@ -96,7 +96,7 @@ def _help_scenes() -> Iterator[Scene]:
 
 
 def _scenes() -> list[Scene]:
-    report_files = tuple(f"out/report.{x}" for x in ("txt", "md", "csv", "json", "html"))
+    report_files = tuple(f"out/report.{x}" for x in ("txt", "md", "csv", "json", "tex", "html"))
     return [
         *_help_scenes(),
         Scene("host-check", ("host-check", *H)),
@@ -125,6 +125,7 @@ def _scenes() -> list[Scene]:
         Scene("report-run-full", ("report", RUN, "--full")),
         Scene("report-run-markdown", ("report", RUN, "--format", "markdown")),
         Scene("report-run-csv", ("report", RUN, "--format", "csv")),
+        Scene("report-run-latex", ("report", RUN, "--format", "latex")),
         Scene("report-run-json", ("report", RUN, "--json")),
         Scene("report-run-baseline-pti", ("report", RUN, "--baseline", "pti")),
         Scene("report-run-out", ("report", RUN, "--out", "out"), report_files),
@@ -132,6 +133,7 @@ def _scenes() -> list[Scene]:
         Scene("report-bench-json", ("report", BENCH, "--format", "json")),
         Scene("compare", ("compare", RUN, BENCH)),
         Scene("compare-markdown", ("compare", RUN, BENCH, "--format", "markdown")),
+        Scene("compare-latex", ("compare", RUN, BENCH, "--format", "latex")),
         # a few refusals, word for word
         Scene("error-bdf", ("host-groups", *H, "--bdf", "zz")),
         Scene("error-baseline", ("report", RUN, "--baseline", "nobody")),

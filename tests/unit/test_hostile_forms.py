@@ -1,11 +1,12 @@
 """Untrusted text in every output form (vmharness/textsafe.py, docs/safety.md "Untrusted text in every
 output form"): a run folder someone uploaded names its instances, its study's switches, its system calls,
 its profiles' functions and itself with markup, formulas, mathtext, escape sequences and direction
-characters. `report` in every form (`--format text|markdown|csv|json`, `--out` with the page, the figures
-and the flame graphs) and `compare` run on it for real (tests/hostile_kit.py), and each form is held to
-its rule: no raw `<` or `>` of a name in Markdown, HTML or SVG, no link or heading or table cell made by
-a name in Markdown, every SVG an XML document, no CSV cell from the folder beginning a formula, no
-control or direction character in any text, no traceback for a name that is mathtext, exit 0."""
+characters. `report` in every form (`--format text|markdown|csv|json|latex`, `--out` with the page, the
+figures and the flame graphs) and `compare` run on it for real (tests/hostile_kit.py), and each form is
+held to its rule: no raw `<` or `>` of a name in Markdown, HTML or SVG, no link or heading or table cell
+made by a name in Markdown, no command of a name's in LaTeX, every SVG an XML document, no CSV cell from
+the folder beginning a formula, no control or direction character in any text, no traceback for a name
+that is mathtext, exit 0."""
 
 from __future__ import annotations
 
@@ -173,8 +174,26 @@ def _svg(text: str) -> None:
     ET.fromstring(text.encode())  # a well-formed XML document
 
 
+# the LaTeX renderer's own commands: every other backslash would be a name's, run by TeX
+TEX_OWN = re.compile(r"\\(?:vmh[A-Za-z]+|newcommand|begin|end|item|emph|ensuremath|pm|toprule|midrule|bottomrule"
+                     r"|linewidth|multicolumn|text(?:backslash|asciicircum|asciitilde|less|greater|bar|quotedblright)"
+                     r"(?![A-Za-z])|[%{}$&#_\\])")
+
+
+def _latex(text: str) -> None:
+    """LaTeX: no command but the renderer's (so no `\\input` or `\\write18` of a name's), and its braces
+    balanced: a name cannot close the macro it stands in."""
+    _plain(text)
+    assert not re.search(r"\\", TEX_OWN.sub("", text)), TEX_OWN.sub("", text)
+    depth = 0
+    for c in re.sub(r"\\[{}]", "", text):
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        assert depth >= 0
+    assert depth == 0
+
+
 FORMS: dict[str, Callable[[str], None]] = {".txt": _plain, ".md": _markdown, ".csv": _csv, ".json": _json,
-                                            ".html": _html, ".svg": _svg}
+                                            ".html": _html, ".svg": _svg, ".tex": _latex}
 OUT = ("out",)
 CASES = [
     Case("text", ("report", "rd", "--full"), ("saturation point",), _recorded(), code=0),
@@ -182,6 +201,7 @@ CASES = [
     Case("markdown", ("report", "rd", "--format", "markdown"), ("ANSWER",), _recorded(), code=0),
     Case("csv", ("report", "rd", "--format", "csv"), ("requests_per_s",), _recorded(), code=0),
     Case("json", ("report", "rd", "--format", "json"), ('"rows"',), _recorded(), code=0),
+    Case("latex", ("report", "rd", "--format", "latex"), ("\\vmhTable",), _recorded(), code=0),
     Case("out", ("report", "rd", "--out", "out"), ("wrote",), _recorded(), code=0, may_write=OUT),
     Case("compare-text", ("compare", "rd", FOLDER), ("saturation point",), both(_recorded(), _recorded(FOLDER)),
          code=0),
@@ -193,11 +213,14 @@ CASES = [
     Case("profiles-markdown", ("report", "rp", "--format", "markdown"), ("ANSWER",), _profiled, code=0),
     Case("study-out", ("report", "rs", "--out", "out"), ("wrote",), _study, code=0, may_write=OUT),
     Case("study-markdown", ("report", "rs", "--format", "markdown"), ("ANSWER",), _study, code=0),
+    Case("study-latex", ("report", "rs", "--format", "latex"), ("\\vmhTable",), _study, code=0),
+    Case("compare-latex", ("compare", "rd", FOLDER, "--format", "latex"), ("\\vmhTable",),
+         both(_recorded(), _recorded(FOLDER)), code=0),
     # an error's hint names the instances: one line, whatever their names hold
     Case("error-hint", ("report", "rd", "--baseline", "nope"), ("--baseline 'nope' is not an instance",),
          _recorded()),
 ]
-STDOUT = {"text": _plain, "markdown": _markdown, "csv": _csv, "json": _json}
+STDOUT = {"text": _plain, "markdown": _markdown, "csv": _csv, "json": _json, "latex": _latex}
 outcomes = hostile_kit.fixture(CASES)
 
 
@@ -236,6 +259,9 @@ def test_every_file_of_the_report_holds_to_its_forms_rule(cid: str, outcomes: Ou
     ("compare-markdown", "r&lt;img src=x onerror=alert(1)&gt;&#124;&#36;\\frac{&#36;\\u202e/"),
     ("profiles-markdown", "&lt;img src=x onerror=alert(1)&gt;&#96;&#124;&#36;\\frac{&#36;\\x1b[2J\\x07\\u202eevil"),
     ("study-markdown", "- throughput: +&lt;img src=x onerror=alert(1)&gt;&#36;\\frac{&#36;: costs 20.0%"),
+    ("latex", "=HYPERLINK(1)\\textbar{}\\textless{}img src=x onerror=alert(1)\\textgreater{} "
+              "\\$\\textbackslash{}frac\\{\\$"),
+    ("study-latex", "\\newcommand{\\vmhImgSrcXOnerrorAlertOneFracCost}"),
 ], ids=lambda v: str(v)[:20])
 def test_a_name_is_shown_escaped_for_its_form(cid: str, shown: str, outcomes: Outcomes) -> None:
     """Each form shows the name, written by its rule: nothing of it left out, nothing of it markup."""
@@ -246,7 +272,7 @@ def test_every_figure_is_drawn_with_mathtext_in_its_names(outcomes: Outcomes) ->
     """A name that is mathtext is drawn as text in every figure the report draws: each is there."""
     drawn = {n for c in CASES if c.may_write for n in _files(outcomes.by_case[c.id])}
     stems = {"throughput", "latency", "latency-ccdf", "latency-load", "attribution"}
-    assert {f"{s}.{e}" for s in stems for e in ("png", "svg")} <= drawn
+    assert {f"{s}.{e}" for s in stems for e in ("png", "svg", "pdf")} <= drawn
 
 
 def test_the_flame_graph_names_the_function_escaped(outcomes: Outcomes) -> None:

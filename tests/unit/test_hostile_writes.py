@@ -32,7 +32,8 @@ from tests.hostile_kit import (
 )
 
 RUN_MANIFEST = GOOD_MANIFEST.replace('"kind": "bench"', '"kind": "run"')
-REPORT_FILES = ("report.txt", "report.md", "report.csv", "report.json", "report.html", "throughput.png",
+REPORT_FILES = ("report.txt", "report.md", "report.csv", "report.json", "report.tex", "report.html",
+                "throughput.pdf", "latency.pdf", "throughput.png",
                 "throughput.svg", "latency.png", "latency.svg")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_studies import _run as study_run
-from vmharness.analysis import intervals, markdown, page, report, saturation, summary
+from vmharness.analysis import intervals, latex, markdown, page, report, saturation, summary
 from vmharness.analysis.saturation import Analysis
 from vmharness.rundir.store import RunDir
 from vmharness.textsafe import json_text
@@ -41,7 +41,7 @@ def _analysed(name: str, tmp_path: Path) -> Analysis:
 def _forms(a: Analysis) -> dict[str, str]:
     s = summary.build(a)
     return {"txt": "\n".join(report.answer_lines(s)) + "\n", "md": "\n".join(markdown.answer(s)) + "\n",
-            "html": "".join(page.answer(s)) + "\n", "json": json_text(s) + "\n"}
+            "html": "".join(page.answer(s)) + "\n", "json": json_text(s) + "\n", "tex": latex.render(s)}
 
 
 @pytest.mark.parametrize("name", ["demo", "study"])
@@ -112,7 +112,7 @@ def test_a_rate_or_a_latency_interval_is_never_below_zero_nor_given_from_too_few
 def test_the_reports_text_and_json_import_no_plotting_library(tmp_path: Path) -> None:
     run = _demo(tmp_path)
     probe = ("import sys\nfrom vmharness.cli import main\n"
-             "for form in (['--json'], [], ['--full'], ['--format', 'markdown']):\n"
+             "for form in (['--json'], [], ['--full'], ['--format', 'markdown'], ['--format', 'latex']):\n"
              "    assert main.main(['report', sys.argv[1], *form]) == 0\n"
              "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n")
     done = subprocess.run([sys.executable, "-c", probe, str(run)], capture_output=True, text=True, timeout=300,

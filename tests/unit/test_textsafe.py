@@ -44,6 +44,25 @@ def test_csv_cell(text: str, shown: str) -> None:
     assert textsafe.csv_cell(text) == shown
 
 
+# (text, LaTeX): an ordinary name or figure first, then what a hostile one becomes
+LATEX = [
+    ("pti", "pti"), ("spectre_v2", "spectre\\_v2"), ("-39.1% [-95.1%, +655.7%]", "-39.1\\% {[}-95.1\\%, +655.7\\%{]}"),
+    ("\\input{/etc/passwd}", "\\textbackslash{}input\\{/etc/passwd\\}"),
+    ("a}\\immediate\\write18{id}", "a\\}\\textbackslash{}immediate\\textbackslash{}write18\\{id\\}"),
+    ("$x^2$ & #1 ~ %", "\\$x\\textasciicircum{}2\\$ \\& \\#1 \\textasciitilde{} \\%"),
+    ("[3pt]*", "{[}3pt{]}{*}"),  # a row's end `\\` would read them as its options
+    ("<a|b>\"", "\\textless{}a\\textbar{}b\\textgreater{}\\textquotedblright{}"),
+    ("a--b ``c''", "a-{}-b `{}`c'{}'"), ("±1.5%", "\\ensuremath{\\pm}1.5\\%"),
+    ("caf\u00e9 \u4e2d", "caf\\textbackslash{}u00e9 \\textbackslash{}u4e2d"),  # no default font draws them
+    ("a\nb\x1b[2J\u202e", "a\\textbackslash{}x0ab\\textbackslash{}x1b{[}2J\\textbackslash{}u202e"),
+]
+
+
+@pytest.mark.parametrize(("text", "shown"), LATEX, ids=[t for t, _ in LATEX])
+def test_latex(text: str, shown: str) -> None:
+    assert textsafe.latex(text) == shown
+
+
 @pytest.mark.parametrize("text", ["<b>&\"'", "\x00\x1b\x7f\x85", "\u202eevil\u2066\u200e\u200b\ufeff",
                                   "\ud800\ufffe\uffff", "a\r\nb"])
 def test_html_stays_a_document(text: str) -> None:

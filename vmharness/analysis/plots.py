@@ -1,16 +1,17 @@
-"""The figures, PNG and SVG: throughput and server CPU against connections for every instance (seed
-001's figure, with the iterations' t-intervals as error bars and the peak's bootstrap range shaded),
-latency percentiles at the baseline's saturation point, with their t-intervals, and there the whole
-latency distribution of each instance as a CCDF (the share of requests slower than x, log-log, so
-that p99, p99.9 and p99.99 sit on evenly spaced lines): each iteration's curve faint, which shows the
-spread a single curve would hide, and all iterations' requests together bold; and latency against the
-open-loop load, per instance."""
+"""The figures, PNG, SVG and PDF, in one style (STYLE): throughput and server CPU against connections
+for every instance (seed 001's figure, with the iterations' t-intervals as error bars and the peak's
+bootstrap range shaded), latency percentiles at the baseline's saturation point, with their
+t-intervals, and there the whole latency distribution of each instance as a CCDF (the share of
+requests slower than x, log-log, so that p99, p99.9 and p99.99 sit on evenly spaced lines): each
+iteration's curve faint, which shows the spread a single curve would hide, and all iterations'
+requests together bold; and latency against the open-loop load, per instance."""
 
 from __future__ import annotations
 
 import io
 import math
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy.typing as npt
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
+from cycler import cycler
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
@@ -39,13 +41,31 @@ from vmharness.textsafe import line as one_line  # a name in a figure: an ESC is
 # attribution's switches, the load figure's axis label.
 
 
+# One style for every figure, set here only: a paper's single column wide (3.5 in), type to match, and
+# Okabe and Ito's colours, which readers with any colour-vision deficiency tell apart (their yellow last:
+# it is faint on white)
+OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+STYLE = {"figure.figsize": (3.5, 2.6), "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7,
+         "legend.fontsize": 6, "xtick.labelsize": 6, "ytick.labelsize": 6, "lines.linewidth": 1.0,
+         "lines.markersize": 3, "axes.prop_cycle": cycler(color=OKABE_ITO), "pdf.fonttype": 42}
+plt.style.use(STYLE)
+FORMATS = ("png", "svg", "pdf")  # the page shows the SVG, a paper takes the PDF
+
+
+def _figure() -> tuple[Figure, Axes]:
+    fig, ax = plt.subplots(layout="constrained")
+    return fig, ax
+
+
 def _save(fig: Figure, out: Folder, stem: str) -> list[Path]:
-    """The figure as PNG and SVG, each written into the report's folder as a whole new file."""
+    """The figure in every format (FORMATS), each written into the report's folder as a whole new file."""
     paths = []
     try:
-        for ext in ("png", "svg"):
+        for ext in FORMATS:
             buf = io.BytesIO()
-            fig.savefig(buf, format=ext, dpi=120 if ext == "png" else "figure")
+            with warnings.catch_warnings():  # a legend of long names leaves no room: drawn all the same
+                warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
+                fig.savefig(buf, format=ext, dpi=200 if ext == "png" else "figure")
             paths.append(out.write(f"{stem}.{ext}", buf.getvalue()))
     finally:
         plt.close(fig)
@@ -59,7 +79,7 @@ def _legend(ax: Axes, *args: Any, **kwargs: Any) -> None:
 
 
 def throughput(a: Analysis, out: Folder) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    fig, ax = _figure()
     cpu = ax.twinx()
     for name, by_count in sorted(a.cells.items()):
         counts = sorted(by_count)
@@ -91,7 +111,7 @@ def throughput(a: Analysis, out: Folder) -> list[Path]:
 
 
 def latency(a: Analysis, out: Folder) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    fig, ax = _figure()
     names = sorted(n for n, cells in a.cells.items() if a.peak in cells)
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
@@ -126,7 +146,7 @@ def ccdf(a: Analysis, out: Folder) -> list[Path]:
     shown = {name: hs for name, hs in shown.items() if hs}
     if not shown:
         return []
-    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    fig, ax = _figure()
     lowest = 1.0
     for name, hists in shown.items():
         x, y = _steps(histogram.merge(hists))
@@ -164,7 +184,7 @@ def latency_vs_load(la: LoadAnalysis, out: Folder) -> list[Path]:
     """p50 (dashed) and p99 (solid) against the load, as % of the baseline's peak, one colour per
     instance, with the iterations' 95% intervals (geometric) as error bars; a point whose achieved
     rate missed the requested one is drawn hollow."""
-    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    fig, ax = _figure()
     names = list(dict.fromkeys(r.instance for r in la.rows))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, name in enumerate(names):
@@ -199,11 +219,12 @@ def waterfall(a: Analysis, out: Folder) -> list[Path]:
     steps = a.study.waterfall if a.study is not None else []
     if not steps:
         return []
-    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    fig, ax = _figure()
     bars = [("all off", 0.0, steps[0][1]), *steps, ("all on", 0.0, steps[-1][2])]
     for x, (label, start, end) in enumerate(bars):
         whole = start == 0.0
-        color = "tab:blue" if whole else "grey" if label == "interaction" else "tab:red" if end < start else "tab:green"
+        color = (OKABE_ITO[0] if whole else "grey" if label == "interaction" else OKABE_ITO[1] if end < start
+                 else OKABE_ITO[2])
         ax.bar(x, (end - start) / 1000, bottom=start / 1000, color=color)
         ax.annotate(f"{end:,.0f}" if whole else f"{end / start - 1:+.1%}", (x, max(start, end) / 1000),
                     ha="center", va="bottom", fontsize="small")

@@ -1,6 +1,7 @@
 """Every form of a report written into one folder (`report --out`, `compare --out`, a run's own
-`report/`): text, Markdown, CSV, JSON, the figures and one HTML page, and for a run with profiles each
-variant's differential flame graph (flame.py: `flame-VARIANT.svg`, files a report writes only then).
+`report/`): text, Markdown, CSV, JSON, LaTeX (latex.py), the figures (PNG, SVG, PDF) and one HTML page,
+and for a run with profiles each variant's differential flame graph (flame.py:
+`flame-VARIANT.svg`, files a report writes only then).
 
 The folder is the report's own (vmharness/system/owned.py): made and marked by the first report written
 there, and refused when it is a symlink, another command's, or a folder of the user's that no report
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vmharness.analysis import flame, loadcurve, markdown, page, report
+from vmharness.analysis import flame, latex, loadcurve, markdown, page, report, summary
 from vmharness.analysis.saturation import Analysis
 from vmharness.errors import HarnessError
 from vmharness.system import owned
@@ -22,12 +23,12 @@ from vmharness.textsafe import json_text
 
 OWNER = "report"
 HINT = "name a new folder, or one an earlier report wrote"
-FORMS = ("report.txt", "report.md", "report.csv", "report.json", "report-load.csv", "report.html")
+FORMS = ("report.txt", "report.md", "report.csv", "report.json", "report.tex", "report-load.csv", "report.html")
 FIGURES = ("throughput", "latency", "latency-ccdf", "latency-load", "attribution")
 
 
 def _names() -> list[str]:
-    return [*FORMS, *(f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg"))]
+    return [*FORMS, *(f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg", "pdf"))]
 
 
 def _legacy(_path: Path, entries: list[str]) -> bool:
@@ -56,7 +57,8 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
     try:
         written = []
         forms = [("report.txt", report.text(a) + "\n"), ("report.md", markdown.render(a)),
-                 ("report.csv", report.to_csv(a)), ("report.json", json_text(report.to_json(a)) + "\n")]
+                 ("report.csv", report.to_csv(a)), ("report.json", json_text(report.to_json(a)) + "\n"),
+                 ("report.tex", latex.render(summary.build(a)))]
         if a.load is not None and a.load.rows:
             forms.append(("report-load.csv", report.csv_text(loadcurve.rows(a.load))))
         for name, content in forms:

@@ -81,6 +81,10 @@ def _show(a: Any, args: argparse.Namespace, title: str) -> int:
         print(json_text(report.to_json(a)))
     elif args.format == "markdown":
         print(markdown.render(a), end="")
+    elif args.format == "latex":
+        from vmharness.analysis import latex, summary
+
+        print(latex.render(summary.build(a)), end="")
     elif args.format == "csv":
         print(report.to_csv(a), end="")
     elif args.full:
@@ -114,17 +118,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _options(p: argparse.ArgumentParser, baseline: str) -> None:
-    p.add_argument("--format", default="text", choices=["text", "markdown", "csv", "json"],
+    p.add_argument("--format", default="text", choices=["text", "markdown", "csv", "json", "latex"],
                    help="text (default): the answer's table, the warnings that void or limit it, and where the rest "
-                        "is; markdown, csv, json: every figure")
+                        "is; markdown, csv, json: every figure; latex: the table and its figures as macros for a paper")
     p.add_argument("--full", action="store_true",
                    help="with text: the full text (every warning beside its figures, the detail, every point)")
     p.add_argument("--baseline", help=baseline)
     p.add_argument("--strict", action="store_true",
                    help="refuse a run directory with a damaged record (a number out of range, an unknown kind, a "
                         "point measured twice) instead of leaving it out of every figure with a warning")
-    p.add_argument("--out", metavar="DIR", help="write every form there: report.txt/.md/.csv/.json, throughput and "
-                                               "latency plots (PNG, SVG) and report.html")
+    p.add_argument("--out", metavar="DIR", help="write every form there: report.txt/.md/.csv/.json/.tex, throughput "
+                                               "and latency plots (PNG, SVG, PDF) and report.html")
     p.add_argument("--force", action="store_true",
                    help="write into an --out folder no report wrote, and replace links and other files there "
                         "(never writing through them)")

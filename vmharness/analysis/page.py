@@ -95,7 +95,7 @@ def _sections(a: Analysis, svgs: dict[str, str], flames: list[Path]) -> list[tup
                                            [f"the peak: {report.PEAK_METHOD}", *(f"changes: {m}" for m in methods),
                                             LATENCY_METHOD])
               + "</ul><p>docs/statistics.md explains each.</p>") if a.peak is not None else ""
-    head, body, foot = report.points_table(a)
+    columns, points, foot = report.points_table(a)
     host = [f for f, kind in a.under.items() if kind == "host"]
     capacity = [f"client {c.get('machine')}: wrk against nginx on itself {_rate(c.get('closed_per_s'))}, "
                 f"oha {_rate(c.get('open_per_s'))}" for c in a.capacity]
@@ -109,12 +109,13 @@ def _sections(a: Analysis, svgs: dict[str, str], flames: list[Path]) -> list[tup
          _lines([report.noise_text(n, v, a.design.block) for n, v in sorted(a.noise.items())]) + method),
         ("The positive control", _lines([variants.control_line(a.control)] if a.control is not None else [])),
         ("The host and guests measured", _lines([*host, *report.variant_lines(a), *capacity])),
-        ("Every point", _table(head, body) + _lines(foot) + f"<p>{ALL_COLUMNS}</p>"),
+        ("Every point", _table(columns, points) + _lines(foot) + f"<p>{ALL_COLUMNS}</p>"),
     ] if body]
 
 
 def _rate(value: object) -> str:
-    return f"{value:,.0f} req/s" if isinstance(value, (int, float)) else "not measured"
+    """A client's capacity as its record holds it (a number, or anything else: not measured)."""
+    return f"{value:,.0f} req/s" if isinstance(value, (int, float)) and not isinstance(value, bool) else "not measured"
 
 
 def _section(name: str, body: str) -> str:

@@ -181,7 +181,7 @@ def test_every_form_is_written(tmp_path: Path) -> None:
     assert (out / "latency.pdf").read_bytes()[:5] == b"%PDF-"
     assert ET.parse(out / "latency.svg").getroot().tag.endswith("svg")
     page = (out / "report.html").read_text()
-    assert "<title>t &lt;&amp;&gt; run</title>" in page and page.count("<svg") == 2
+    assert "<title>t &lt;&amp;&gt; run</title>" in page and page.count("<svg") == 3
     assert "saturation point 128 connections" in page
     assert "<li>changes: paired by iteration, t on log ratio, n=2</li>" in page
 

@@ -1,6 +1,6 @@
 """A run folder with profiled points rendered: the text, JSON and HTML report say what grew, the report's
 folder gets each variant's differential flame graph drawn by the real inferno (`make inferno` installs
-it; without it this test fails, never skips), shown in the page by an <img>; without inferno the report
+it; without it this test fails, never skips), shown in the page by an <img> of a data: URI; without inferno the report
 still renders and says in one line how to get it."""
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def test_a_run_with_profiles_renders_every_form(tmp_path: Path) -> None:
     written = {p.name for p in publish.publish(a, out, "profiled")}
     assert {"flame-pti.svg", "flame-capped.svg", "report.html"} <= written
     page = (out / "report.html").read_text()
-    assert '<img src="flame-pti.svg"' in page and "red where a function's time per request grew" in page
+    assert '<img src="data:image/svg+xml;base64,' in page and "red where a function's time per request grew" in page
     assert "<th>p</th>" in page and "<td>syscall_enter_from_user_mode (kernel)</td>" in page
-    assert page.count("<svg") == 2  # the throughput and latency figures inline; the flame graphs are not
+    assert page.count("<svg") == 3  # the forest, throughput and latency figures inline; the flame graphs as images
     again = {p.name for p in publish.publish(a, out, "profiled")}  # the marked folder takes a report again
     assert again == written
 

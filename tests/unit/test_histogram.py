@@ -137,9 +137,9 @@ def test_the_page_shows_each_instances_latency_distribution_at_the_peak(tmp_path
     written = publish.publish(saturation.analyse(run), tmp_path / "out", title="t")
     assert {"latency-ccdf.png", "latency-ccdf.svg"} <= {p.name for p in written}
     page = (tmp_path / "out" / "report.html").read_text()
-    assert page.count("<svg") == 3 and "share of requests slower" in page
+    assert page.count("<svg") == 4 and "share of requests slower" in page
     # 20,000 requests leave only p99.99 thin: its cells marked as the text table marks them, and footnoted
-    points = page.split("<h2>All points</h2>")[1].split("</table>")[0]
+    points = page.split("<summary>Every point</summary>")[1].split("</table>")[0]
     cells = [row.split("</td><td>") for row in points.split("<tr>")[2:]]
     assert report.THIN_FOOT in page and cells and all(c[9].endswith("*") and not c[8].endswith("*") for c in cells)
 

@@ -10,6 +10,7 @@ that is mathtext, exit 0."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -17,7 +18,6 @@ import re
 import tarfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pytest
 from tests import hostile_kit
 from tests.hostile_kit import Build, Case, Outcome, Outcomes, both
 from tests.unit import profile_fixtures as fx
+from tests.unit.test_page import self_contained
 from vmharness.analysis import flame
 
 RUNS = Path(__file__).parent / "golden" / "runs"
@@ -156,17 +157,14 @@ def _json(text: str) -> None:
 
 
 def _html(text: str) -> None:
-    page = text.split("<script type=application/json", 1)[0]
-    _no_markup(re.sub(r'<img src="(switch-)?flame-\w+\.svg"', "", page))  # the page's own: each flame graph
-    tags: list[tuple[str, list[tuple[str, str | None]]]] = []
-
-    class Tags(HTMLParser):
-        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            tags.append((tag, attrs))
-
-    Tags().feed(text)
-    assert all(not k.startswith("on") for _, attrs in tags for k, _ in attrs)
-    assert all(str(dict(a)["src"]).startswith(("flame-", "switch-flame-")) for t, a in tags if t == "img")
+    """The page: no markup of a name's, no script, nothing fetched (test_page.self_contained); each flame
+    graph an <img> of a data: URI whose SVG holds the names escaped as every SVG of the report does."""
+    images = re.findall(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]*)"', text)
+    _no_markup(re.sub(r'<img src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]*"', "", text))  # the page's own
+    tags = self_contained(text)
+    assert len(images) == sum(t == "img" for t, _ in tags)
+    for svg in images:
+        _svg(base64.b64decode(svg).decode())
 
 
 def _svg(text: str) -> None:

@@ -102,7 +102,7 @@ def test_per_request_counts_and_a_variants_paired_change(tmp_path: Path) -> None
     # the page's counters table: a row an instance, a column a counter, each change with its interval; no
     # table of the page wider than the text report's (every column is in the CSV and the JSON)
     html = page.render(a, "t", [])
-    counters = html.split("<h2>What the server did per request at the peak</h2>")[1].split("</table>")[0]
+    counters = html.split("<h3>What the server did per request at the peak</h3>")[1].split("</table>")[0]
     assert "<th>context switches</th>" in counters and "<td>mitig</td><td>3 (+50.0% [+50.0%, +50.0%])</td>" in counters
     assert max(t.split("</tr>")[0].count("<th>") for t in html.split("<table>")[1:]) <= 13
 

@@ -62,8 +62,8 @@ def test_every_form_begins_with_the_table(name: str, tmp_path: Path) -> None:
     assert report.text(a).startswith(forms["txt"])
     assert report.short(a, []).startswith(forms["txt"].rstrip("\n"))
     assert markdown.render(a).startswith(forms["md"].rstrip("\n"))
-    warnings, lead = page.answer(s)
-    assert f"</h1>{warnings}{lead}" in page.render(a, "t", [])
+    warnings, lead, _notes = page.answer(s)
+    assert f"</h1>{warnings}<div class=\"first\">{lead}" in page.render(a, "t", [])
     assert report.to_json(a)["summary"] == json.loads(json_text(s))
 
 

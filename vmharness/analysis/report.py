@@ -165,7 +165,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "capacity": a.capacity, "summary": summary.build(a)}
 
 
-def _variant_lines(a: Analysis) -> list[str]:
+def variant_lines(a: Analysis) -> list[str]:
     out = []
     for d in a.variants:
         out.append(f"{d.instance} against {a.baseline}: " + ("nothing differs" if not d.lines else d.lines[0]))
@@ -173,7 +173,7 @@ def _variant_lines(a: Analysis) -> list[str]:
     return out
 
 
-def _calls(a: Analysis) -> list[str]:
+def calls_lines(a: Analysis) -> list[str]:
     return (syscalls.lines(a.calls) + profiles.lines(a.profiles) + syscalls.why(a.why)
             + switch_why.lines(a.switch_why))
 
@@ -188,15 +188,24 @@ def answer(a: Analysis) -> list[str]:
         out.append(f"baseline {a.baseline}: {peak_text(a)}")
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             out.append(said)
-        out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak) + _calls(a)
-        for name, ch in sorted(a.changes.items()):
-            out.append(f"{name} vs {a.baseline} at {a.peak} connections ({method_of(a, name)}):")
-            out.append(f"  throughput {pct(ch['throughput'])}")
-            thin = {q for cell in (a.cells[a.baseline][a.peak], a.cells[name][a.peak]) for q in _thin(cell)}
-            out += [f"  p{q} {pct(ch['p' + q])}" + (THIN_NOTE if q in thin else "") for q in PERCENTILES]
-        out += studies.lines(a.study, a.peak)
+        out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak) + calls_lines(a)
+        out += change_lines(a) + studies.lines(a.study, a.peak)
     out += [noise_text(name, n, a.design.block) for name, n in sorted(a.noise.items())]
-    return out + _variant_lines(a)
+    return out + variant_lines(a)
+
+
+def change_lines(a: Analysis) -> list[str]:
+    """Each instance's changes at the peak: throughput's and every percentile's, with its interval."""
+    out: list[str] = []
+    at = a.peak
+    if at is None:
+        return out
+    for name, ch in sorted(a.changes.items()):
+        out.append(f"{name} vs {a.baseline} at {at} connections ({method_of(a, name)}):")
+        out.append(f"  throughput {pct(ch['throughput'])}")
+        thin = {q for cell in (a.cells[a.baseline][at], a.cells[name][at]) for q in _thin(cell)}
+        out += [f"  p{q} {pct(ch['p' + q])}" + (THIN_NOTE if q in thin else "") for q in PERCENTILES]
+    return out
 
 
 def points_table(a: Analysis) -> tuple[list[str], list[list[str]], list[str]]:

@@ -53,12 +53,18 @@ def _counts(manifest: dict[str, Any]) -> tuple[tuple[int, ...], bool] | None:
 
 
 def _shorter(rec: dict[str, Any]) -> str | None:
-    """A counted point whose shorter load counted more calls than its load (bench/syscalls.per_request
-    takes the one from the other)."""
-    calls, less = rec.get("syscalls"), rec.get("shorter")
-    if not isinstance(calls, dict) or not isinstance(less, dict):
+    """A counted point whose load served more requests than the shorter load before it, yet whose server
+    made fewer calls (bench/syscalls.per_request takes the one from the other: its calls per request
+    would shrink). What per_request does not read is not held to it: the calls of the guest's other
+    processes (`all`) come and go with their own work, and a shorter load that served as many requests
+    (a load whose rate fell under TCG) makes per_request say nothing, left out and said by the report."""
+    calls, less, client = rec.get("syscalls"), rec.get("shorter"), rec.get("client")
+    if not isinstance(calls, dict) or not isinstance(less, dict) or not isinstance(client, dict):
         return None
-    pairs = [(k, calls.get(k), less.get(k)) for k in ("server", "all")]
+    served, fewer_served = client.get("requests"), less.get("requests")
+    if not (isinstance(served, int) and isinstance(fewer_served, int) and served > fewer_served):
+        return None
+    pairs = [("server", calls.get("server"), less.get("server"))]
     mine, fewer = calls.get("by_call"), less.get("by_call")
     if isinstance(mine, dict) and isinstance(fewer, dict):
         pairs += [(f"by_call.{k}", mine.get(k, 0), v) for k, v in fewer.items()]

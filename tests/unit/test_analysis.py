@@ -176,7 +176,9 @@ def test_every_form_is_written(tmp_path: Path) -> None:
     written = publish.publish(saturation.analyse(run), out, title="t <&> run")
     assert {p.name for p in written} == {"report.txt", "report.md", "report.csv", "report.json", "report.tex",
                                          "throughput.png", "throughput.svg", "throughput.pdf", "latency.png",
-                                         "latency.svg", "latency.pdf", "report.html"}
+                                         "latency.svg", "latency.pdf", "forest.png", "forest.svg", "forest.pdf",
+                                         "report.html"}
+    assert (out / "forest.pdf").read_bytes()[:5] == b"%PDF-"  # the answer's figure for the paper too
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "latency.pdf").read_bytes()[:5] == b"%PDF-"
     assert ET.parse(out / "latency.svg").getroot().tag.endswith("svg")

@@ -4,25 +4,25 @@ axis, a row an instance or a switch: throughput's change and p99's, each a point
 The axis is the ratio against the reference on a log scale, labelled as the change it is (-50%, +100%):
 the intervals are made on log ratios (stats.py), so a change and its inverse lie as far from none on
 either side, and an interval of +531,359% does not squeeze every other into a dot. A change without an
-interval (too few iterations) is drawn hollow, without a bar; one with no figure at all, not. The
-figure is drawn for the page in this call, as SVG text the page inlines: nothing from a run folder
-reaches it but the names, drawn as text (textsafe.line, never mathtext)."""
+interval (too few iterations) is drawn hollow, without a bar; one with no figure at all, not. It is
+written with the other figures (plots.py: PNG, SVG and PDF in their one style, a paper's column wide),
+and the page inlines its SVG first: nothing from a run folder reaches it but the names, drawn as text
+(textsafe.line, never mathtext)."""
 
 from __future__ import annotations
 
-import io
 import math
+from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+from vmharness.analysis.plots import OKABE_ITO, STYLE, save
+from vmharness.system.owned import Folder
 from vmharness.textsafe import line as one_line
 
-SERIES = (("throughput", "throughput", "tab:blue", "o"), ("p99", "p99 latency", "tab:orange", "s"))
+SERIES = (("throughput", "throughput", OKABE_ITO[0], "o"), ("p99", "p99 latency", OKABE_ITO[1], "s"))
 TICKS = (0.01, 0.1, 0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 2.0, 4.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6)
 
 
@@ -52,13 +52,14 @@ def _ticks(lo: float, hi: float) -> list[float]:
     return sorted(kept)
 
 
-def svg(summary: dict[str, Any]) -> str | None:
-    """The forest plot of the summary's rows as an SVG element (no XML prolog), or None when no row
-    has a change to draw."""
+def draw(summary: dict[str, Any], out: Folder) -> list[Path]:
+    """The forest plot of the summary's rows as forest.png, .svg and .pdf in `out`; none when no row has
+    a change to draw."""
     rows = [r for r in summary["rows"] if any(r.get(k) and _ratio(r[k]["change"]) for k, *_ in SERIES)]
     if not rows:
-        return None
-    fig, ax = plt.subplots(figsize=(6.2, 0.55 * len(rows) + 1.1), layout="constrained")
+        return []
+    width = STYLE["figure.figsize"][0]
+    fig, ax = plt.subplots(figsize=(width, 0.32 * len(rows) + 0.95), layout="constrained")
     seen: list[float] = []
     labelled: set[str] = set()
     for i, (key, label, colour, marker) in enumerate(SERIES):
@@ -71,9 +72,9 @@ def svg(summary: dict[str, Any]) -> str | None:
             low, high = _ratio(c["low"]), _ratio(c["high"])
             bounded = c["low"] is not None and low is not None and high is not None
             if c["low"] is not None and low is not None and high is not None:
-                ax.plot([low, high], [y + offset] * 2, color=colour, linewidth=2)
+                ax.plot([low, high], [y + offset] * 2, color=colour, linewidth=1.5)
                 seen += [low, high]
-            ax.plot([mid], [y + offset], marker=marker, color=colour, markersize=6,
+            ax.plot([mid], [y + offset], marker=marker, color=colour, markersize=4,
                     mfc=colour if bounded else "white", linestyle="none",
                     label=None if key in labelled else label)
             labelled.add(key)
@@ -89,13 +90,7 @@ def svg(summary: dict[str, Any]) -> str | None:
     for text in ax.get_yticklabels():
         text.set_parse_math(False)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.set_xlabel(f"change against {one_line(summary['reference'])} ({summary['level']:.0%} intervals; "
-                  "hollow: too few iterations for one)", parse_math=False)
-    fig.legend(loc="outside upper right", ncol=2, fontsize="small")
-    buf = io.StringIO()
-    try:
-        fig.savefig(buf, format="svg")
-    finally:
-        plt.close(fig)
-    drawn = buf.getvalue()
-    return drawn[drawn.index("<svg"):]  # no prolog, no DOCTYPE naming a DTD on the web
+    ax.set_xlabel(f"change against {one_line(summary['reference'])} ({summary['level']:.0%} intervals)\n"
+                  "hollow: too few iterations for one", parse_math=False)
+    fig.legend(loc="outside upper right", ncol=2)
+    return save(fig, out, "forest")

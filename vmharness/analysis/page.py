@@ -45,7 +45,7 @@ background:#e7f1ff;border-left:4px solid #0b5ed7;padding:.2em .8em;margin:.4em 0
 .box{max-width:100%;overflow-x:auto}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;overflow-wrap:normal}th{background:#f2f2f2}
 .answer td:first-child,.answer td:last-child{text-align:left}
-figure{margin:1em 0}svg,img{max-width:100%;height:auto}details{border-top:1px solid #ddd;padding:.3em 0}
+figure{margin:1em 0}svg,img{max-width:100%;height:auto}.forest svg{width:min(100%,760px)}details{border-top:1px solid #ddd;padding:.3em 0}
 summary{font-size:1.1em;font-weight:600;cursor:pointer}"""
 
 MAX_FIGURE = 64 << 20  # bytes: an SVG figure the report just wrote, read back into the page
@@ -62,14 +62,12 @@ LATENCY_METHOD = ("latency: percentiles (inverted CDF) of each iteration's histo
 
 def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | None = None) -> str:
     """The page. `figures` and `flames`: the files this report drew, in this call (publish.py)."""
-    from vmharness.analysis import forest  # matplotlib: only where the page is drawn, not for a report's text
-
     s = summary.build(a)
     warnings, lead, _notes = answer(s)
     load = set(a.load.flags) if a.load is not None else set()
     more = [f for f in s["notes"] if f not in load]  # an open-loop point's stands beside the load's table
-    drawn = forest.svg(s)
     svgs = {f.stem: _svg(f) for f in figures if f.suffix == ".svg"}
+    drawn = svgs.get("forest")  # forest.py: every change with its interval, on one axis
     first = f'<div class="first">{lead}' + (f'<figure class="forest">{drawn}</figure>' if drawn else "") + "</div>"
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{_text(title)}</h1>{warnings}{first}"

@@ -57,7 +57,7 @@ def _figure() -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def _save(fig: Figure, out: Folder, stem: str) -> list[Path]:
+def save(fig: Figure, out: Folder, stem: str) -> list[Path]:
     """The figure in every format (FORMATS), each written into the report's folder as a whole new file."""
     paths = []
     try:
@@ -107,7 +107,7 @@ def throughput(a: Analysis, out: Folder) -> list[Path]:
     labels = ax.get_legend_handles_labels()[1] + cpu.get_legend_handles_labels()[1]
     _legend(ax, handles, labels, loc="lower right", fontsize="small")
     ax.set_title("Throughput and server CPU" + (f" (baseline peak: {a.peak} connections)" if a.peak else ""))
-    return _save(fig, out, "throughput")
+    return save(fig, out, "throughput")
 
 
 def latency(a: Analysis, out: Folder) -> list[Path]:
@@ -134,7 +134,7 @@ def latency(a: Analysis, out: Folder) -> list[Path]:
     ax.set_ylabel("latency (ms)")
     ax.set_title(f"Latency at the baseline's saturation point ({a.peak} connections)")
     _legend(ax, fontsize="small")
-    return _save(fig, out, "latency")
+    return save(fig, out, "latency")
 
 
 def ccdf(a: Analysis, out: Folder) -> list[Path]:
@@ -169,7 +169,7 @@ def ccdf(a: Analysis, out: Folder) -> list[Path]:
     ax.set_ylabel("share of requests slower")
     ax.set_title(f"Latency distribution at the baseline's saturation point ({at} connections)")
     _legend(ax, fontsize="small", loc="lower left")
-    return _save(fig, out, "latency-ccdf")
+    return save(fig, out, "latency-ccdf")
 
 
 def _steps(h: Histogram) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -209,7 +209,7 @@ def latency_vs_load(la: LoadAnalysis, out: Folder) -> list[Path]:
     ax.set_ylabel("latency (ms)")
     ax.set_title("Latency against load (hollow: the achieved rate missed the requested one by over 2%)")
     _legend(ax, fontsize="small", ncol=2)
-    return _save(fig, out, "latency-load")
+    return save(fig, out, "latency-load")
 
 
 def waterfall(a: Analysis, out: Folder) -> list[Path]:
@@ -233,4 +233,4 @@ def waterfall(a: Analysis, out: Folder) -> list[Path]:
     ax.set_ylim(0, max(max(s, e) for _, s, e in bars) / 1000 * 1.12)
     ax.set_ylabel("thousand requests/s (geometric mean over boots)")
     ax.set_title(f"From all mitigations off to all on, at {a.peak} connections")
-    return _save(fig, out, "attribution")
+    return save(fig, out, "attribution")

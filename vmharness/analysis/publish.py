@@ -24,7 +24,7 @@ from vmharness.textsafe import json_text
 OWNER = "report"
 HINT = "name a new folder, or one an earlier report wrote"
 FORMS = ("report.txt", "report.md", "report.csv", "report.json", "report.tex", "report-load.csv", "report.html")
-FIGURES = ("throughput", "latency", "latency-ccdf", "latency-load", "attribution")
+FIGURES = ("forest", "throughput", "latency", "latency-ccdf", "latency-load", "attribution")
 
 
 def _names() -> list[str]:
@@ -56,16 +56,17 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
     folder = owned.claim(out, OWNER, f"{flag} {out}", force, _legacy, HINT)
     try:
         written = []
+        told = summary.build(a)
         forms = [("report.txt", report.text(a) + "\n"), ("report.md", markdown.render(a)),
                  ("report.csv", report.to_csv(a)), ("report.json", json_text(report.to_json(a)) + "\n"),
-                 ("report.tex", latex.render(summary.build(a)))]
+                 ("report.tex", latex.render(told))]
         if a.load is not None and a.load.rows:
             forms.append(("report-load.csv", report.csv_text(loadcurve.rows(a.load))))
         for name, content in forms:
             written.append(folder.write(name, content.encode()))
-        from vmharness.analysis import plots  # matplotlib: only where figures are drawn, not for a report's text
+        from vmharness.analysis import forest, plots  # matplotlib: only where figures are drawn, not for a report's text
 
-        figures = plots.throughput(a, folder)
+        figures = forest.draw(told, folder) + plots.throughput(a, folder)
         if a.peak is not None:
             figures += plots.latency(a, folder) + plots.ccdf(a, folder) + plots.waterfall(a, folder)
         if a.load is not None and a.load.rows:

@@ -7,18 +7,13 @@ uses) is checked on the host before anything is taken: host/inspect/qemu_binary.
 
 from __future__ import annotations
 
-from vmharness.errors import HarnessError
+from vmharness.model import plainpath
 
 HINT = "write the binary's whole path, e.g. /usr/bin/qemu-system-x86_64; \"\" for the one libvirt finds"
 
 
 def check_emulator(value: str, where: str) -> str:
-    """"" (libvirt's own choice), or an absolute path without `.`, `..` or empty parts."""
+    """"" (libvirt's own choice), or an absolute path written plainly (plainpath.py)."""
     if not value:
         return value
-    if not value.startswith("/"):
-        raise HarnessError(f"{where} {value[:80]!r} is not an absolute path", HINT)
-    if any(part in ("", ".", "..") for part in value[1:].split("/")):
-        raise HarnessError(f"{where} {value[:80]!r} is not written plainly (a '.', '..' or '//' in it, or a '/' "
-                           "at its end)", HINT)
-    return value
+    return plainpath.check(value, where, HINT, "the binary")

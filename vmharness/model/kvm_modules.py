@@ -8,28 +8,18 @@ for the running kernel) is checked on the host before anything is taken: host/in
 
 from __future__ import annotations
 
-import re
-
 from vmharness.errors import HarnessError
+from vmharness.model import plainpath
 
 HINT = "write each module's whole path, e.g. [\"/home/me/kvm/kvm.ko\", \"/home/me/kvm/kvm-amd.ko\"]"
 MAX = 2  # kvm.ko and one vendor module
-_PLAIN = re.compile(r"[A-Za-z0-9_.,+@%=:~/-]{1,4000}")
 
 
 def check_module_path(value: str, where: str) -> str:
     """An absolute path, written plainly, of a `.ko` file."""
-    shown = repr(value[:80])
-    if not _PLAIN.fullmatch(value):
-        raise HarnessError(f"{where} {shown} has a character other than letters, digits and _.,+@%=:~/- "
-                           "(a space, a newline, a quote)", "keep the module in a folder with a plain name")
-    if not value.startswith("/"):
-        raise HarnessError(f"{where} {shown} is not an absolute path", HINT)
-    if any(part in ("", ".", "..") for part in value[1:].split("/")):
-        raise HarnessError(f"{where} {shown} is not written plainly (a '.', '..' or '//' in it, or a '/' at "
-                           "its end)", HINT)
+    plainpath.check(value, where, HINT, "the module")
     if not value.endswith(".ko"):
-        raise HarnessError(f"{where} {shown} does not end in .ko", "name the module file make M=arch/x86/kvm "
+        raise HarnessError(f"{where} {value!r} does not end in .ko", "name the module file make M=arch/x86/kvm "
                            "built (kvm.ko, kvm-amd.ko or kvm-intel.ko; a compressed .ko.xz is not taken)")
     return value
 

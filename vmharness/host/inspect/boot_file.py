@@ -19,9 +19,9 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from vmharness import textsafe, userfile
+from vmharness import textsafe
 from vmharness.errors import HarnessError
-from vmharness.host.inspect.qemu_binary import root_only, root_only_place
+from vmharness.host.inspect.qemu_binary import root_file, root_only_place
 
 KERNEL_MAX = 256 << 20  # bytes: a distribution's bzImage is about 8 to 12 MiB
 INITRD_MAX = 2 << 30  # bytes: an initramfs with every firmware is some hundreds of MiB
@@ -67,12 +67,7 @@ def check(path: str, where: str, kernel: bool) -> BootFile:
         raise _refuse(where, path, f"is a symlink (-> {shown}): what it leads to could change before kexec loads it",
                       "name the file itself, not a link to it")
     root_only_place(path, where, "fix the path", "the file could be swapped before kexec loads it", HINT_PLACE)
-    if not stat.S_ISREG(st.st_mode):
-        raise _refuse(where, path, f"is {userfile.kind_of(st.st_mode)}, not a regular file",
-                      "name the kernel's bzImage (or its initramfs) itself")
-    if not root_only(st):
-        raise _refuse(where, path, f"the file can be written by others than root (owner uid {st.st_uid}, mode "
-                      f"{stat.S_IMODE(st.st_mode):o})")
+    root_file(st, where, path, "", "name the kernel's bzImage (or its initramfs) itself", HINT_PLACE)
     cap = KERNEL_MAX if kernel else INITRD_MAX
     if st.st_size > cap:
         raise _refuse(where, path, f"is larger than {cap} bytes", "name the kernel's bzImage or its initramfs")

@@ -26,7 +26,7 @@ from typing import Any
 
 from vmharness import textsafe, userfile
 from vmharness.errors import HarnessError
-from vmharness.host.inspect.qemu_binary import root_only_place
+from vmharness.host.inspect.qemu_binary import root_file, root_only_place
 from vmharness.system import proc
 
 TIMEOUT = 10.0  # seconds for one modinfo
@@ -83,10 +83,7 @@ def check(path: str, where: str) -> Module:
                            "the module could be swapped before it is loaded", HINT_PLACE)
     data = userfile.read_file(Path(real), f"{where} {path}", limit=MAX_SIZE,
                               hint="name the module's .ko file itself")
-    st = os.stat(real)
-    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-        raise _refuse(where, path, f"the file can be written by others than root (owner uid {st.st_uid}, "
-                      f"mode {st.st_mode & 0o777:o})", HINT_PLACE)
+    root_file(os.stat(real), where, path, "", "name the module's .ko file itself", HINT_PLACE)
     name = modinfo(where, real, "name")
     if name not in NAMES:
         raise _refuse(where, path, f"is the module {name or '(no name)'!r}, not one of {', '.join(NAMES)}",

@@ -68,6 +68,16 @@ def root_only(st: os.stat_result) -> bool:
     return st.st_uid in (0, os.geteuid()) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def root_file(st: os.stat_result, where: str, path: str, shown: str, name_it: str, place: str) -> None:
+    """Refused unless `st` is a regular file that only root (or whoever runs the harness) can write;
+    `shown`: where a link led (" (-> /real/path)") or ""; `name_it` and `place`: the hints."""
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(where, path, f"is {userfile.kind_of(st.st_mode)}{shown}, not a regular file", name_it)
+    if not root_only(st):
+        raise _refuse(where, path, f"the file{shown} can be written by others than root (owner uid {st.st_uid}, "
+                      f"mode {stat.S_IMODE(st.st_mode):o})", place)
+
+
 def root_only_place(path: str, where: str, missing: str, swapped: str, hint: str = HINT_PLACE) -> str:
     """The file `path` names, symlinks resolved, once it exists and every folder to it (as written and as
     resolved) can be changed by root alone; `missing` is the hint when it is not there, `swapped` says
@@ -91,12 +101,7 @@ def check_file(path: str, where: str) -> str:
                            "the binary could be swapped before libvirt runs it")
     st = os.stat(real)
     shown = "" if real == path else f" (-> {real})"
-    if not stat.S_ISREG(st.st_mode):
-        raise _refuse(where, path, f"is {userfile.kind_of(st.st_mode)}{shown}, not a regular file",
-                      "name the qemu-system-x86_64 binary itself")
-    if not root_only(st):
-        raise _refuse(where, path, f"the file{shown} can be written by others than root (owner uid {st.st_uid}, "
-                      f"mode {stat.S_IMODE(st.st_mode):o})")
+    root_file(st, where, path, shown, "name the qemu-system-x86_64 binary itself", HINT_PLACE)
     if not st.st_mode & 0o111 or not os.access(real, os.X_OK):
         raise _refuse(where, path, f"is not executable{shown}", "name the qemu-system-x86_64 binary itself")
     for folder in _folders(real):  # libvirt runs the emulator as its own user (libvirt-qemu), not as root

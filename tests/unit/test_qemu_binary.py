@@ -35,6 +35,7 @@ Q10 = "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)\nCopy
     ("", True), ("/usr/bin/qemu-system-x86_64", True), ("/opt/qemu-10/bin/qemu-system-x86_64", True),
     ("qemu-system-x86_64", False), ("./qemu", False), ("-L", False), ("/usr/bin/../bin/qemu", False),
     ("/usr//bin/qemu", False), ("/usr/bin/", False), ("/usr/./bin/qemu", False), ("/", False),
+    ("/opt/my qemu/qemu-system-x86_64", False), ("/opt/q\n/qemu", False), ("/opt/q'/qemu", False),
 ])
 def test_the_value_is_an_absolute_path_written_plainly(value: str, ok: bool) -> None:
     if ok:

@@ -238,7 +238,7 @@ def test_with_only_the_baseline_swept_the_changes_are_read_where_the_others_were
     assert "saturation point 256 connections" in report.text(a)
     text = report.text(a)
     assert text.startswith("ANSWER at base's peak as its first boot found it, 128 connections (1,000 requests/s; ")
-    assert "\nWARNING: the throughput peaks at the largest" in text
+    assert "\n  WARNING: the throughput peaks at the largest" in text  # beside the curve's peak line
     assert "; the others were measured at 128 connections, where its first iteration peaked" in report.text(a)
     # negative control: the same records read as a full sweep have nothing of mitig at 256, and say so
     swept = saturation.analyse(_fixed(tmp_path, 128, variants="sweep"))

@@ -107,7 +107,10 @@ def test_the_page_begins_with_the_answer_and_opens_the_rest_when_asked(tmp_path:
     assert "change against baseline" in forest and "throughput" in forest and "p99 latency" in forest
     assert ">pti<" not in head.split('<div class="answer">')[0]
     summaries = re.findall(r"<details><summary>(.*?)</summary>", html)
-    assert summaries == ["4 more warnings", *SECTIONS]  # the two of the open-loop points stand in its section
+    # the two of the open-loop points stand in its section, the three of the curve's shape in the curve's
+    assert summaries == ["1 more warning", *SECTIONS]
+    curve = rest.split("<summary>The saturation curve</summary>", 1)[1].split("</details>", 1)[0]
+    assert curve.count('<div class="warn">') == 3 and "the peak is not distinct" in curve
     assert "<details>" not in head and "<figure><svg" not in head  # every other figure in a section
     assert rest.count("<svg") == 4  # throughput, latency, its CCDF, latency against load: inline
     assert "noise in baseline: " in rest and "NOT detected" in rest and "CPU flag + pti" in rest

@@ -86,11 +86,16 @@ def test_the_warnings_that_void_the_answer_stand_above_it_with_what_to_do(tmp_pa
     s = summary.build(a)
     assert [w["text"].split(":")[0] for w in s["warnings"]] == [
         "the positive control was not detected", "not saturated", "no KVM"]
-    assert len(s["warnings"]) + len(s["notes"]) == len(a.flags)
+    assert len(s["warnings"]) + len(s["notes"]) + len(s["on_curve"]) == len(a.flags)
+    # the curve's own (its peak at the sweep's end, not distinct, noisy) beside the baseline's peak line
+    assert [f.split(" (")[0].split(":")[0] for f in s["on_curve"]] == [
+        "the throughput peaks at the largest count", "the peak is not distinct", "noisy"]
+    full = report.text(a)
+    assert full.index("\nbaseline baseline: saturation point") < full.index("\n  WARNING: the peak is not distinct")
     short = report.short(a, ["the full text: vmharness report run --full"]).split("\n")
     assert [line.split(":")[0] for line in short[:6]] == ["WARNING", "  do"] * 3
     assert short[6].startswith("ANSWER at baseline's saturation point, 8 connections (1,979 requests/s; ")
-    assert short[-2:] == ["6 more warnings beside the figures they concern, in the full text",
+    assert short[-2:] == ["6 more warnings in the full text, beside what they concern",
                           "the full text: vmharness report run --full"]
     assert len(short) <= 25  # about a screen
     full = report.text(a)

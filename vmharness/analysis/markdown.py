@@ -50,6 +50,7 @@ def render(a: Analysis) -> str:
     out = answer(summary.build(a))
     if a.peak is not None:
         out += ["", f"Baseline `{md(a.baseline)}`: **{md(peak_text(a))}**.", ""]
+        out += [w for f in summary.on_curve(a.flags) for w in [*warning("> **Warning:** ", f, "> ", md), ""]]
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             out += [md(f"{said[0].upper()}{said[1:]}."), ""]
         for viewed in (exits.lines(a.exits, a.exits_note, a.peak), events.lines(a.events, a.peak),

@@ -42,10 +42,11 @@ overflow-wrap:anywhere}h1{font-size:1.35em;margin:.2em 0 .4em}p{white-space:pre-
 .warn{background:#fff3cd;border-left:4px solid #e0a800;padding:.2em .6em;margin:.25em 0;font-size:13px}
 .first{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}.answer{flex:1 1 480px;min-width:0;
 background:#e7f1ff;border-left:4px solid #0b5ed7;padding:.2em .8em;margin:.4em 0}.forest{flex:0 1 600px;margin:.4em 0}
+.forest svg{width:min(100%,760px)}
 .box{max-width:100%;overflow-x:auto}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;overflow-wrap:normal}th{background:#f2f2f2}
 .answer td:first-child,.answer td:last-child{text-align:left}
-figure{margin:1em 0}svg,img{max-width:100%;height:auto}.forest svg{width:min(100%,760px)}details{border-top:1px solid #ddd;padding:.3em 0}
+figure{margin:1em 0}svg,img{max-width:100%;height:auto}details{border-top:1px solid #ddd;padding:.3em 0}
 summary{font-size:1.1em;font-weight:600;cursor:pointer}"""
 
 MAX_FIGURE = 64 << 20  # bytes: an SVG figure the report just wrote, read back into the page
@@ -98,7 +99,7 @@ def _sections(a: Analysis, svgs: dict[str, str], flames: list[Path]) -> list[tup
     capacity = [f"client {c.get('machine')}: wrk against nginx on itself {_rate(c.get('closed_per_s'))}, "
                 f"oha {_rate(c.get('open_per_s'))}" for c in a.capacity]
     return [(name, body) for name, body in [
-        ("The saturation curve", figs("throughput") + _lines(saturation)),
+        ("The saturation curve", figs("throughput") + _lines(saturation) + _warned(summary.on_curve(a.flags))),
         ("Latency: percentiles, distribution, against load",
          figs("latency", "latency-ccdf", "latency-load") + _lines(report.change_lines(a)) + load),
         ("The attribution waterfall", figs("attribution") + _lines(studies.lines(a.study, a.peak))),

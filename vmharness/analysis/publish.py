@@ -64,7 +64,8 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             forms.append(("report-load.csv", report.csv_text(loadcurve.rows(a.load))))
         for name, content in forms:
             written.append(folder.write(name, content.encode()))
-        from vmharness.analysis import forest, plots  # matplotlib: only where figures are drawn, not for a report's text
+        # matplotlib: only where figures are drawn, not for a report's text
+        from vmharness.analysis import forest, plots
 
         figures = forest.draw(told, folder) + plots.throughput(a, folder)
         if a.peak is not None:

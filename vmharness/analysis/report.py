@@ -186,6 +186,7 @@ def answer(a: Analysis) -> list[str]:
         out.append(variants.control_line(a.control))
     if a.peak is not None:
         out.append(f"baseline {a.baseline}: {peak_text(a)}")
+        out += [w for f in summary.on_curve(a.flags) for w in warning("  WARNING: ", f, "  ", str)]
         if a.at_peak is not None and (said := sides.line(a.at_peak, a.peak)):
             out.append(said)
         out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak) + calls_lines(a)
@@ -235,10 +236,11 @@ def answer_lines(s: dict[str, Any]) -> list[str]:
 
 def short(a: Analysis, where: list[str]) -> str:
     """What the terminal prints by default, about a screen: the answer (answer_lines), how many more
-    warnings the full text says beside its figures, and `where` the rest is."""
+    warnings the full text says, and `where` the rest is."""
     s = summary.build(a)
-    n = len(s["notes"])
-    more = [f"{n} more warning{'s' * (n != 1)} beside the figures they concern, in the full text"] if n else []
+    n = len(s["notes"]) + len(s["on_curve"])
+    more = [f"{n} more warning{'s' * (n != 1)} in the full text, beside what "
+            + ("it concerns" if n == 1 else "they concern")] if n else []
     return "\n".join([*answer_lines(s), *map(one_line, [*more, *where])])
 
 

@@ -38,6 +38,9 @@ RANKED = (
                 "numbers"),
     ("one iteration at the peak:", "set sweep.iterations to 3 or more"),
 )
+# The warnings that concern the saturation curve's shape: each form prints them beside the curve (the
+# baseline's peak line, the page's section of the curve), not among the answer's
+ON_CURVE = ("the throughput peaks at the largest count", "the peak is not distinct", "noisy: the peak's")
 UNDER = {"host": "compare runs measured on one host state, or make the difference an instance's own (its host "
                  "knobs, its QEMU, its KVM modules) so that the report names it",
          "records": "read the records named: re-measure what they lack with run --resume, or refuse such a folder "
@@ -49,6 +52,11 @@ COLUMNS = ("instance or switch", "throughput", "p99", "verdict")
 def _todo(flag: str) -> str | None:
     head = flag.split("\n", 1)[0]  # not a guest console's tail below it
     return next((todo for words, todo in RANKED if head.startswith(words) or f": {words}" in head), None)
+
+
+def on_curve(flags: list[str]) -> list[str]:
+    """The flags that concern the saturation curve's shape (ON_CURVE)."""
+    return [f for f in flags if f.startswith(ON_CURVE)]
 
 
 def ranked(flags: list[str], under: dict[str, str], answered: bool = True) -> tuple[list[dict[str, str]], list[str]]:
@@ -136,7 +144,8 @@ def build(a: Analysis) -> dict[str, Any]:
     n = len(a.flags)
     warned = f"{n} warning{'s' * (n != 1)}" if n else "no warnings"
     out: dict[str, Any] = {"reference": a.baseline, "connections": a.peak, "requests_per_s": None,
-                           "level": LEVEL, "columns": list(COLUMNS), "rows": [], "warnings": top, "notes": rest}
+                           "level": LEVEL, "columns": list(COLUMNS), "rows": [], "warnings": top,
+                           "notes": [f for f in rest if f not in on_curve(rest)], "on_curve": on_curve(rest)}
     if a.peak is None or a.peak_interval is None:
         out["caption"] = f"ANSWER: none: the reference {a.baseline} has no saturation point ({warned})"
         return out

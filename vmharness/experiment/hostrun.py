@@ -1,0 +1,143 @@
+"""`vmharness run` with host boots: the engine (hostboots/engine.py) goes round the host boots, and in
+each it runs the runner on the instances that name that host boot alone, for that round (its guest
+boots rotate as in any run; a resumed run folder measures only what is missing). The runner gives back
+all it took in that host boot (guests, tuning, the host's preparation) before the engine switches;
+whatever of this run's is still outstanding then is given back too, or the switch is refused.
+
+The same command goes on after each switch: `vmharness run --resume RUN_DIR`, run by the systemd unit
+(hostboots/bootunit.py) where systemd runs, or by hand where it does not. Its consent is the state
+file (/var/lib/vmharness/hostboots/state.json) of this run: the run that wrote it was started with
+--allow-host-reboot. Its output goes to RUN_DIR/hostboots.log once it detaches from the terminal
+(`detach`): a switch ends the SSH session the run came in on."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vmharness import progress
+from vmharness.bench import bench
+from vmharness.bench.plan import Point
+from vmharness.errors import HarnessError
+from vmharness.experiment import runner
+from vmharness.experiment.boots import rides
+from vmharness.experiment.hostboots import bootunit, checks, engine, plan, target
+from vmharness.experiment.hostboots import kexec as kexec_mod
+from vmharness.experiment.hostboots.state import Store
+from vmharness.journal import restore
+from vmharness.journal.kinds import OpKind
+from vmharness.model.sections import RunConfig
+from vmharness.rundir.store import RunDir
+from vmharness.system.root import HostRoot
+
+LOG = "hostboots.log"  # in the run folder: what the run says once it left the terminal
+
+
+def consented(root: HostRoot, run_dir: Path | None) -> bool:
+    """Whether the state file is this run's: it was started with --allow-host-reboot."""
+    if run_dir is None:
+        return False
+    st = Store(root.base).load()
+    return st is not None and st.run == str(run_dir.resolve())
+
+
+@dataclass(frozen=True)
+class Prepared:
+    program: str  # kexec's path
+    targets: dict[str, target.Target] | None  # each host boot's files, checked (None: the state holds them)
+
+
+def preflight(root: HostRoot, cfg: RunConfig, allowed: bool, run_dir: Path | None, keep_host: bool) -> Prepared:
+    """Before anything is taken: consent (said with what a reboot ends), kexec support, each host boot's
+    files. A resumed run whose state file is there had its consent and its files checked at its start
+    (the engine checks each file's sha256 again before it loads it)."""
+    if keep_host:
+        raise HarnessError("--keep-host: a run with host boots reboots the host, which forgets what was kept",
+                           "drop --keep-host")
+    resumed = consented(root, run_dir)
+    checks.consent(allowed or resumed, checks.reboot_ends(root, checks.running_guests(root)), plan.switches(cfg))
+    program = checks.check_kexec(root)
+    return Prepared(program, None if resumed else target.all_of(root, cfg))
+
+
+def points_of(cfg: RunConfig, stop: plan.Stop) -> Callable[[Point], bool]:
+    """The points measured at `stop`: its instances' (and those riding in their guests), of its round;
+    the last round's stops also take the later iterations a sweep adds."""
+    riding, last = rides(cfg), cfg.sweep.iterations - 1
+
+    def kept(p: Point) -> bool:
+        return riding.get(p.instance, p.instance) in stop.instances and (
+            p.iteration == stop.round or last == stop.round < p.iteration)
+    return kept
+
+
+def measure_with(cfg: RunConfig, run: RunDir, root: HostRoot, say: progress.Say,
+                 tally: dict[str, int]) -> Callable[[plan.Stop], None]:
+    """The runner, on one stop's points: prepares the host, measures, gives the host back."""
+    def measure(stop: plan.Stop) -> None:
+        say(f"{stop.label}: measuring {', '.join(stop.instances)} in {target.running_release(root)}")
+        got = runner.Runner(cfg, run, root, say, keep=points_of(cfg, stop)).execute(keep_host=False)
+        for k in tally:
+            tally[k] += got[k]
+        seen = run.manifest.get("host_boots")
+        run.update_manifest(host_boots=[*(seen if isinstance(seen, list) else []), {
+            "round": stop.round, "boot": stop.boot, "instances": list(stop.instances),
+            "release": target.running_release(root), "cmdline": target.running_cmdline(root)}])
+    return measure
+
+
+def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: kexec_mod.Kexec, ready: Prepared,
+       measure: Callable[[plan.Stop], None]) -> engine.Outcome:
+    """Install (or journal again) the unit that resumes the run, then step the engine; at the end the
+    unit goes. With the real kexec a switch does not return."""
+    owner = bench.owner(run)
+    here = run.path.resolve()
+    if bootunit.has_systemd(root):
+        bootunit.install(root, here, Path.cwd())
+    else:
+        say(f"no systemd on this host: after each switch, run: vmharness run --resume {here}")
+
+    def give_back() -> None:
+        problems = restore.undo(root, say, only=lambda rec: rec.get("owner") == owner)
+        if problems:
+            raise HarnessError(f"could not give back what the run took before switching the host: {problems[0]}",
+                               "vmharness host-restore shows and retries it; then vmharness run --resume")
+
+    def targets() -> dict[str, target.Target]:
+        if ready.targets is None:
+            raise HarnessError(f"{Store(root.base).path}: the run's state went away while it was read",
+                               "start the run again")
+        return ready.targets
+
+    eng = engine.Engine(root, Store(root.base), kexec, ready.program, plan.stops(cfg), targets, measure,
+                        give_back, owner, say)
+    outcome = eng.step(str(here))
+    if outcome == "done":
+        for p in restore.undo(root, say, only=lambda rec: rec["op"] == OpKind.BOOT_UNIT):
+            say(f"NOT RESTORED: {p}")
+    return outcome
+
+
+def detach(run: RunDir) -> None:
+    """From a terminal: the run goes on in a process of its own session (double fork), its output
+    appended to RUN_DIR/hostboots.log; this process says how to follow it and exits. Without a
+    terminal (the systemd unit, a script) it stays, its output where it was."""
+    if not (sys.stdin.isatty() or sys.stdout.isatty()):
+        return
+    log = run.path / LOG
+    print(f"the run reboots the host; it goes on in the background. Follow it: tail -F {log}", flush=True)
+    sys.stderr.flush()
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    with run.folder.append(LOG) as fd:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(null)

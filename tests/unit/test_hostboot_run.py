@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -186,3 +187,36 @@ def test_run_help_names_the_consent_flag() -> None:
     with redirect_stdout(out):
         assert cli.main(["run", "--help"]) == 0
     assert "--allow-host-reboot" in out.getvalue()
+
+
+def _detached(w: World) -> int:
+    """hostrun.detach in a child without a terminal (stdin /dev/null, stdout a pipe): what it then
+    prints is the log's; returns the child's exit status."""
+    r, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(wr, 1)
+            os.close(wr)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - pytest's capture is not fd 1
+            sys.stdin = open(0, closefd=False)  # noqa: SIM115
+            hostrun.detach(w.run)
+            print("after the switch", flush=True)
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    os.close(wr)
+    with open(r, closefd=True) as f:
+        said = f.read()
+    assert "follow it: tail -F " + str(w.run.path / hostrun.LOG) in said and "after the switch" not in said
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_the_run_says_how_to_follow_it_then_writes_to_its_log_never_through_a_link(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    assert _detached(w) == 0
+    assert (w.run.path / hostrun.LOG).read_text() == "after the switch\n"
+    (w.run.path / hostrun.LOG).unlink()
+    (w.run.path / hostrun.LOG).symlink_to(tmp_path / "elsewhere")
+    assert _detached(w) == 3 and not (tmp_path / "elsewhere").exists()

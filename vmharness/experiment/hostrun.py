@@ -7,8 +7,8 @@ whatever of this run's is still outstanding then is given back too, or the switc
 The same command goes on after each switch: `vmharness run --resume RUN_DIR`, run by the systemd unit
 (hostboots/bootunit.py) where systemd runs, or by hand where it does not. Its consent is the state
 file (/var/lib/vmharness/hostboots/state.json) of this run: the run that wrote it was started with
---allow-host-reboot. Its output goes to RUN_DIR/hostboots.log once it detaches from the terminal
-(`detach`): a switch ends the SSH session the run came in on."""
+--allow-host-reboot. Its output goes to RUN_DIR/hostboots.log (`detach`), and from a terminal it
+leaves it: a switch ends the SSH session the run came in on."""
 
 from __future__ import annotations
 
@@ -122,22 +122,21 @@ def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: ke
 
 
 def detach(run: RunDir) -> None:
-    """From a terminal: the run goes on in a process of its own session (double fork), its output
-    appended to RUN_DIR/hostboots.log; this process says how to follow it and exits. Without a
-    terminal (the systemd unit, a script) it stays, its output where it was."""
-    if not (sys.stdin.isatty() or sys.stdout.isatty()):
-        return
+    """What the run says from here on goes to RUN_DIR/hostboots.log, the one place to follow it (the
+    systemd unit's runs write there too). From a terminal the run also leaves it: it goes on in a
+    process of a session of its own (double fork), since a switch ends the session it came in on."""
     log = run.path / LOG
-    print(f"the run reboots the host; it goes on in the background. Follow it: tail -F {log}", flush=True)
+    print(f"the run reboots the host between its host boots; follow it: tail -F {log}", flush=True)
     sys.stderr.flush()
-    if os.fork():
-        os._exit(0)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    with run.folder.append(LOG) as fd:
+    if sys.stdin.isatty() or sys.stdout.isatty():
+        if os.fork():
+            os._exit(0)
+        os.setsid()
+        if os.fork():
+            os._exit(0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
+        os.close(null)
+    with run.folder.append(LOG) as fd:  # a regular file in the run's own folder, never through a link
         os.dup2(fd, 1)
         os.dup2(fd, 2)
-        os.close(null)

@@ -25,7 +25,8 @@ from vmharness.bench import bench
 from vmharness.bench import plan as bench_plan
 from vmharness.cli import main as cli
 from vmharness.errors import HarnessError
-from vmharness.experiment import hostrun, ops, runfolder
+from vmharness.experiment import hostrun, ops, runfolder, runner
+from vmharness.experiment.boots import Session
 from vmharness.experiment.hostboots import bootunit, plan
 from vmharness.experiment.hostboots.state import Store
 from vmharness.host.inspect.net import ssh_route
@@ -129,6 +130,23 @@ def test_the_points_of_each_stop_are_its_instances_of_its_round_and_all_are_meas
     assert sorted(p.key for ps in by_stop for p in ps) == sorted(p.key for p in points)
 
 
+def test_the_runner_of_a_stop_boots_only_its_instances_of_its_round(tmp_path: Path) -> None:
+    """The runner's own loop (its sessions faked: each records its points as failed) on each stop."""
+    w = World(tmp_path)
+    got = []
+    for stop in plan.stops(w.cfg):
+        r = runner.Runner(w.cfg, w.run, w.host.root, w.said.append, keep=hostrun.points_of(w.cfg, stop))
+        sessions: list[tuple[str, int]] = []
+
+        def fake(s: Session, _label: str, r: runner.Runner = r, sessions: list[tuple[str, int]] = sessions) -> None:
+            sessions.append((s.instance, s.iteration))
+            r._fail(s, "a fake session")
+        r._session = fake  # type: ignore[method-assign,assignment]
+        r._measure()
+        got.append(sessions)
+    assert got == [[("a", 0), ("c", 0)], [("b", 0)], [("b", 1)], [("c", 1), ("a", 1)]]
+
+
 def _kexec_host(w: World) -> None:
     (w.host.base / "sys/kernel").mkdir(parents=True)
     (w.host.base / "sys/kernel/kexec_loaded").write_text("0\n")
@@ -145,15 +163,37 @@ def test_consent_is_asked_before_anything_and_a_resumed_run_has_it_in_its_state(
     monkeypatch.setattr(ssh_route, "session", lambda _root: "192.0.2.7 50000 192.0.2.1 22")
     with pytest.raises(HarnessError, match=r"reboots the host 3 times \(kexec\), which ends the libvirt guest "
                        r"someone-elses; this SSH session \(192\.0\.2\.7") as exc:
-        hostrun.preflight(w.host.root, w.cfg, False, None, False)
+        hostrun.preflight(w.host.root, w.cfg, False, tmp_path / "new", False, False)
     assert exc.value.hint is not None and "--allow-host-reboot" in exc.value.hint
     with pytest.raises(HarnessError, match="--keep-host"):
-        hostrun.preflight(w.host.root, w.cfg, True, None, True)
+        hostrun.preflight(w.host.root, w.cfg, True, tmp_path / "new", False, True)
     w.kexec.tick = lambda _what: None
     assert w.go() == "switched"  # the state file is this run's now
-    assert hostrun.preflight(w.host.root, w.cfg, False, w.run.path, False).targets is None
+    assert hostrun.preflight(w.host.root, w.cfg, False, w.run.path, True, False).targets is None
     with pytest.raises(HarnessError, match="reboots the host"):  # another run folder has no consent from it
-        hostrun.preflight(w.host.root, w.cfg, False, tmp_path, False)
+        hostrun.preflight(w.host.root, w.cfg, False, tmp_path, True, False)
+
+
+@pytest.mark.parametrize(("mounts", "refused"), [
+    ("/dev/vda1 / ext4 rw 0 0\ntmpfs {tmp} tmpfs rw 0 0\n", "is on a tmpfs"),
+    ("/dev/vda1 / ext4 rw 0 0\nnone {parent} ramfs rw 0 0\n", "is on a ramfs"),
+    ("tmpfs / tmpfs rw 0 0\n/dev/vda2 {tmp} ext4 rw 0 0\n", None),  # the longest mount point counts
+    ("/dev/vda1 / ext4 rw 0 0\ntmpfs {tmp}\\040x tmpfs rw 0 0\n", None),  # "{tmp} x" is another folder
+    ("tmpfs {tmp}\\134 tmpfs rw 0 0\n/dev/vda1 / ext4 rw 0 0\n", None),
+])
+def test_a_run_folder_a_boot_would_empty_is_refused_before_anything(tmp_path: Path, mounts: str,
+                                                                    refused: str | None) -> None:
+    w = World(tmp_path)
+    _kexec_host(w)
+    text = mounts.format(tmp=tmp_path.resolve(), parent=tmp_path.resolve().parent)
+    (w.host.base / "proc/mounts").write_text(text)
+    if refused is None:  # past the folder, to the host boot's files (the test's configuration names none)
+        with pytest.raises(HarnessError, match=r"config\.host_boot\[0\]\.kernel /boot/vmlinuz-x: cannot be found"):
+            hostrun.preflight(w.host.root, w.cfg, True, tmp_path / "new", False, False)
+        return
+    with pytest.raises(HarnessError, match=f"the run folder {tmp_path.resolve()}/new {refused}") as exc:
+        hostrun.preflight(w.host.root, w.cfg, True, tmp_path / "new", False, False)
+    assert exc.value.hint is not None and "--out" in exc.value.hint
 
 
 def test_host_restore_removes_the_unit_journaled_or_left_over_and_no_one_elses(tmp_path: Path) -> None:

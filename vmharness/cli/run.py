@@ -88,15 +88,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         choice = preflight.choose(root, _flags(args))
         client_name = "--client-address" if args.client_address is not None else "guest.client_address"
-    # host boots: consent, kexec and each host boot's files, before anything is taken
-    ready = hostrun.preflight(root, choice.cfg, args.allow_host_reboot, Path(args.resume) if args.resume else None,
+    out = Path(args.resume or args.out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S"))
+    # host boots: consent, kexec, each host boot's files and a run folder that outlives a boot, before
+    # anything is taken
+    ready = hostrun.preflight(root, choice.cfg, args.allow_host_reboot, out, bool(args.resume),
                               args.keep_host) if hostboots_plan.needs_host_boots(choice.cfg) else None
     qemus = cpucheck.preflight(root, choice.cfg, say)  # a refusal is the only line
     say(choice.line)
     cfg = choice.cfg
     server.check_configs(cfg.instance)
     held = wire_check.check_wire(cfg, client_name)
-    out = Path(args.out) if args.out is not None else Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if not args.resume:
         check_new(out, "--out")
     # the report's modules before the run (an install that cannot import them fails now, not after it),
@@ -178,7 +179,8 @@ def register(subs: Any, add: Any) -> None:
                         "CPU (control.cap sets another share), a cost known from the vCPU time the host sees, which "
                         "the report checks it recovers")
     p.add_argument("--out", metavar="DIR", help="the new run directory (default runs/run-DATE-TIME)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run: measure only what is missing")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run (or a run with host boots after "
+                   "each boot: its systemd unit runs this): measure only what is missing")
     p.add_argument("--keep-host", action="store_true",
                    help="leave what the run prepared (vfio-pci, hugepages) for the next run; host-restore undoes it")
     p.add_argument("--allow-host-reboot", action="store_true",

@@ -13,6 +13,7 @@ leaves it: a switch ends the SSH session the run came in on."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,12 +37,35 @@ from vmharness.system.root import HostRoot
 LOG = "hostboots.log"  # in the run folder: what the run says once it left the terminal
 
 
-def consented(root: HostRoot, run_dir: Path | None) -> bool:
-    """Whether the state file is this run's: it was started with --allow-host-reboot."""
-    if run_dir is None:
-        return False
+def consented(root: HostRoot, run_dir: Path) -> bool:
+    """Whether the state file is this run folder's: its run was started with --allow-host-reboot."""
     st = Store(root.base).load()
     return st is not None and st.run == str(run_dir.resolve())
+
+
+_EMPTIED = ("tmpfs", "ramfs")  # what a boot empties
+
+
+def _unescape(field: str) -> str:
+    """A /proc/mounts field: the kernel writes a space, tab, newline and backslash as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def outlives_a_boot(root: HostRoot, folder: Path) -> None:
+    """The run folder must be there after a boot: not on a tmpfs or ramfs (/proc/mounts' longest mount
+    point above it)."""
+    where = str(folder.resolve())
+    best, kind = "", ""
+    for line in (root.read_optional("/proc/mounts") or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 3:
+            point = _unescape(fields[1]).rstrip("/") + "/"
+            if (where + "/").startswith(point) and len(point) > len(best):
+                best, kind = point, fields[2]
+    if kind in _EMPTIED:
+        raise HarnessError(f"the run folder {where[:200]} is on a {kind} ({best.rstrip('/') or '/'}), which a boot "
+                           "empties: a run with host boots goes on there after each boot",
+                           "give --out a folder on a disk (runs/ under your home, /var/lib/...)")
 
 
 @dataclass(frozen=True)
@@ -50,16 +74,21 @@ class Prepared:
     targets: dict[str, target.Target] | None  # each host boot's files, checked (None: the state holds them)
 
 
-def preflight(root: HostRoot, cfg: RunConfig, allowed: bool, run_dir: Path | None, keep_host: bool) -> Prepared:
+def preflight(root: HostRoot, cfg: RunConfig, allowed: bool, folder: Path, resuming: bool,
+              keep_host: bool) -> Prepared:
     """Before anything is taken: consent (said with what a reboot ends), kexec support, each host boot's
-    files. A resumed run whose state file is there had its consent and its files checked at its start
-    (the engine checks each file's sha256 again before it loads it)."""
+    files, a run folder that outlives a boot and that the unit can name. A resumed run whose state file
+    is there had its consent and its files checked at its start (the engine checks each file's sha256
+    again before it loads it)."""
     if keep_host:
         raise HarnessError("--keep-host: a run with host boots reboots the host, which forgets what was kept",
                            "drop --keep-host")
-    resumed = consented(root, run_dir)
+    resumed = resuming and consented(root, folder)
     checks.consent(allowed or resumed, checks.reboot_ends(root, checks.running_guests(root)), plan.switches(cfg))
     program = checks.check_kexec(root)
+    outlives_a_boot(root, folder)
+    if bootunit.has_systemd(root):
+        bootunit.text(folder.resolve(), Path.cwd(), sys.executable)  # each path one it can name
     return Prepared(program, None if resumed else target.all_of(root, cfg))
 
 

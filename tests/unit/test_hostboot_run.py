@@ -209,6 +209,21 @@ def test_host_restore_removes_the_unit_journaled_or_left_over_and_no_one_elses(t
     assert ops.leftovers(root, dry_run=False) == [] and w.unit.exists()
 
 
+def test_a_unit_that_is_a_link_or_no_file_is_not_taken_for_the_harnesss(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    w.unit.parent.mkdir(parents=True)
+    (tmp_path / "target").write_text(bootunit.MARK + "\n")
+    w.unit.symlink_to(tmp_path / "target")
+    assert ops.leftovers(w.host.root, dry_run=False) == [] and (tmp_path / "target").exists()
+    with pytest.raises(HarnessError, match="symlink or not a file"):
+        bootunit.install(w.host.root, w.run.path, tmp_path)
+    assert (tmp_path / "target").read_text() == bootunit.MARK + "\n" and not w.outstanding(OpKind.BOOT_UNIT)
+    w.unit.unlink()
+    os.mkfifo(w.unit)
+    with pytest.raises(HarnessError, match=bootunit.UNIT):  # one line, never a hang on the FIFO
+        ops.leftovers(w.host.root, dry_run=True)
+
+
 def test_the_unit_runs_one_fixed_command_on_the_run_folder() -> None:
     text = bootunit.text(Path("/srv/runs/run-1"), Path("/srv"), "/usr/bin/python3")
     assert "ExecStart=/usr/bin/python3 -m vmharness run --resume /srv/runs/run-1\n" in text

@@ -34,6 +34,7 @@ WANTS = f"{UNITS}/multi-user.target.wants"
 LINK = f"{WANTS}/{NAME}"
 RUNNING = "/run/systemd/system"  # systemd is the init of this boot (sd_booted(3))
 OWNER = "host boots"
+MAX_UNIT = 64 << 10  # bytes: the harness's unit is under 1 KiB
 MARK = "# made by vmharness: the run across host boots; removed when it is home (vmharness host-restore)"
 _PLAIN = re.compile(r"/(?:[A-Za-z0-9._+-]+/?)*")
 
@@ -84,12 +85,12 @@ def _at(root: HostRoot, folder: str, what: str = "write") -> Path:
 def install(root: HostRoot, run_dir: Path, cwd: Path, python: str = sys.executable) -> None:
     """Journal the unit, write it and enable it (the link systemctl enable would make)."""
     body = text(run_dir, cwd, python).encode()
-    record(root)
-    root.mkdir(WANTS)
     unit = _at(root, UNITS)
     if unit.is_symlink() or (unit.exists() and not unit.is_file()):
         raise HarnessError(f"{UNIT} is a symlink or not a file: vmharness does not write through it",
                            "remove it (it is not the harness's), then run again")
+    record(root)
+    root.mkdir(WANTS)
     fd = os.open(unit, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, body)
@@ -112,12 +113,12 @@ def record(root: HostRoot) -> None:
 
 
 def installed(root: HostRoot) -> bool:
-    """Whether the unit there is the harness's (its first line says so)."""
-    real = root.path(UNITS) / NAME
-    if real.is_symlink() or not real.is_file():
+    """Whether the unit there is the harness's (its first line says so); a link there is no one's
+    the harness removes. Read as any file of a host root is: capped, regular files alone."""
+    if (root.path(UNITS) / NAME).is_symlink():
         return False
-    with open(real, "rb") as f:
-        return f.read(len(MARK)) == MARK.encode()
+    text = root.read_optional(UNIT, limit=MAX_UNIT)
+    return text is not None and text.startswith(MARK)
 
 
 def remove(root: HostRoot) -> None:

@@ -112,6 +112,24 @@ def test_a_stop_gives_back_what_it_took_before_the_load(tmp_path: Path) -> None:
     assert [[r["boot"] for r in recs] for recs in seen] == [["v2off"]]  # the stop's own record was undone
 
 
+@pytest.mark.parametrize("stop", [HarnessError("the guest image is gone"), KeyboardInterrupt()])
+def test_a_run_that_stops_takes_its_unit_away_and_keeps_its_state(tmp_path: Path, stop: BaseException) -> None:
+    """Killed by a signal or stopped by an error, the run is not started again by the next boot."""
+    w = World(tmp_path)
+    assert w.go() == "switched"
+    w.kexec.arrive()
+
+    def measure(_stop: plan.Stop) -> None:
+        raise stop
+    with pytest.raises(type(stop)):
+        hostrun.go(w.host.root, w.cfg, w.run, w.said.append, w.kexec, hostrun.Prepared(w.ready.program, None),
+                   measure)
+    assert not w.unit.exists() and not w.outstanding(OpKind.BOOT_UNIT)
+    assert w.said[-1].startswith(f"the run stopped; its state is kept: vmharness run --resume {w.run.path.resolve()}")
+    assert Store(w.host.base).load() is not None and w.go(hostrun.Prepared(w.ready.program, None)) == "switched"
+    assert w.unit.exists()  # going on installs it again
+
+
 def test_without_systemd_the_run_says_what_to_run_and_installs_nothing(tmp_path: Path) -> None:
     w = World(tmp_path, systemd=False)
     w.kexec.tick = lambda _what: None
@@ -172,6 +190,9 @@ def test_consent_is_asked_before_anything_and_a_resumed_run_has_it_in_its_state(
     assert hostrun.preflight(w.host.root, w.cfg, False, w.run.path, True, False).targets is None
     with pytest.raises(HarnessError, match="reboots the host"):  # another run folder has no consent from it
         hostrun.preflight(w.host.root, w.cfg, False, tmp_path, True, False)
+    with pytest.raises(HarnessError, match=f"another run's host boots are under way on this host "
+                       f"\\({w.run.path.resolve()}\\)"):  # nor may it start while they are
+        hostrun.preflight(w.host.root, w.cfg, True, tmp_path / "new", False, False)
 
 
 @pytest.mark.parametrize(("mounts", "refused"), [

@@ -85,6 +85,11 @@ def preflight(root: HostRoot, cfg: RunConfig, allowed: bool, folder: Path, resum
                            "drop --keep-host")
     resumed = resuming and consented(root, folder)
     checks.consent(allowed or resumed, checks.reboot_ends(root, checks.running_guests(root)), plan.switches(cfg))
+    st = Store(root.base).load()
+    if st is not None and st.run != str(folder.resolve()):
+        raise HarnessError(f"another run's host boots are under way on this host ({st.run[:200]})",
+                           f"vmharness run --resume {st.run[:200]}; or vmharness host-restore, then remove "
+                           f"{Store(root.base).path}/state.json")
     program = checks.check_kexec(root)
     outlives_a_boot(root, folder)
     if bootunit.has_systemd(root):
@@ -121,7 +126,8 @@ def measure_with(cfg: RunConfig, run: RunDir, root: HostRoot, say: progress.Say,
 def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: kexec_mod.Kexec, ready: Prepared,
        measure: Callable[[plan.Stop], None]) -> engine.Outcome:
     """Install (or journal again) the unit that resumes the run, then step the engine; at the end the
-    unit goes. With the real kexec a switch does not return."""
+    unit goes, and when the run stops (an error, a signal) too: only a switch leaves it, for the next
+    boot. With the real kexec a switch does not return."""
     owner = bench.owner(run)
     here = run.path.resolve()
     if bootunit.has_systemd(root):
@@ -143,11 +149,21 @@ def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: ke
 
     eng = engine.Engine(root, Store(root.base), kexec, ready.program, plan.stops(cfg), targets, measure,
                         give_back, owner, say)
-    outcome = eng.step(str(here))
+    try:
+        outcome = eng.step(str(here))
+    except BaseException:  # an error, a signal: the next boot must not start the run again by itself
+        _unit_gone(root, say)
+        say(f"the run stopped; its state is kept: vmharness run --resume {here} goes on from where it was, "
+            "vmharness host-restore gives the host back")
+        raise
     if outcome == "done":
-        for p in restore.undo(root, say, only=lambda rec: rec["op"] == OpKind.BOOT_UNIT):
-            say(f"NOT RESTORED: {p}")
+        _unit_gone(root, say)
     return outcome
+
+
+def _unit_gone(root: HostRoot, say: progress.Say) -> None:
+    for p in restore.undo(root, say, only=lambda rec: rec["op"] == OpKind.BOOT_UNIT):
+        say(f"NOT RESTORED: {p}")
 
 
 def detach(run: RunDir) -> None:

@@ -277,7 +277,7 @@ def _detached(w: World) -> int:
             os.close(wr)
             sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - pytest's capture is not fd 1
             sys.stdin = open(0, closefd=False)  # noqa: SIM115
-            hostrun.detach(w.run)
+            hostrun.detach(w.host.root, w.run)
             print("after the switch", flush=True)
             os._exit(0)
         except BaseException:
@@ -286,6 +286,7 @@ def _detached(w: World) -> int:
     with open(r, closefd=True) as f:
         said = f.read()
     assert "follow it: tail -F " + str(w.run.path / hostrun.LOG) in said and "after the switch" not in said
+    assert ("no systemd on this host" in said) is not (w.host.base / "run/systemd/system").is_dir()
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
@@ -296,3 +297,6 @@ def test_the_run_says_how_to_follow_it_then_writes_to_its_log_never_through_a_li
     (w.run.path / hostrun.LOG).unlink()
     (w.run.path / hostrun.LOG).symlink_to(tmp_path / "elsewhere")
     assert _detached(w) == 3 and not (tmp_path / "elsewhere").exists()
+    (w.host.base / "run/systemd/system").rmdir()  # no systemd: the terminal is told what to run
+    (w.run.path / hostrun.LOG).unlink()
+    assert _detached(w) == 0

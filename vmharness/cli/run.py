@@ -132,7 +132,7 @@ def _host_boots(root: HostRoot, cfg: RunConfig, run: RunDir, ready: hostrun.Prep
     from vmharness.experiment import hostrun
     from vmharness.experiment.hostboots import kexec
 
-    hostrun.detach(run)
+    hostrun.detach(root, run)
     os.ftruncate(lock.fd, 0)
     os.pwrite(lock.fd, f"{os.getpid()}\n".encode(), 0)  # the lock is this process's now
     return hostrun.go(root, cfg, run, say, kexec.Real(root), ready,

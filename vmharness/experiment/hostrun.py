@@ -166,12 +166,15 @@ def _unit_gone(root: HostRoot, say: progress.Say) -> None:
         say(f"NOT RESTORED: {p}")
 
 
-def detach(run: RunDir) -> None:
+def detach(root: HostRoot, run: RunDir) -> None:
     """What the run says from here on goes to RUN_DIR/hostboots.log, the one place to follow it (the
     systemd unit's runs write there too). From a terminal the run also leaves it: it goes on in a
     process of a session of its own (double fork), since a switch ends the session it came in on."""
     log = run.path / LOG
     print(f"the run reboots the host between its host boots; follow it: tail -F {log}", flush=True)
+    if not bootunit.has_systemd(root):
+        print(f"no systemd on this host: after each boot, run: vmharness run --resume {run.path.resolve()}",
+              flush=True)
     sys.stderr.flush()
     if sys.stdin.isatty() or sys.stdout.isatty():
         if os.fork():

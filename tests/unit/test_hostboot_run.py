@@ -248,7 +248,7 @@ def test_a_unit_that_is_a_link_or_no_file_is_not_taken_for_the_harnesss(tmp_path
 def test_the_unit_runs_one_fixed_command_on_the_run_folder() -> None:
     text = bootunit.text(Path("/srv/runs/run-1"), Path("/srv"), "/usr/bin/python3")
     assert "ExecStart=/usr/bin/python3 -m vmharness run --resume /srv/runs/run-1\n" in text
-    assert text.startswith(bootunit.MARK) and "WorkingDirectory=/srv\n" in text and "Type=oneshot\n" in text
+    assert text.startswith(bootunit.MARK) and "WorkingDirectory=/srv\n" in text and "Type=simple\n" in text
 
 
 @pytest.mark.parametrize("path", ["/srv/a b", "/srv/%h", "/srv/$HOME", "/srv/a'b", '/srv/a"b', "/srv/a\\b",

@@ -1,4 +1,5 @@
-"""The systemd unit that goes on with a run after each host boot: a oneshot service, enabled for
+"""The systemd unit that goes on with a run after each host boot: a simple service (the boot does not
+wait for the hours the run takes, as it would for a oneshot its target wants), enabled for
 multi-user.target, whose one command is `vmharness run --resume RUN_DIR` (the run's state file says
 where it was). Installed before the run's first switch, where systemd runs (/run/systemd/system
 exists), and removed when the run is home; on a host without systemd the run says what to run.
@@ -62,10 +63,9 @@ def text(run_dir: Path, cwd: Path, python: str) -> str:
         "After=network-online.target libvirtd.service",
         "Wants=network-online.target",
         "[Service]",
-        "Type=oneshot",
+        "Type=simple",
         f"WorkingDirectory={_plain(str(cwd), 'the folder the run was started in')}",
         f"ExecStart={' '.join(argv)}",
-        "TimeoutStartSec=infinity",
         "[Install]",
         "WantedBy=multi-user.target",
         ""])

@@ -60,8 +60,7 @@ def test_run_print_xml_shows_them_and_says_where_kexec_cannot_work(
     h, study, kernel = _setup(tmp_path, kexec=False)
     assert cli.main(["run", str(study), "--print-xml", "--host-root", str(h.base)]) == 0
     out = capsys.readouterr().out
-    assert "host boots (host boots are shown by run --print-xml and host-prepare --dry-run --config, but run " \
-           "does not make them yet):" in out
+    assert "host boots (run makes them with --allow-host-reboot, rebooting the host between them):" in out
     assert f"would load: kexec -l {kernel} '--append=root=/dev/vda ro spectre_v2=off'" in out
     assert "  kexec cannot work here: host boots need kexec, and this kernel has none" in out
 

@@ -1,9 +1,9 @@
 """`[[host_boot]]` and an instance's `host_boot`, given values that must be refused, through the real
 command (tests/hostile_kit.py): `run --print-xml` checks each host boot's kernel and initrd on this
 machine before it prints anything, and boots nothing; `run` itself refuses a configuration with an
-instance under another host boot (shown, not yet run). Each case: exit 2, one `error:` line naming the
-key, one `hint:` line, no traceback, nothing changed. Files that must get past the checks of the
-place are made in a folder only root can write (tests/qemu_kit.py)."""
+instance under another host boot without --allow-host-reboot, saying what a reboot would end. Each
+case: exit 2, one `error:` line naming the key, one `hint:` line, no traceback, nothing changed. Files
+that must get past the checks of the place are made in a folder only root can write (tests/qemu_kit.py)."""
 
 from __future__ import annotations
 
@@ -101,8 +101,10 @@ def cases() -> list[Case]:
              run_toml(_toml(instance="-x"))),
         Case("host-boot-in-bench", ("bench", "c.toml"), ("instance a: host_boot is a guest's setting",),
              hostile_kit.bench_toml('[[instance]]\nname = "a"\nhost_boot = "x"\n')),
-        Case("host-boot-not-run-yet", ("run", "r.toml"), ("instance b runs under host boot 'v2off'",
-                                                          "not make them yet"), _good),
+        Case("host-boot-no-consent", ("run", "r.toml"), ("this run reboots the host", "times (kexec), which ends"),
+             _good),
+        Case("host-boot-keep-host", ("run", "r.toml", "--keep-host", "--allow-host-reboot"),
+             ("--keep-host: a run with host boots reboots the host",), _good),
     ]
 
 

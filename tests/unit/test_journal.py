@@ -40,7 +40,7 @@ def test_every_op_is_a_row_of_one_table_with_a_description_and_an_undo() -> None
     assert ops.REGISTRARS  # importing them fills the table
     changes = {name for name, op in journal.OPS.items() if op.undo is not None}
     assert changes == {"bind", "pages", "mount", "modules", "file", "irq", "domain", "tune", "server", "process",
-                       "hostknob", "reload", "kexec"}
+                       "hostknob", "reload", "kexec", "boot unit"}
     assert {name for name, op in journal.OPS.items() if op.undo is None} == {"begin", "released", "owner"}
 
 

@@ -169,6 +169,9 @@ def cmd_host_restore(args: argparse.Namespace) -> int:
         strange = restore.unknown_text(journal.unknown(found.records)) + restore.kept_text(found.records)
         print(show_plan.restore_text(pending), flush=True)
         problems = [] if args.dry_run or not pending else ops.undo_all(root, say)
+        gone = ops.leftovers(root, args.dry_run)  # after the journal's undo, which removes a journaled one
+    for line in gone:
+        print(f"  {line}")
     for p in problems:
         print(f"  NOT RESTORED: {p}")
     for line in strange:

@@ -40,6 +40,9 @@ class Runner:
     tally: dict[str, int] = dataclasses.field(default_factory=lambda: {"ok": 0, "failed": 0})
     image: str | None = None  # the recipe's image, for instances that name none
     said: set[str] = dataclasses.field(default_factory=set)  # notes that are the same at every boot, said once
+    # the points this runner measures (None: all): a run with host boots measures in each host boot only
+    # its instances' points of that round (experiment/hostrun.py); the host's state is then the host boot's
+    keep: Callable[[plan.Point], bool] | None = None
 
     @property
     def owner(self) -> str:
@@ -205,9 +208,13 @@ class Runner:
         finally:
             session.shutdown(self.root, b.guest, b.machine, self.cfg, self.say, b.knobs)
 
+    def _kept(self, points: list[plan.Point]) -> list[plan.Point]:
+        return points if self.keep is None else [p for p in points if self.keep(p)]
+
     def _measure(self) -> None:
         done = self.run.completed()
-        todo = plan.todo(self.cfg, self.run.records(), done) + at_peak.after_sweep(self.cfg, self.run.records())
+        todo = self._kept(plan.todo(self.cfg, self.run.records(), done) + at_peak.after_sweep(self.cfg,
+                                                                                              self.run.records()))
         first = self.cfg.sweep.variants == "peak" and record_check.load_target(self.run.records()) is None
         self.say(f"{len(todo)} points to measure{' first (the others then at the peak they find)' if first else ''} "
                  f"({len(done)} already in {self.run.path})")
@@ -228,15 +235,17 @@ class Runner:
                     bar.advance()
                 before += len(groups)
                 todo, why = plan.after_round(self.cfg, self.run.records())
+                todo = self._kept(todo)
                 if why:
                     self.say(why)
                 if not todo and not offered:
-                    todo, offered = at_peak.after_sweep(self.cfg, self.run.records()), True
+                    todo, offered = self._kept(at_peak.after_sweep(self.cfg, self.run.records())), True
 
     def execute(self, keep_host: bool) -> dict[str, int]:
         """Everything; the caller holds the host lock."""
         ops.reclaim(self.root, self.say)
-        hostrecord.start(self.run, self.root, self.cfg.guest.uri)
+        if self.keep is None:  # with host boots the host's state differs by design: the arrivals say it
+            hostrecord.start(self.run, self.root, self.cfg.guest.uri)
         self.image = ensure_image(self.cfg, self.run, self.say)
         since = hostprep.prepare_host(self.root, self.cfg, self.say, self.owner)
         try:
@@ -253,6 +262,7 @@ class Runner:
             else:
                 for problem in hostprep.restore_host(self.root, since, self.say):
                     self.say(f"NOT RESTORED: {problem}")
-        hostrecord.end(self.run, self.root, self.cfg.guest.uri, self.say)
+        if self.keep is None:
+            hostrecord.end(self.run, self.root, self.cfg.guest.uri, self.say)
         self.run.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tally=self.tally)
         return self.tally

@@ -25,6 +25,7 @@ class OpKind(StrEnum):
     IRQ = "irq"  # a host interrupt's affinity set
     HOSTKNOB = "hostknob"  # a KVM module parameter or SMT control set for an instance (host/prepare/knobs.py)
     KEXEC = "kexec"  # a kernel loaded for the next host boot (experiment/hostboots/kexec.py)
+    BOOT_UNIT = "boot unit"  # the systemd unit that resumes a run after a host boot (experiment/hostboots/bootunit.py)
     RELOAD = "reload"  # KVM's modules reloaded with load-time parameters for an instance (host/prepare/reload.py)
     # files, tuning, guests and servers
     FILE = "file"  # a file the harness made, here or over ssh

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from vmharness import textsafe
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import logins
 from vmharness.host.inspect.net import ssh_route
+from vmharness.host.inspect.vfio_users import LIBVIRT_RUN
 from vmharness.system.root import HostRoot
 
 KEXEC_LOADED = "sys/kernel/kexec_loaded"
@@ -60,6 +62,12 @@ def check_kexec(root: HostRoot) -> str:
                            "boot the host without lockdown (lockdown= off the command line, Secure Boot off) "
                            "to run host boots")
     return program
+
+
+def running_guests(root: HostRoot) -> list[str]:
+    """The libvirt guests running on the host (libvirt's status files): before a run starts none is the
+    run's, and a reboot ends each."""
+    return sorted(textsafe.line(n[:-4])[:80] for n in root.listdir(LIBVIRT_RUN) if n.endswith(".xml"))
 
 
 def reboot_ends(root: HostRoot, foreign_guests: Sequence[str] = ()) -> list[str]:

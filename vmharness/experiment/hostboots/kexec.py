@@ -10,6 +10,7 @@ fake: nothing in the test tiers may reboot the machine it runs on."""
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 from vmharness.errors import HarnessError
@@ -48,6 +49,7 @@ class Real:
         proc.run([PROGRAM, "-u"], timeout=TIMEOUT)
 
     def execute(self) -> None:
+        os.sync()  # kexec -e starts the kernel at once: no shutdown writes back what is cached
         res = proc.run([PROGRAM, "-e"], timeout=TIMEOUT, check=False)
         raise HarnessError(f"kexec -e returned ({res.how}): the host did not switch", "host-restore unloads the "
                            "loaded kernel; the run's state says which host boot it was going to")

@@ -14,8 +14,7 @@ from vmharness.experiment.hostboots import checks, plan, target
 from vmharness.model.sections import RunConfig
 from vmharness.system.root import HostRoot
 
-NOT_YET = ("host boots are shown by run --print-xml and host-prepare --dry-run --config, but run does not make "
-           "them yet")
+HOW = f"run makes them with {checks.FLAG}, rebooting the host between them"
 
 
 def _target(t: target.Target, program: str) -> str:
@@ -38,7 +37,7 @@ def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
     by_boot: dict[str, list[str]] = {}
     for i in cfg.instance:
         by_boot.setdefault(i.host_boot, []).append(i.name)
-    out = [f"host boots ({NOT_YET}):"]
+    out = [f"host boots ({HOW}):"]
     for name, t in named.items():
         out.append(f"  host boot {name} (instances {', '.join(by_boot[name])}): {_target(t, program)}")
     try:
@@ -48,14 +47,7 @@ def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
                    f"{exc.message}")
     order = "; ".join(f"{s.label} ({', '.join(s.instances)})" for s in plan.stops(cfg))
     out += [f"  order: {order}; {plan.switches(cfg)} switches in all", f"  {can}"]
-    ends = checks.reboot_ends(root)
+    ends = checks.reboot_ends(root, checks.running_guests(root))
     out.append("  each switch reboots the host, which ends " + ("; ".join(ends) if ends else "every process on it"))
     return out
 
-
-def not_run_yet(cfg: RunConfig) -> None:
-    """Until run goes round host boots: a configuration with an instance under another is refused."""
-    inst = next((i for i in cfg.instance if i.host_boot != plan.START), None)
-    if inst is not None:
-        raise HarnessError(f"instance {inst.name} runs under host boot {inst.host_boot!r}: {NOT_YET}",
-                           "run each host boot's instances as a run of their own for now; docs/run.md \"Host boots\"")

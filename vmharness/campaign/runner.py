@@ -20,7 +20,20 @@ from vmharness.model import tomlfile
 from vmharness.model.hostname import check_host
 from vmharness.progress import Say
 
+UNWIND = 120  # seconds: how long a stopped cell's command has to give back what it took
 CELL_TIMEOUT = 7 * 86400  # seconds: a cell's command is stopped after a week (a sweep's own limits are shorter)
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """Let the cell's command unwind (SIGTERM: it gives back what it took, its nginx stopped), and
+    kill it only if it has not ended after UNWIND seconds: never SIGKILL first, which would leave its
+    servers running."""
+    child.terminate()
+    try:
+        child.wait(UNWIND)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def _last_error(log: bytes) -> str:
@@ -40,27 +53,34 @@ def _config(cdir: CampaignDir, name: str, client: str | None) -> Path:
     return cdir.cell_folder(name).write("config-allocated.toml", tomlout.dumps(table).encode())
 
 
-def run_cell(cdir: CampaignDir, name: str, command: str, server: str, client: str | None, job: str,
-             say: Say) -> int:
-    """Run cell `name` (a no-op if done); `client`: the machine every [[client]] becomes (Slurm's second
-    node), None to keep the configuration's. Returns the command's exit status."""
+def run_cell(cdir: CampaignDir, name: str, command: str, nodes: tuple[str, str], job: str, say: Say,
+             clients_are_node: bool = False) -> int:
+    """Run cell `name` (a no-op if done) on `nodes` (server, client: recorded); `clients_are_node`: every
+    [[client]] becomes the client node (Slurm's second), else the configuration's stay. Returns the
+    command's exit status."""
+    server, client = nodes
     if cell_state(cdir, name).state == "done":
         say(f"{name}: done already")
         return 0
-    cdir.write_json(name, "nodes.json", {"server": server, "client": client or "", "job": job})
+    cdir.write_json(name, "nodes.json", {"server": server, "client": client, "job": job})
     cdir.write_json(name, "exit.json", {"code": None, "why": "started"})
     run = cdir.run_path(name)
     where = ["--resume", str(run)] if (run / "manifest.json").exists() else \
-        [str(_config(cdir, name, client)), "--out", str(run)]
+        [str(_config(cdir, name, client if clients_are_node else None)), "--out", str(run)]
     argv = [sys.executable, "-m", "vmharness.cli", command, *where]
     say(f"{name}: vmharness {command} {' '.join(where)}")
     folder = cdir.cell_folder(name)
     with folder.append("log.txt") as log:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
-            code = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=CELL_TIMEOUT,
-                                  check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+            code = child.wait(CELL_TIMEOUT)
         except subprocess.TimeoutExpired:
             code = 124
+            _stop(child)
+        except BaseException:  # a signal (scancel signals the whole job, Ctrl-C the whole group), or a bug
+            _stop(child)
+            raise
     tail = userfile.read_inside(cdir.path, f"cells/{name}/log.txt", 1 << 30)[-8192:]
     cdir.write_json(name, "exit.json", {"code": code, "why": "" if code == 0 else _last_error(tail)})
     say(f"{name}: exit {code}")
@@ -77,7 +97,7 @@ def run_local(cdir: CampaignDir, plan: dict[str, object], say: Say) -> int:
     for cell in cells:
         if cell_state(cdir, cell["name"]).state == "done":
             continue
-        failed += run_cell(cdir, cell["name"], str(plan["command"]), host, None, "", say) != 0
+        failed += run_cell(cdir, cell["name"], str(plan["command"]), (host, ""), "", say) != 0
     return 1 if failed else 0
 
 

@@ -24,6 +24,7 @@ from vmharness.system import proc
 
 JOBS = "slurm/jobs.json"
 TIMEOUT = 60  # seconds: for one Slurm command
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")  # not over yet
 ELEMENT = """#!/bin/sh
 # vmharness campaign: one element of a job array runs one cell ($1: the campaign folder, $2: the
 # submission's list of cells); the first node of the allocation is the server, the second the client.
@@ -132,11 +133,12 @@ def squeue() -> dict[tuple[int, int], str]:
 
 
 def cell_jobs(cdir: CampaignDir, q: dict[tuple[int, int], str]) -> dict[str, str]:
-    """cell -> the state of its latest queued element (PENDING, RUNNING, ...), for cells in the queue."""
+    """cell -> the state of its element still in the queue (pending, running, ...): squeue also shows
+    elements that ended a few minutes ago (COMPLETED, CANCELLED, FAILED): those are the folders' to say."""
     out: dict[str, str] = {}
     for job in jobs(cdir):
         for i, name in enumerate(job.cells):
-            if (job.job, i) in q:
+            if q.get((job.job, i)) in ACTIVE:
                 out[name] = q[(job.job, i)].lower()
     return out
 

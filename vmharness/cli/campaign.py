@@ -126,11 +126,10 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
 
     cdir, plan = CampaignDir.open(Path(args.folder))
     name = runner.read_submission(cdir, args.submission, args.index)
-    server, client = slurm.allocation()
     array = os.environ.get("SLURM_ARRAY_JOB_ID", "")
     job = f"{array}_{args.index}" if array.isdigit() else ""
-    return runner.run_cell(cdir, name, plan["command"], server,
-                           None if plan["slurm"].get("client") == "config" else client, job, say)
+    return runner.run_cell(cdir, name, plan["command"], slurm.allocation(), job, say,
+                           clients_are_node=plan["slurm"].get("client") != "config")
 
 
 def register(subs: Any, add: Any) -> None:

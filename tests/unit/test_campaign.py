@@ -1,0 +1,115 @@
+"""The campaign's parts without a cluster: the matrix's cells and their names, a cell's configuration
+written as TOML and read back by bench's own loader, squeue's JSON as Slurm 22.05 and 23.02 write it,
+and a cell's state from its folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vmharness.campaign import slurm, spec, tomlout
+from vmharness.campaign.folder import CampaignDir
+from vmharness.campaign.state import cell_state
+from vmharness.errors import HarnessError
+from vmharness.model import config
+
+CAMPAIGN = """[campaign]
+command = "bench"
+[base.server]
+listen = "127.0.0.1:18999"
+url = "http://127.0.0.1:18999/"
+[[base.instance]]
+name = "base"
+[[base.instance]]
+name = "other"
+[[axis]]
+key = "sweep.duration"
+values = [1, 2]
+[[axis]]
+key = "instance.1.filesize_note"
+values = ["x"]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "c.toml").write_text(text)
+    return tmp_path / "c.toml"
+
+
+def test_cells_are_the_product_named_by_their_values(tmp_path: Path) -> None:
+    text = CAMPAIGN.replace("instance.1.filesize_note", "server.workers").replace('["x"]', "[1, 4]")
+    c = spec.load(write(tmp_path, text))
+    assert [cell.name for cell in c.cells] == ["0000-duration-1_workers-1", "0001-duration-1_workers-4",
+                                               "0002-duration-2_workers-1", "0003-duration-2_workers-4"]
+    assert c.cells[3].values == {"sweep.duration": 2, "server.workers": 4}
+    assert c.cells[3].table["sweep"] == {"duration": 2} and c.cells[0].table["server"]["workers"] == 1
+    assert c.baseline == c.cells[0].name
+
+
+def test_an_array_of_tables_is_indexed_and_its_key_checked(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match=r"cell 0000-duration-1_filesize_note-x: unknown setting "
+                                           r"config\.instance\[1\]\.filesize_note"):
+        spec.load(write(tmp_path, CAMPAIGN))
+    with pytest.raises(HarnessError, match="instance has 2 tables: no 5"):
+        spec.load(write(tmp_path, CAMPAIGN.replace("instance.1.filesize_note", "instance.5.name")))
+
+
+def test_a_cells_configuration_reads_back_through_benchs_loader(tmp_path: Path) -> None:
+    text = CAMPAIGN.replace("instance.1.filesize_note", "instance.1.nginx").replace(
+        '["x"]', '["/opt/nginx \\"quoted\\" \u00e9", "nginx"]')
+    c = spec.load(write(tmp_path, text))
+    for cell in c.cells:
+        (tmp_path / "cell.toml").write_text(tomlout.dumps(cell.table))
+        assert config.load(tmp_path / "cell.toml") == config.bench_from_table(cell.table)
+    assert config.load(tmp_path / "cell.toml").instance[1].name == "other"
+
+
+def test_toml_of_tables_and_values() -> None:
+    with pytest.raises(HarnessError, match="b is a dict: not a value"):  # tables mixed with values
+        tomlout.dumps({"b": [{"c": 1}, 2]})
+    assert tomlout.dumps({"a": [[1], []], "t": [{"x": {"y": 1}, "z": 2}]}) == \
+        '"a" = [[1], []]\n\n[["t"]]\n"z" = 2\n\n["t"."x"]\n"y" = 1\n'
+    with pytest.raises(HarnessError, match="not a number"):
+        tomlout.dumps({"a": float("nan")})
+
+
+SQUEUE_22 = {"meta": {"plugin": {"type": "openapi/v0.0.38"}, "Slurm": {"release": "22.05.8"}}, "jobs": [
+    {"job_id": 2, "array_job_id": 1, "array_task_id": 0, "array_task_string": "", "job_state": "RUNNING"},
+    {"job_id": 1, "array_job_id": 1, "array_task_id": None, "array_task_string": "1-3%2", "job_state": "PENDING"},
+    {"job_id": 9, "array_job_id": 0, "array_task_id": None, "job_state": "RUNNING"}]}
+SQUEUE_23 = {"meta": {"slurm": {"release": "23.11.4"}}, "jobs": [
+    {"job_id": 2, "array_job_id": {"set": True, "number": 1}, "array_task_id": {"set": True, "number": 0},
+     "job_state": ["RUNNING"]},
+    {"job_id": 1, "array_job_id": {"set": True, "number": 1}, "array_task_id": {"set": False, "number": 0},
+     "array_task_string": "1-3", "job_state": ["PENDING"]}]}
+
+
+@pytest.mark.parametrize("data", [SQUEUE_22, SQUEUE_23], ids=["22.05", "23.02+"])
+def test_squeue_json_of_either_schema(data: dict[str, object]) -> None:
+    got = slurm.queued(json.dumps(data))
+    assert {k: v for k, v in got.items() if k[0] == 1} == {(1, 0): "RUNNING", (1, 1): "PENDING", (1, 2): "PENDING",
+                                                           (1, 3): "PENDING"}
+
+
+def test_cell_state_from_its_folders(tmp_path: Path) -> None:
+    c = spec.load(write(tmp_path, CAMPAIGN.replace("instance.1.filesize_note", "server.workers").replace(
+        '["x"]', "[1]")))
+    cdir = CampaignDir.write(tmp_path / "camp", c)
+    name = c.cells[0].name
+    assert cell_state(cdir, name).state == "missing"
+    cdir.write_json(name, "exit.json", {"code": 2, "why": "error: \x1b[2Jwrk is not there"})
+    got = cell_state(cdir, name)
+    assert (got.state, got.why) == ("failed", "exit 2: error: \\x1b[2Jwrk is not there")
+    run = tmp_path / "camp/runs" / name
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"kind": "bench", "config": {"instance": [{"name": "b"}]},
+                                                   "ended": "2026-01-01T00:00:00Z", "tally": {"failed": 0}}))
+    cdir.write_json(name, "exit.json", {"code": 0, "why": ""})
+    assert cell_state(cdir, name).state == "done"
+    (run / "manifest.json").write_text("{")
+    assert cell_state(cdir, name).state == "failed"
+    with pytest.raises(HarnessError, match="holds another campaign"):
+        CampaignDir.write(tmp_path / "camp", spec.load(write(tmp_path, CAMPAIGN.replace(
+            "instance.1.filesize_note", "server.workers").replace('["x"]', "[2]"))))

@@ -66,7 +66,7 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
-KillWait=60
+KillWait=30
 SlurmdParameters=config_overrides
 NodeName=node1 NodeHostname=localhost Port={ports[1]} CPUs=1 Features=pair1
 NodeName=node2 NodeHostname=localhost Port={ports[2]} CPUs=1 Features=pair1

@@ -45,6 +45,7 @@ iterations = 2
 duration = 1
 wait = 0.2
 warmup = 0
+retries = 0
 
 [base.load]
 percents = []

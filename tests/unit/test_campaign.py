@@ -113,3 +113,36 @@ def test_cell_state_from_its_folders(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="holds another campaign"):
         CampaignDir.write(tmp_path / "camp", spec.load(write(tmp_path, CAMPAIGN.replace(
             "instance.1.filesize_note", "server.workers").replace('["x"]', "[2]"))))
+
+
+def test_report_over_every_cell_done_failed_and_missing(tmp_path: Path) -> None:
+    """Two cells whose run folders are the recorded bench run: done, the second's change against the
+    first 0 with its interval, the nodes each ran on; a failed cell with why (markup kept as text in
+    Markdown), a missing one; text, Markdown, CSV."""
+    import tarfile
+
+    from vmharness.campaign import gather
+
+    c = spec.load(write(tmp_path, CAMPAIGN.replace("instance.1.filesize_note", "server.workers").replace(
+        '["x"]', "[1]").replace("values = [1, 2]", "values = [1, 2, 3, 4]")))
+    cdir = CampaignDir.write(tmp_path / "camp", c)
+    names = [cell.name for cell in c.cells]
+    for name in names[:2]:
+        with tarfile.open(Path(__file__).parent / "golden/runs/bench.tar.xz") as tar:
+            tar.extractall(tmp_path / "camp/runs" / name, filter="data")
+        cdir.write_json(name, "nodes.json", {"server": "node1", "client": "node2", "job": "7_0"})
+    cdir.write_json(names[2], "exit.json", {"code": 2, "why": "error: | <b>x</b> |"})
+    _, plan = CampaignDir.open(tmp_path / "camp")
+    rep = gather.build(cdir, plan)
+    rows = {r["cell"]: r for r in rep["rows"]}
+    assert [rows[n]["state"] for n in names] == ["done", "done", "failed", "missing"]
+    assert rows[names[1]]["throughput_change"] == pytest.approx(0, abs=1e-9)
+    assert rows[names[1]]["change_low"] < 0 < rows[names[1]]["change_high"]
+    assert rows[names[0]]["requests_per_s"] > 0 and (rows[names[0]]["server"], rows[names[0]]["client"]) == \
+        ("node1", "node2")
+    assert rep["counts"] == {"done": 2, "failed": 1, "missing": 1}
+    text = gather.text(rep)
+    assert "node1/node2" in text and "exit 2: error: | <b>x</b> |" in text
+    md = gather.markdown(rep)
+    assert "<b>" not in md and md.count("\n|") >= 5
+    assert gather.csv(rep).splitlines()[0].startswith("cell,instance,state,requests_per_s")

@@ -146,3 +146,30 @@ def test_report_over_every_cell_done_failed_and_missing(tmp_path: Path) -> None:
     md = gather.markdown(rep)
     assert "<b>" not in md and md.count("\n|") >= 5
     assert gather.csv(rep).splitlines()[0].startswith("cell,instance,state,requests_per_s")
+
+
+def test_a_slurm_cells_clients_are_its_second_node(tmp_path: Path) -> None:
+    """client = "node": every [[client]] of the cell becomes the allocation's second node, in a copy of
+    the cell's configuration that bench's loader reads; a node name that could be an ssh option is refused."""
+    from vmharness.campaign import runner
+
+    text = CAMPAIGN.replace("instance.1.filesize_note", "server.workers").replace('["x"]', "[1]")
+    c = spec.load(write(tmp_path, text + '[[base.client]]\nthreads = 1\n[[base.client]]\nhost = "a"\n'))
+    cdir = CampaignDir.write(tmp_path / "camp", c)
+    name = c.cells[0].name
+    got = config.load(runner._config(cdir, name, "node2"))
+    assert [(cl.host, cl.threads) for cl in got.client] == [("node2", 1), ("node2", 0)]
+    assert runner._config(cdir, name, None) == tmp_path / "camp/cells" / name / "config.toml"
+    with pytest.raises(HarnessError, match="the client node '-oProxyCommand=x' is not a host"):
+        runner._config(cdir, name, "-oProxyCommand=x")
+
+
+def test_pairs_gather_each_pairs_cells() -> None:
+    from vmharness.campaign import gather
+
+    row = {"state": "done", "instance": "b", "server": "n1", "client": "n2", "throughput_change": 0.1}
+    rows = [{**row, "cell": "a"}, {**row, "cell": "b", "throughput_change": -0.3},
+            {**row, "cell": "c", "server": "n3", "client": "n4"}, {**row, "cell": "d", "state": "failed"}]
+    assert gather.pairs(rows) == [
+        {"server": "n1", "client": "n2", "cells": ["a", "b"], "median_change": pytest.approx(-0.1)},
+        {"server": "n3", "client": "n4", "cells": ["c"], "median_change": 0.1}]

@@ -77,6 +77,8 @@ CASES = [
          campaign(axis("sweep.duration", "[1]"), head='backend = "pbs"')),
     Case("out-not-ours", ("campaign", "submit", "c.toml", "--out", "mine"), ("--out mine", "did not make"),
          both(campaign(axis("sweep.duration", "[1]")), with_file("mine/notes.txt", "mine"))),
+    Case("host-root", ("campaign", "plan", "c.toml", "--host-root", "snap"), ("--host-root",),
+         campaign(axis("sweep.duration", "[1]"))),
     Case("squeue-damaged", ("campaign", "status", "camp"), ("squeue --json printed no JSON",),
          both(FOLDER, tool("squeue", "echo '{\"meta\": {'")), env=PATH),
     Case("squeue-no-meta", ("campaign", "status", "camp"), ("without Slurm's meta",),

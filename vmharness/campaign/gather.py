@@ -7,6 +7,7 @@ and for a cell that is not done its state and why. Text, Markdown, CSV and JSON.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from vmharness import table, textsafe
@@ -62,8 +63,23 @@ def build(cdir: CampaignDir, plan: dict[str, Any], queued: dict[str, str] | None
                          "change_high": change["high"] if change else None,
                          "server": c.server, "client": c.client, "job": c.job, "why": c.why})
     values = {c["name"]: c["values"] for c in plan["cells"]}
-    return {"baseline": plan["baseline"], "notes": notes, "rows": rows, "values": values,
+    return {"baseline": plan["baseline"], "notes": notes, "rows": rows, "values": values, "pairs": pairs(rows),
             "counts": {s: sum(c.state == s for c in cells) for s in sorted({c.state for c in cells})}}
+
+
+def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each node pair that ran a done cell: its cells and their median throughput change, so that a pair
+    whose cells all lean one way shows (a pair effect is confounded with the cells it ran: spread them)."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["state"] == "done" and r["server"]:
+            by.setdefault((r["server"], r["client"]), []).append(r)
+    out = []
+    for (server, client), rs in sorted(by.items()):
+        changes = [r["throughput_change"] for r in rs if r["throughput_change"] is not None]
+        out.append({"server": server, "client": client, "cells": sorted({r["cell"] for r in rs}),
+                    "median_change": statistics.median(changes) if changes else None})
+    return out
 
 
 def _pct(v: Any) -> str:
@@ -86,6 +102,10 @@ def text(rep: dict[str, Any]) -> str:
     lines = [f"campaign: {len({r['cell'] for r in rep['rows']})} cells, baseline {rep['baseline']}; "
              + ", ".join(f"{n} {s}" for s, n in rep["counts"].items())]
     lines += table.render(HEADER, [[textsafe.line(x) for x in _cells(r)] for r in rep["rows"]])
+    if len(rep["pairs"]) > 1:
+        lines += ["", "node pairs (server/client: cells, median throughput change):"]
+        lines += [f"  {textsafe.line(p['server'])}/{textsafe.line(p['client'])}: {len(p['cells'])} cells, "
+                  f"{_pct(p['median_change']) or 'no change measured'}" for p in rep["pairs"]]
     lines += [f"note: {textsafe.line(n)}" for n in rep["notes"]]
     return "\n".join(lines)
 

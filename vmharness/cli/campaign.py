@@ -27,11 +27,18 @@ def _where(c: spec.Campaign, backend: str) -> str:
                                           "configuration's clients)"))
 
 
+def _here(args: argparse.Namespace) -> None:
+    """A campaign works on this machine and its cluster: --host-root (which every command takes) means nothing."""
+    if args.host_root is not None:
+        raise HarnessError("campaign does not read a host root (--host-root)", "drop --host-root")
+
+
 def _backend(args: argparse.Namespace, c: spec.Campaign) -> str:
     return str(args.backend or c.backend)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    _here(args)
     c = spec.load(Path(args.campaign))
     backend = _backend(args, c)
     out = Path(args.out) if args.out else None
@@ -54,6 +61,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from vmharness.campaign import runner, slurm, state
 
+    _here(args)
     c = spec.load(Path(args.campaign))
     backend = _backend(args, c)
     out = Path(args.out)
@@ -83,6 +91,7 @@ def _queued(cdir: CampaignDir, plan: dict[str, Any]) -> dict[str, str]:
 def cmd_status(args: argparse.Namespace) -> int:
     from vmharness.campaign import state
 
+    _here(args)
     cdir, plan = CampaignDir.open(Path(args.folder))
     queued = _queued(cdir, plan)
     rows = [{"cell": s.name, "state": queued.get(s.name, s.state) if s.state != "done" else s.state,
@@ -101,6 +110,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from vmharness.campaign import slurm
 
+    _here(args)
     cdir, plan = CampaignDir.open(Path(args.folder))
     if plan["backend"] != "slurm":
         raise HarnessError(f"{args.folder} runs on the local backend: nothing is queued",
@@ -113,6 +123,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from vmharness.campaign import gather
 
+    _here(args)
     cdir, plan = CampaignDir.open(Path(args.folder))
     rep = gather.build(cdir, plan, _queued(cdir, plan))
     fmt = "json" if args.json else args.format
@@ -124,6 +135,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_run_cell(args: argparse.Namespace) -> int:
     from vmharness.campaign import runner, slurm
 
+    _here(args)
     cdir, plan = CampaignDir.open(Path(args.folder))
     name = runner.read_submission(cdir, args.submission, args.index)
     array = os.environ.get("SLURM_ARRAY_JOB_ID", "")

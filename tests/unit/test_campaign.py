@@ -173,3 +173,16 @@ def test_pairs_gather_each_pairs_cells() -> None:
     assert gather.pairs(rows) == [
         {"server": "n1", "client": "n2", "cells": ["a", "b"], "median_change": pytest.approx(-0.1)},
         {"server": "n3", "client": "n4", "cells": ["c"], "median_change": 0.1}]
+
+
+def test_a_run_campaigns_cells_pass_runs_own_rules(tmp_path: Path) -> None:
+    """command = "run": each cell is checked by run's validator, rules that span settings included."""
+    from vmharness import data
+
+    text = (f'[campaign]\ncommand = "run"\nbase = "{data.DEFAULT_RUN}"\n[[axis]]\nkey = "guest.memory"\n'
+            'values = [1024, 2048]\n[[axis]]\nkey = "instance.0.cmdline"\nvalues = ["", "mitigations=off"]\n')
+    with pytest.raises(HarnessError, match=r"cell 0001-memory-1024_cmdline-mitigations-off: study\.switches: "
+                                           "the reference on turns every mitigation off"):
+        spec.load(write(tmp_path, text))
+    c = spec.load(write(tmp_path, text.replace(', "mitigations=off"', "")))
+    assert [cell.table["guest"]["memory"] for cell in c.cells] == [1024, 2048]

@@ -135,8 +135,9 @@ def cell_name(index: int, parts: list[str]) -> str:
 
 
 def _set(table: dict[str, Any], key: str, value: Any) -> None:
-    """Set the dotted `key` in `table`: every part but the last must be there (a table, or an array of
-    tables indexed by number), so that a misspelt key is an error rather than a new table."""
+    """Set the dotted `key` in `table`: a table the base leaves out is made (its settings at their
+    defaults; a misspelt one is then an unknown setting to the validator), an array of tables must be
+    there and is indexed by number, and a value is never walked into."""
     *path, last = key.split(".")
     node: Any = table
     for depth, part in enumerate(path):
@@ -147,7 +148,7 @@ def _set(table: dict[str, Any], key: str, value: Any) -> None:
             node = node[int(part)]
         elif isinstance(node, dict):
             if part not in node:
-                node[part] = {}  # a table the base leaves at its defaults
+                node[part] = {}
             node = node[part]
         if not isinstance(node, dict | list):
             raise HarnessError(f"{'.'.join(path[:depth + 1])} is a value, not a table", "name a key inside a table")

@@ -6,7 +6,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := python3-venv qemu-system-x86 qemu-utils qemu-guest-agent busybox-static kmod cpio \
                 zstd pciutils pci.ids libvirt-daemon-system libvirt-clients libvirt-dev pkg-config \
                 mmdebstrap e2fsprogs nginx-light wrk openssh-server openssh-client \
-                ethtool chromium libhugetlbfs-bin linux-perf texlive-latex-base texlive-latex-recommended
+                ethtool chromium libhugetlbfs-bin linux-perf texlive-latex-base texlive-latex-recommended \
+                slurm-wlm munge
 
 .PHONY: deps venv oha inferno qemu-10 image test check lint bench demo clean
 deps:

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from vmharness import __version__, signals, textsafe
 from vmharness.cli import bench as cli_bench
+from vmharness.cli import campaign as cli_campaign
 from vmharness.cli import guest as cli_guest
 from vmharness.cli import host as cli_host
 from vmharness.cli import report as cli_report
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_run.register(subs, _add)
     cli_tune.register(subs, _add)
     cli_report.register(subs, _add)
+    cli_campaign.register(subs, _add)
     return parser
 
 

@@ -22,13 +22,22 @@ def _read(path: Path) -> dict[str, Any]:
 
 def load(path: Path | None) -> BenchConfig:
     """bench's configuration in `path` (None: every default: nginx and wrk on this machine)."""
-    return validate(with_pipelines(schema.table("config", BenchConfig, _read(path)) if path else BenchConfig()))
+    return bench_from_table(_read(path)) if path else validate(with_pipelines(BenchConfig()))
 
 
 def load_run(path: Path | None) -> RunConfig:
     """run's configuration in `path` (None: the embedded experiment, default-run.toml)."""
-    cfg = schema.table("config", RunConfig, _read(path or data.DEFAULT_RUN))
-    return validate(with_control(with_pipelines(with_study(cfg))))
+    return run_from_table(_read(path or data.DEFAULT_RUN))
+
+
+def bench_from_table(table: dict[str, Any]) -> BenchConfig:
+    """bench's configuration from a TOML file's table, checked as `load` checks a file (a campaign's cells)."""
+    return validate(with_pipelines(schema.table("config", BenchConfig, table)))
+
+
+def run_from_table(table: dict[str, Any]) -> RunConfig:
+    """run's configuration from a TOML file's table, checked as `load_run` checks a file."""
+    return validate(with_control(with_pipelines(with_study(schema.table("config", RunConfig, table)))))
 
 
 def from_json(manifest: dict[str, Any]) -> BenchConfig:

@@ -1,0 +1,156 @@
+"""Campaigns for real: loopback benches (nginx and wrk on this machine) as cells of a Slurm job array on a
+one-machine cluster (tests/slurm_cluster.py: two slurmd nodes), waited for and gathered; a cancelled job,
+a failed cell, `submit` again running only the cells without a complete run; and the local backend's run
+of the same campaign giving the same cells in its table."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm_cluster import Cluster, cluster, isolated
+from vmharness.system import proc
+
+pytestmark = pytest.mark.integration
+
+WAIT = 300.0  # seconds: a cell takes about 5 here
+
+
+def campaign(port: int, backend: str, wrk_values: str = '["wrk"]', wrk_names: str = '["wrk"]') -> str:
+    return f"""[campaign]
+command = "bench"
+backend = "{backend}"
+
+[slurm]
+client = "config"
+constraint = "pair1"
+
+[base.server]
+listen = "127.0.0.1:{port}"
+url = "http://127.0.0.1:{port}/"
+workers = 1
+
+[[base.client]]
+threads = 1
+
+[base.sweep]
+connections = "2,4"
+iterations = 2
+duration = 1
+wait = 0.2
+warmup = 0
+retries = 0
+
+[base.load]
+percents = []
+capacity = 0
+
+[[axis]]
+key = "server.filesize"
+values = [64, 4096]
+
+[[axis]]
+key = "client.0.wrk"
+values = {wrk_values}
+names = {wrk_names}
+"""
+
+
+def cli(c: Cluster, *args: str, timeout: float = 120) -> proc.Result:
+    return proc.run([sys.executable, "-m", "vmharness.cli", "campaign", *args], timeout=timeout, check=False,
+                    env=c.env)
+
+
+def status(c: Cluster, folder: Path) -> dict[str, dict[str, Any]]:
+    res = cli(c, "status", str(folder), "--json")
+    assert res.returncode in (0, 1), res.stderr
+    return {r["cell"]: r for r in json.loads(res.stdout)["cells"]}
+
+
+def wait(c: Cluster, folder: Path) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + WAIT
+    while True:
+        got = status(c, folder)
+        if not any(r["state"] in ("pending", "running", "configuring", "completing") for r in got.values()):
+            return got
+        assert time.monotonic() < deadline, f"the campaign did not end: {got}\n{c.log()}"
+        time.sleep(1)
+
+
+def report(c: Cluster, folder: Path) -> dict[str, Any]:
+    res = cli(c, "report", str(folder), "--json", timeout=300)
+    assert res.ok, res.stderr
+    return dict(json.loads(res.stdout))
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with cluster(tmp_path_factory.mktemp("slurm")) as c:
+        yield c
+
+
+def test_four_cells_on_slurm_and_locally_give_one_table(slurm: Cluster, tmp_path: Path) -> None:
+    """Four cells as one job array, each element two whole nodes (node1 the server, node2 the client),
+    each cell's run folder in the campaign folder; the local backend's run of the campaign has the same
+    cells, done, in its table."""
+    (tmp_path / "c.toml").write_text(campaign(18741, "slurm", '["wrk", "wrk"]', '["a", "b"]'))
+    out = tmp_path / "on-slurm"
+    res = cli(slurm, "submit", str(tmp_path / "c.toml"), "--out", str(out))
+    assert res.ok, res.stderr
+    assert "submitted job" in res.stdout
+    got = wait(slurm, out)
+    assert {r["state"] for r in got.values()} == {"done"}, (got, slurm.log())
+    assert len(got) == 4 and all((r["server"], r["client"]) == ("node1", "node2") for r in got.values())
+    jobs = json.loads((out / "slurm/jobs.json").read_text())["jobs"]
+    assert [sorted(j["cells"]) for j in jobs] == [sorted(got)]
+    on_slurm = report(slurm, out)
+    res = cli(slurm, "submit", str(tmp_path / "c.toml"), "--out", str(out))  # every cell done: nothing again
+    assert res.ok and "nothing submitted" in res.stdout, res.stdout + res.stderr
+
+    local = tmp_path / "here"
+    res = proc.run(isolated([sys.executable, "-m", "vmharness.cli", "campaign", "submit", str(tmp_path / "c.toml"),
+                             "--out", str(local), "--backend", "local"]), timeout=WAIT, check=False, env=slurm.env)
+    assert res.ok, res.stderr
+    here = report(slurm, local)
+    assert [(r["cell"], r["instance"], r["state"]) for r in here["rows"]] == \
+        [(r["cell"], r["instance"], r["state"]) for r in on_slurm["rows"]]
+    assert all(r["requests_per_s"] for r in here["rows"] + on_slurm["rows"])
+    assert here["values"] == on_slurm["values"]
+
+
+def test_cancel_failed_cell_and_submit_again(slurm: Cluster, tmp_path: Path) -> None:
+    """A job cancelled before its cells ran leaves them missing (or started); a cell whose wrk is not
+    there fails, with why; `submit` again submits only the cells without a complete run."""
+    (tmp_path / "c.toml").write_text(campaign(18742, "slurm", '["wrk", "/nonexistent/wrk"]', '["wrk", "nowrk"]'))
+    out = tmp_path / "camp"
+    res = cli(slurm, "submit", str(tmp_path / "c.toml"), "--out", str(out))
+    assert res.ok, res.stderr
+    job = json.loads((out / "slurm/jobs.json").read_text())["jobs"][0]["job"]
+    res = cli(slurm, "cancel", str(out), "--job", str(job + 1000))  # not the campaign's: refused
+    assert res.returncode == 2 and f"job {job + 1000} is not one of this campaign's" in res.stderr
+    res = cli(slurm, "cancel", str(out))
+    assert res.ok and str(job) in res.stdout, res.stderr
+    first = wait(slurm, out)
+    assert {r["state"] for r in first.values()} != {"done"}, first  # the job was cancelled before every cell ran
+    left = sorted(n for n, r in first.items() if r["state"] != "done")
+
+    res = cli(slurm, "submit", str(tmp_path / "c.toml"), "--out", str(out))
+    assert res.ok, res.stderr
+    assert json.loads((out / "slurm/submit-2.json").read_text())["cells"] == left
+    second = wait(slurm, out)
+    assert {n: r["state"] for n, r in second.items()} == {
+        n: "failed" if n.endswith("nowrk") else "done" for n in second}, (second, slurm.log())
+    rows = {r["cell"]: r for r in report(slurm, out)["rows"]}
+    assert all(r["why"].startswith("exit ") for n, r in rows.items() if n.endswith("nowrk"))
+
+    res = cli(slurm, "submit", str(tmp_path / "c.toml"), "--out", str(out))  # only the failed cells again
+    assert res.ok, res.stderr
+    assert json.loads((out / "slurm/submit-3.json").read_text())["cells"] == sorted(
+        n for n in second if n.endswith("nowrk"))
+    wait(slurm, out)

@@ -188,3 +188,82 @@ def test_a_run_campaigns_cells_pass_runs_own_rules(tmp_path: Path) -> None:
         spec.load(write(tmp_path, text))
     c = spec.load(write(tmp_path, text.replace(', "mitigations=off"', "")))
     assert [cell.table["guest"]["memory"] for cell in c.cells] == [1024, 2048]
+
+
+PAIRED = CAMPAIGN.replace("instance.1.filesize_note", "server.workers").replace('["x"]', "[1]").replace(
+    'command = "bench"', 'command = "bench"\nbackend = "slurm"\nrepeats = 5\nseed = 7') + \
+    '[slurm]\nconstraint = "vfio&mlx5"\npairs = ["pair1", "pair2"]\n'
+
+
+def test_repetitions_are_blocked_by_pair_in_a_seeded_order() -> None:
+    """Every round of as many runs as pairs has each cell once on each pair (the last, short one on a
+    random part of them); a cell's runs are spread over the pairs; the same seed gives the same design."""
+    from vmharness.campaign import design
+
+    cells = ["0000-a", "0001-b", "0002-c"]
+    runs = design.runs(cells, 5, ["p1", "p2"], 7)
+    assert len(runs) == 15 and len({r.name for r in runs}) == 15 and runs[0].name.startswith("000")
+    for k in range(2):  # two full rounds: each cell once on each pair
+        block = runs[6 * k:6 * k + 6]
+        assert sorted((r.cell, r.pair) for r in block) == sorted((c, p) for c in cells for p in ("p1", "p2"))
+        assert {r.repeat for r in block} == {2 * k, 2 * k + 1}
+    assert sorted((r.cell, r.repeat) for r in runs[12:]) == [(c, 4) for c in cells]
+    assert {r.cell: r.name for r in runs if r.repeat == 4} == {c: f"{c}-r4" for c in cells}
+    assert design.runs(cells, 5, ["p1", "p2"], 7) == runs and design.runs(cells, 5, ["p1", "p2"], 8) != runs
+    orders = {tuple(r.pair for r in runs if r.cell == c and r.repeat < 4) for c in cells}
+    assert len(orders) > 1  # which pair comes first is drawn, not always the first named
+    assert [(r.name, r.pair) for r in design.runs(cells, 1, [], 7)] == [(c, "") for c in cells]
+
+
+def test_a_paired_campaign_submits_one_array_per_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The design is written into campaign.json, each run a folder with its cell's configuration; submit
+    makes one job array per pair with --constraint=CONSTRAINT&PAIR, each holding that pair's runs."""
+    from vmharness.cli.main import main
+
+    calls: list[list[str]] = []
+
+    def sbatch(argv: list[str]) -> str:
+        calls.append(argv)
+        return f"{40 + len(calls)}\n"
+
+    monkeypatch.setattr(slurm, "_run", sbatch)
+    assert main(["campaign", "submit", str(write(tmp_path, PAIRED)), "--out", str(tmp_path / "camp")]) == 0
+    plan = json.loads((tmp_path / "camp/campaign.json").read_text())
+    assert (plan["repeats"], plan["seed"], plan["slurm"]["pairs"]) == (5, 7, ["pair1", "pair2"])
+    assert len(plan["runs"]) == 10 and all((tmp_path / "camp/cells" / r["name"] / "config.toml").is_file()
+                                           for r in plan["runs"])
+    constraints = [next(x for x in a if x.startswith("--constraint=")) for a in calls]
+    assert sorted(constraints) == ["--constraint=vfio&mlx5&pair1", "--constraint=vfio&mlx5&pair2"]
+    for argv, job, said in zip(calls, slurm.jobs(CampaignDir(tmp_path / "camp")), constraints, strict=True):
+        mine = [r["name"] for r in plan["runs"] if r["pair"] == said.rsplit("&", 1)[1]]
+        assert list(job.cells) == mine and f"--array=0-{len(mine) - 1}" in argv
+        assert argv[-1] == f"slurm/submit-{job.job - 40}.json"
+    assert sorted(len(j.cells) for j in slurm.jobs(CampaignDir(tmp_path / "camp"))) == [4, 6]  # 2 rounds and a half
+    assert "runs on pair pair1" in capsys.readouterr().out
+
+
+def test_a_repeated_cells_report_has_a_row_per_run_and_its_pair_effect(tmp_path: Path) -> None:
+    """Every run of a repeated cell is a row with its repetition and pair; a cell on two pairs has a
+    pair-effect entry (here every run is the same recorded run: no spread within a pair, said so);
+    the report says the pairs were controlled."""
+    import tarfile
+
+    from vmharness.campaign import gather
+
+    c = spec.load(write(tmp_path, PAIRED.replace("repeats = 5", "repeats = 4")))
+    cdir = CampaignDir.write(tmp_path / "camp", c)
+    _, plan = CampaignDir.open(tmp_path / "camp")
+    for run in plan["runs"]:
+        with tarfile.open(Path(__file__).parent / "golden/runs/bench.tar.xz") as tar:
+            tar.extractall(tmp_path / "camp/runs" / run["name"], filter="data")
+    rep = gather.build(cdir, plan)
+    assert sorted((r["run"], r["cell"], r["repeat"], r["pair"]) for r in rep["rows"]) == sorted(
+        (r["name"], r["cell"], r["repeat"], r["pair"]) for r in plan["runs"])
+    assert len(rep["rows"]) == 8 and all(r["state"] == "done" for r in rep["rows"])
+    assert [e["cell"] for e in rep["pair_effects"]] == [cell.name for cell in c.cells]
+    assert all("no spread within a pair" in e["note"] for e in rep["pair_effects"])
+    assert all(p["change"] == pytest.approx(0) for p in rep["pair_effects"][1]["pairs"])
+    assert "node pairs controlled" in rep["notes"][0] and "pair effect" in gather.text(rep)
+    assert "no spread within a pair" in gather.markdown(rep)
+    assert gather.csv(rep).splitlines()[0].endswith("run,repeat,pair,pair_change,pair_effect_p")

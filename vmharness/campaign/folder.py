@@ -1,7 +1,8 @@
 """The campaign folder, the harness's own (system/owned.py, owner "campaign"):
 
-    campaign.json          the cells (name, values) and how they run, written by the first submit
-    cells/NAME/config.toml each cell's configuration, checked (spec.expand)
+    campaign.json          the cells (name, values), the runs (each cell's repetitions, their pairs and
+                           order: design.py) and how they run, written by the first submit
+    cells/NAME/config.toml each run's configuration (its cell's), checked (spec.expand)
     cells/NAME/nodes.json  where the cell last ran (server, client, Slurm job), written as it starts
     cells/NAME/exit.json   how the cell's command last ended (its exit status, its last error line)
     cells/NAME/log.txt     the command's output
@@ -19,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from vmharness import userfile
-from vmharness.campaign import tomlout
-from vmharness.campaign.spec import CELL, Campaign
+from vmharness.campaign import design, tomlout
+from vmharness.campaign.spec import CELL, FEATURE, Campaign
 from vmharness.errors import HarnessError
 from vmharness.rundir import jsontext
 from vmharness.system import owned
@@ -47,9 +48,23 @@ def read_json(folder: Path, rel: str) -> Any | None:
 
 
 def _plan(c: Campaign) -> dict[str, Any]:
-    return {"command": c.command, "backend": c.backend, "baseline": c.baseline,
-            "slurm": {"constraint": c.slurm.constraint, "partition": c.slurm.partition, "client": c.slurm.client},
-            "cells": [{"name": cell.name, "values": cell.values} for cell in c.cells]}
+    return {"command": c.command, "backend": c.backend, "baseline": c.baseline, "repeats": c.repeats, "seed": c.seed,
+            "slurm": {"constraint": c.slurm.constraint, "partition": c.slurm.partition, "client": c.slurm.client,
+                      "pairs": list(c.slurm.pairs)},
+            "cells": [{"name": cell.name, "values": cell.values} for cell in c.cells],
+            "runs": [r.json() for r in design.runs([cell.name for cell in c.cells], c.repeats, c.slurm.pairs, c.seed)]}
+
+
+def _runs(plan: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The plan's runs, checked: each a folder's name, of one of its cells, a pair a feature or "";
+    a plan written before cells were repeated has none: each cell is then its one run."""
+    names = [c["name"] for c in plan["cells"]]
+    runs = plan.get("runs", [{"name": n, "cell": n, "repeat": 0, "pair": ""} for n in names])
+    ok = isinstance(runs, list) and all(
+        isinstance(r, dict) and isinstance(r.get("name"), str) and CELL.fullmatch(r["name"])
+        and r.get("cell") in names and isinstance(r.get("repeat"), int) and not isinstance(r.get("repeat"), bool)
+        and isinstance(r.get("pair"), str) and (r["pair"] == "" or FEATURE.fullmatch(r["pair"])) for r in runs)
+    return runs if ok and len({r["name"] for r in runs}) == len(runs) else None
 
 
 @dataclass(frozen=True)
@@ -86,8 +101,9 @@ class CampaignDir:
         if said is None:
             folder.write(CAMPAIGN, (json.dumps(plan, indent=2, sort_keys=True) + "\n").encode())
         folder.folder("runs")
-        for cell in c.cells:
-            me.cell_folder(cell.name).write("config.toml", tomlout.dumps(cell.table).encode())
+        tables = {cell.name: tomlout.dumps(cell.table).encode() for cell in c.cells}
+        for run in plan["runs"]:
+            me.cell_folder(run["name"]).write("config.toml", tables[run["cell"]])
         return me
 
     @classmethod
@@ -102,9 +118,10 @@ class CampaignDir:
                 or plan.get("backend") not in ("local", "slurm") or not isinstance(cells, list)
                 or not all(isinstance(c, dict) and isinstance(c.get("name"), str) and CELL.fullmatch(c["name"])
                            and isinstance(c.get("values"), dict) for c in cells)
-                or not isinstance(plan.get("baseline"), str) or not isinstance(plan.get("slurm"), dict)):
+                or not isinstance(plan.get("baseline"), str) or not isinstance(plan.get("slurm"), dict)
+                or _runs(plan) is None):
             raise HarnessError(f"{path / CAMPAIGN} does not hold a campaign's cells", _hint(path))
-        return cls(path), plan
+        return cls(path), {**plan, "runs": _runs(plan)}
 
     def write_json(self, name: str, rel: str, data: dict[str, Any]) -> None:
         self.cell_folder(name).write(rel, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())

@@ -88,16 +88,16 @@ def run_cell(cdir: CampaignDir, name: str, command: str, nodes: tuple[str, str],
 
 
 def run_local(cdir: CampaignDir, plan: dict[str, object], say: Say) -> int:
-    """Every cell not done, one after the other, on this machine (and the clients its configuration
-    names); 1 if any failed."""
-    cells = plan["cells"]
-    assert isinstance(cells, list)
+    """Every run (a cell's repetition) not done, one after the other in the design's order, on this
+    machine (and the clients its configuration names): one pair; 1 if any failed."""
+    runs = plan["runs"]
+    assert isinstance(runs, list)
     host = socket.gethostname()
     failed = 0
-    for cell in cells:
-        if cell_state(cdir, cell["name"]).state == "done":
+    for run in runs:
+        if cell_state(cdir, run["name"]).state == "done":
             continue
-        failed += run_cell(cdir, cell["name"], str(plan["command"]), (host, ""), "", say) != 0
+        failed += run_cell(cdir, run["name"], str(plan["command"]), (host, ""), "", say) != 0
     return 1 if failed else 0
 
 

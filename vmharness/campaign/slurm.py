@@ -1,5 +1,6 @@
 """The Slurm backend, a thin layer over Slurm's own commands: `sbatch` submits one job array per
-submission (each element two whole nodes, the first the server, the second the client), `squeue --json`
+submission and pair (each element two whole nodes, the first the server, the second the client; with
+`[slurm] pairs`, two nodes of the pair's feature: --constraint=CONSTRAINT&PAIR), `squeue --json`
 says what is queued or running, `scancel` cancels the campaign's recorded jobs and no other.
 
 No shell string is built from a campaign's values: the element script is the harness's own text, and the
@@ -59,8 +60,14 @@ def _run(argv: list[str]) -> str:
     return res.stdout
 
 
-def submit(cdir: CampaignDir, cells: list[str], opts: SlurmOptions) -> Job:
-    """One job array over `cells`, recorded in the campaign folder as soon as sbatch names it."""
+def constraint(opts: SlurmOptions, pair: str) -> str:
+    """The campaign's constraint, and the pair's feature with it (spec.py: then both are features and &)."""
+    return "&".join(x for x in (opts.constraint, pair) if x)
+
+
+def submit(cdir: CampaignDir, cells: list[str], opts: SlurmOptions, pair: str = "") -> Job:
+    """One job array over `cells` (runs), on the nodes of `pair`'s feature if given, recorded in the
+    campaign folder as soon as sbatch names it."""
     if "%" in str(cdir.path.resolve()):
         raise HarnessError(f"--out {cdir.path} holds '%', which Slurm reads in a log's name", "name another folder")
     known = jobs(cdir)
@@ -71,7 +78,7 @@ def submit(cdir: CampaignDir, cells: list[str], opts: SlurmOptions) -> Job:
     logs = cdir.path.resolve() / "slurm"
     argv = ["sbatch", "--parsable", f"--array=0-{len(cells) - 1}", "--nodes=2", "--exclusive",
             "--job-name=vmharness-campaign", f"--output={logs}/%A_%a.out"]
-    argv += [f"--constraint={opts.constraint}"] * bool(opts.constraint)
+    argv += [f"--constraint={constraint(opts, pair)}"] * bool(constraint(opts, pair))
     argv += [f"--partition={opts.partition}"] * bool(opts.partition)
     argv += [str(logs / "element.sh"), str(cdir.path.resolve()), rel]
     out = _run(argv).strip().split(";")[0]

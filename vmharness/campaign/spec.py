@@ -19,7 +19,9 @@ from typing import Any, Literal
 from vmharness.errors import HarnessError
 from vmharness.model import config, tomlfile
 
-MAX_CELLS = 10_000
+MAX_CELLS = 10_000  # runs: cells times repeats
+MAX_REPEATS = 1000
+MAX_PAIRS = 64
 MAX_AXES = 16
 MAX_KEY_DEPTH = 6
 Command = Literal["bench", "run"]
@@ -30,6 +32,7 @@ CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")  # a cell's name: a folde
 # Slurm's --constraint: features joined by & | and ,  with brackets, counts (*2) and no blank or shell character
 CONSTRAINT = re.compile(r"[A-Za-z0-9_.\-&|,*\[\]]{1,256}")
 PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+FEATURE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # one node feature: a pair's, joined to the constraint with &
 HINT = "docs/campaign.md describes a campaign file"
 
 
@@ -53,6 +56,7 @@ class SlurmOptions:
     constraint: str = ""
     partition: str = ""
     client: Literal["node", "config"] = "node"  # node: every [[client]] is the allocation's second node
+    pairs: tuple[str, ...] = ()  # node features, one per pair of nodes: the repetitions are spread over them
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class Campaign:
     slurm: SlurmOptions
     axes: tuple[Axis, ...]
     cells: tuple[Cell, ...]
+    repeats: int = 1  # runs of each cell, each its own run folder (design.py: on which pair, in what order)
+    seed: int = 1  # the design's random order
 
 
 def _table(data: dict[str, Any], name: str, known: set[str]) -> dict[str, Any]:
@@ -131,7 +137,7 @@ def _slug(value: Any) -> str:
 def cell_name(index: int, parts: list[str]) -> str:
     """`0003-duration-2_cmdline-mitigations-off`: the index keeps names apart, the rest says what it is."""
     name = f"{index:04d}-" + "_".join(parts)
-    return name[:120]
+    return name[:112]  # and a repetition's "-r999" after it
 
 
 def _set(table: dict[str, Any], key: str, value: Any) -> None:
@@ -155,6 +161,35 @@ def _set(table: dict[str, Any], key: str, value: Any) -> None:
     if isinstance(node, list):
         raise HarnessError(f"{key}: {'.'.join(path)} is an array of tables", "index it, e.g. instance.0.cmdline")
     node[last] = copy.deepcopy(value)
+
+
+def _int(table: dict[str, Any], where: str, key: str, default: int, low: int, high: int) -> int:
+    value = table.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise HarnessError(f"{where}.{key} must be a whole number, not {type(value).__name__}", HINT)
+    if not low <= value <= high:
+        raise HarnessError(f"{where}.{key} is {value}: it must be {low} to {high:,}", HINT)
+    return value
+
+
+def _pairs(table: dict[str, Any], constraint: str) -> tuple[str, ...]:
+    """[slurm] pairs: node features, each one pair's; joined to the constraint with & (so the constraint
+    may hold only features and &: a | or a bracket would change what the & binds)."""
+    raw = table.get("pairs", [])
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise HarnessError("slurm.pairs must be a list of node features (strings)", 'e.g. pairs = ["pair1", "pair2"]')
+    if len(raw) > MAX_PAIRS:
+        raise HarnessError(f"slurm.pairs names {len(raw)} pairs (at most {MAX_PAIRS})", "name fewer pairs")
+    for p in raw:
+        if not FEATURE.fullmatch(p):
+            raise HarnessError(f"slurm.pairs: {p[:80]!r} is not a node feature",
+                               "letters, digits, '.', '_' and '-': one feature of slurm.conf's Features=")
+        if raw.count(p) > 1:
+            raise HarnessError(f"slurm.pairs names {p!r} twice", "name each pair's feature once")
+    if raw and not re.fullmatch(r"[A-Za-z0-9_.&-]*", constraint):
+        raise HarnessError(f"slurm.constraint {constraint[:80]!r} with slurm.pairs may join features only by &",
+                           "each element asks for constraint&PAIR: write the constraint as features joined by &")
+    return tuple(raw)
 
 
 def matrix_size(axes: tuple[Axis, ...]) -> int:
@@ -187,7 +222,7 @@ def load(path: Path) -> Campaign:
     unknown = sorted(str(k) for k in set(data) - {"campaign", "base", "slurm", "axis"})
     if unknown:
         raise HarnessError(f"{path}: unknown table {unknown[0][:64]!r}", "known: campaign, base, slurm, axis")
-    head = _table(data, "campaign", {"command", "base", "backend", "baseline"})
+    head = _table(data, "campaign", {"command", "base", "backend", "baseline", "repeats", "seed"})
     command: Command = _string(head, "campaign", "command", "bench", choices=("bench", "run"))  # type: ignore[assignment]
     backend: Backend = _string(head, "campaign", "backend", "local", choices=("local", "slurm"))  # type: ignore[assignment]
     base_file = _string(head, "campaign", "base", "")
@@ -199,13 +234,19 @@ def load(path: Path) -> Campaign:
                                                 "name it relative to the campaign file"))
     else:
         base = _table(data, "base", set(data.get("base", {}) if isinstance(data.get("base"), dict) else ()))
-    s = _table(data, "slurm", {"constraint", "partition", "client"})
-    slurm = SlurmOptions(_string(s, "slurm", "constraint", "", CONSTRAINT),
-                         _string(s, "slurm", "partition", "", PARTITION),
-                         _string(s, "slurm", "client", "node", choices=("node", "config")))  # type: ignore[arg-type]
+    s = _table(data, "slurm", {"constraint", "partition", "client", "pairs"})
+    constraint = _string(s, "slurm", "constraint", "", CONSTRAINT)
+    slurm = SlurmOptions(constraint, _string(s, "slurm", "partition", "", PARTITION),
+                         _string(s, "slurm", "client", "node", choices=("node", "config")),  # type: ignore[arg-type]
+                         _pairs(s, constraint))
+    repeats = _int(head, "campaign", "repeats", 1, 1, MAX_REPEATS)
+    seed = _int(head, "campaign", "seed", 1, 0, 2**63 - 1)
     axes = _axes(data)
+    if matrix_size(axes) * repeats > MAX_CELLS:
+        raise HarnessError(f"the campaign has {matrix_size(axes) * repeats:,} runs ({matrix_size(axes):,} cells, "
+                           f"{repeats} repeats; at most {MAX_CELLS:,})", "split it into campaigns, or repeat less")
     cells = expand(command, base, axes)
     baseline = _string(head, "campaign", "baseline", cells[0].name)
     if baseline not in {c.name for c in cells}:
         raise HarnessError(f"campaign.baseline {baseline[:80]!r} is not one of the cells", f"e.g. {cells[0].name}")
-    return Campaign(path, command, backend, baseline, slurm, axes, cells)
+    return Campaign(path, command, backend, baseline, slurm, axes, cells, repeats, seed)

@@ -80,4 +80,5 @@ def cell_state(cdir: CampaignDir, name: str) -> CellState:
 
 
 def states(cdir: CampaignDir, plan: dict[str, Any]) -> list[CellState]:
-    return [cell_state(cdir, c["name"]) for c in plan["cells"]]
+    """Each run's (a cell's repetition: CampaignDir.open's plan["runs"]), in the order they run."""
+    return [cell_state(cdir, r["name"]) for r in plan["runs"]]

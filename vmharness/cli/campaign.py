@@ -5,6 +5,7 @@ Slurm job array over node pairs (slurm), gathered into one table (docs/campaign.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 from pathlib import Path
@@ -18,13 +19,17 @@ from vmharness.progress import say
 
 
 def _where(c: spec.Campaign, backend: str) -> str:
+    runs = len(c.cells) * c.repeats
     if backend == "local":
-        return f"local: one after the other on {socket.gethostname()} (and the clients each configuration names)"
+        return (f"local: {runs} runs one after the other on {socket.gethostname()} (and the clients each "
+                "configuration names): one pair")
     extra = f" --constraint={c.slurm.constraint}" * bool(c.slurm.constraint)
     extra += f" --partition={c.slurm.partition}" * bool(c.slurm.partition)
-    return (f"slurm: one job array of {len(c.cells)} elements, each --nodes=2 --exclusive{extra}: the first node "
-            "the server, the second " + ("every [[client]]" if c.slurm.client == "node" else "unused (the "
-                                          "configuration's clients)"))
+    arrays = (f"one job array per pair ({', '.join(c.slurm.pairs)}: --constraint=...&PAIR) of {runs} runs in all, "
+              "each cell's repetitions spread over the pairs" if c.slurm.pairs else
+              f"one job array of {runs} elements (the pairs as Slurm places them: not controlled)")
+    return (f"slurm: {arrays}, each --nodes=2 --exclusive{extra}: the first node the server, the second "
+            + ("every [[client]]" if c.slurm.client == "node" else "unused (the configuration's clients)"))
 
 
 def _here(args: argparse.Namespace) -> None:
@@ -44,17 +49,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None:
         CampaignDir.preflight(out)
-    cells: list[dict[str, Any]] = [{"name": cell.name, "values": cell.values,
-                                    "run_dir": str(out / "runs" / cell.name) if out else None} for cell in c.cells]
+    from vmharness.campaign import design
+
+    runs = design.runs([cell.name for cell in c.cells], c.repeats, c.slurm.pairs if backend == "slurm" else (), c.seed)
+    cells: list[dict[str, Any]] = [{"name": cell.name, "values": cell.values, "runs": [
+        {**r.json(), "run_dir": str(out / "runs" / r.name) if out else None} for r in runs if r.cell == cell.name]}
+        for cell in c.cells]
     if args.json:
         print(textsafe.json_text({"command": c.command, "backend": backend, "where": _where(c, backend),
-                                  "baseline": c.baseline, "cells": cells}))
+                                  "baseline": c.baseline, "repeats": c.repeats, "cells": cells,
+                                  "order": [r.name for r in runs]}))
         return 0
-    print(f"{len(cells)} cells of `vmharness {c.command}`, baseline {c.baseline}")
+    print(f"{len(cells)} cells of `vmharness {c.command}`" + f", each run {c.repeats} times" * (c.repeats > 1)
+          + f", baseline {c.baseline}")
     print(_where(c, backend))
     for cell in cells:
         values = ", ".join(f"{k}={textsafe.json_text(v, indent=None)}" for k, v in cell["values"].items())
-        print(f"  {cell['name']}: {values}" + (f" -> {cell['run_dir']}" if cell["run_dir"] else ""))
+        print(f"  {cell['name']}: {values}")
+        for r in cell["runs"] if c.repeats > 1 or c.slurm.pairs or out else []:
+            print(f"    {r['name']}" + f" on {r['pair']}" * bool(r["pair"])
+                  + (f" -> {r['run_dir']}" if r["run_dir"] else ""))
     return 0
 
 
@@ -67,7 +81,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     CampaignDir.preflight(out)
     if args.backend and args.backend != c.backend:
-        c = spec.Campaign(c.source, c.command, args.backend, c.baseline, c.slurm, c.axes, c.cells)
+        c = dataclasses.replace(c, backend=args.backend)
     cdir = CampaignDir.write(out, c)
     _, plan = CampaignDir.open(out)
     if backend == "local":
@@ -77,8 +91,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not todo:
         print("every cell is done or queued: nothing submitted")
         return 0
-    job = slurm.submit(cdir, todo, c.slurm)
-    print(f"submitted job {job.job}: {len(todo)} cells")
+    pair_of = {r["name"]: r["pair"] for r in plan["runs"]}
+    for pair in dict.fromkeys(pair_of[n] for n in todo):  # one job array per pair, in the design's order
+        mine = [n for n in todo if pair_of[n] == pair]
+        job = slurm.submit(cdir, mine, c.slurm, pair)
+        print(f"submitted job {job.job}: {len(mine)} " + ("runs" if c.repeats > 1 else "cells")
+              + f" on pair {pair}" * bool(pair))
     return 0
 
 
@@ -94,14 +112,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     _here(args)
     cdir, plan = CampaignDir.open(Path(args.folder))
     queued = _queued(cdir, plan)
-    rows = [{"cell": s.name, "state": queued.get(s.name, s.state) if s.state != "done" else s.state,
+    runs = {r["name"]: r for r in plan["runs"]}
+    rows = [{"cell": runs[s.name]["cell"], "run": s.name, "repeat": runs[s.name]["repeat"],
+             "pair": runs[s.name]["pair"], "state": queued.get(s.name, s.state) if s.state != "done" else s.state,
              "why": s.why, "server": s.server, "client": s.client, "job": s.job} for s in state.states(cdir, plan)]
     if args.json:
         print(textsafe.json_text({"cells": rows}))
     else:
         from vmharness import table
-        print("\n".join(table.render(["cell", "state", "nodes", "job", "why"],
-                                     [[textsafe.line(x) for x in (r["cell"], r["state"], "/".join(
+        print("\n".join(table.render(["run", "state", "nodes", "job", "why"],
+                                     [[textsafe.line(x) for x in (r["run"], r["state"], "/".join(
                                          n for n in (r["server"], r["client"]) if n), r["job"], r["why"])]
                                       for r in rows])))
     return 0 if all(r["state"] == "done" for r in rows) else 1

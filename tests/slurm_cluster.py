@@ -1,5 +1,6 @@
-"""A Slurm cluster on this one machine, for the campaign's tests: munged, slurmctld and two slurmd (node1
-and node2, both this machine on ports of their own), started without systemd from a slurm.conf written
+"""A Slurm cluster on this one machine, for the campaign's tests: munged, slurmctld and four slurmd (node1
+to node4, each this machine on a port of its own; node1 and node2 have the feature pair1, node3 and
+node4 pair2: two pairs of nodes), started without systemd from a slurm.conf written
 into a temporary folder (no cgroups, no accounting), and stopped by the PIDs this fixture started, and no
 other process.
 
@@ -24,6 +25,7 @@ import pytest
 
 PRIVATE_RUN = 'mkdir -p /run/vmharness && mount -t tmpfs tmpfs /run/vmharness && exec "$0" "$@"'
 START_TIMEOUT = 60.0  # seconds: the nodes idle in about 3 here
+NODES = ("node1", "node2", "node3", "node4")
 
 
 def isolated(argv: list[str]) -> list[str]:
@@ -68,10 +70,9 @@ MpiDefault=none
 ReturnToService=2
 KillWait=30
 SlurmdParameters=config_overrides
-NodeName=node1 NodeHostname=localhost Port={ports[1]} CPUs=1 Features=pair1
-NodeName=node2 NodeHostname=localhost Port={ports[2]} CPUs=1 Features=pair1
-PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP
-"""
+""" + "".join(f"NodeName={n} NodeHostname=localhost Port={port} CPUs=1 Features=pair{(i + 1) // 2}\n"
+            for i, (n, port) in enumerate(zip(NODES, ports[1:], strict=True), 1)) + \
+        f"PartitionName=debug Nodes=node[1-{len(NODES)}] Default=YES MaxTime=INFINITE State=UP\n"
 
 
 @dataclass
@@ -82,7 +83,7 @@ class Cluster:
     def log(self) -> str:
         """The daemons' logs' tails, for a failing test's message."""
         out = []
-        for name in ("slurmctld.log", "slurmd-node1.log", "slurmd-node2.log", "munged.log"):
+        for name in ("slurmctld.log", *(f"slurmd-{n}.log" for n in NODES), "munged.log"):
             p = self.folder / name
             if p.exists():
                 out.append(f"--- {name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]))
@@ -121,7 +122,7 @@ def cluster(folder: Path) -> Iterator[Cluster]:
     for sub in ("state", "spool"):
         (folder / sub).mkdir(exist_ok=True)
     conf = folder / "slurm.conf"
-    conf.write_text(_conf(folder, _free_ports(3)))
+    conf.write_text(_conf(folder, _free_ports(1 + len(NODES))))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     procs: list[subprocess.Popen[bytes]] = []
     logs = (folder / "daemons.out").open("ab")
@@ -134,13 +135,13 @@ def cluster(folder: Path) -> Iterator[Cluster]:
             assert time.monotonic() < deadline and procs[0].poll() is None, "munged did not start"
             time.sleep(0.1)
         procs.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf)], env=env, stdout=logs, stderr=logs))
-        for node in ("node1", "node2"):
+        for node in NODES:
             procs.append(subprocess.Popen(isolated(["slurmd", "-D", "-N", node, "-f", str(conf)]), env=env,
                                           stdout=logs, stderr=logs))
         c = Cluster(folder, env)
         while True:
             res = subprocess.run(["sinfo", "-h", "-o", "%t %D"], env=env, capture_output=True, text=True, check=False)
-            if res.stdout.split() == ["idle", "2"]:
+            if res.stdout.split() == ["idle", str(len(NODES))]:
                 break
             assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
                 f"the cluster did not come up: {res.stdout} {res.stderr}\n{c.log()}"

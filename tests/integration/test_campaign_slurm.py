@@ -1,7 +1,8 @@
 """Campaigns for real: loopback benches (nginx and wrk on this machine) as cells of a Slurm job array on a
-one-machine cluster (tests/slurm_cluster.py: two slurmd nodes), waited for and gathered; a cancelled job,
-a failed cell, `submit` again running only the cells without a complete run; and the local backend's run
-of the same campaign giving the same cells in its table."""
+one-machine cluster (tests/slurm_cluster.py: four slurmd nodes, two pairs by feature), waited for and
+gathered; a cancelled job, a failed cell, `submit` again running only the cells without a complete run;
+the local backend's run of the same campaign giving the same cells in its table; and a repeated cell's
+runs spread over both pairs, one job array per pair."""
 
 from __future__ import annotations
 
@@ -70,14 +71,16 @@ def cli(c: Cluster, *args: str, timeout: float = 120) -> proc.Result:
 def status(c: Cluster, folder: Path) -> dict[str, dict[str, Any]]:
     res = cli(c, "status", str(folder), "--json")
     assert res.returncode in (0, 1), res.stderr
-    return {r["cell"]: r for r in json.loads(res.stdout)["cells"]}
+    return {r["run"]: r for r in json.loads(res.stdout)["cells"]}
 
 
-def wait(c: Cluster, folder: Path) -> dict[str, dict[str, Any]]:
+def wait(c: Cluster, folder: Path, pair: str | None = None) -> dict[str, dict[str, Any]]:
+    """Until no run (of `pair`, if given) is queued or running."""
     deadline = time.monotonic() + WAIT
     while True:
         got = status(c, folder)
-        if not any(r["state"] in ("pending", "running", "configuring", "completing") for r in got.values()):
+        if not any(r["state"] in ("pending", "running", "configuring", "completing") for r in got.values()
+                   if pair is None or r["pair"] == pair):
             return got
         assert time.monotonic() < deadline, f"the campaign did not end: {got}\n{c.log()}"
         time.sleep(1)
@@ -154,3 +157,32 @@ def test_cancel_failed_cell_and_submit_again(slurm: Cluster, tmp_path: Path) -> 
     assert json.loads((out / "slurm/submit-3.json").read_text())["cells"] == sorted(
         n for n in second if n.endswith("nowrk"))
     wait(slurm, out)
+
+
+def test_repetitions_spread_over_two_pairs(slurm: Cluster, tmp_path: Path) -> None:
+    """Two cells, each run twice: one job array per pair (--constraint=pair1 on node1/node2, pair2 on
+    node3/node4), each cell once on each; the report has each cell's runs on both pairs and says a pair
+    effect needs more repetitions. The benches share this machine's loopback port, so pair2's nodes are
+    drained until pair1's array is through (its array waits for them, as on a busy cluster)."""
+    text = campaign(18743, "slurm").replace('constraint = "pair1"', 'pairs = ["pair1", "pair2"]')
+    (tmp_path / "c.toml").write_text(text.replace('backend = "slurm"', 'backend = "slurm"\nrepeats = 2'))
+    out = tmp_path / "paired"
+    nodes = ["scontrol", "update", "NodeName=node[3-4]"]
+    assert proc.run([*nodes, "State=DRAIN", "Reason=one-loopback"], timeout=30, check=False, env=slurm.env).ok
+    try:
+        res = cli(slurm, "submit", str(tmp_path / "c.toml"), "--out", str(out))
+        assert res.ok and res.stdout.count("submitted job") == 2, res.stdout + res.stderr
+        wait(slurm, out, "pair1")
+    finally:
+        assert proc.run([*nodes, "State=RESUME"], timeout=30, check=False, env=slurm.env).ok
+    got = wait(slurm, out)
+    assert {r["state"] for r in got.values()} == {"done"} and len(got) == 4, (got, slurm.log())
+    where = {"pair1": ("node1", "node2"), "pair2": ("node3", "node4")}
+    assert all((r["server"], r["client"]) == where[r["pair"]] for r in got.values()), got
+    assert sorted((r["cell"], r["pair"]) for r in got.values()) == sorted(
+        (c, p) for c in {r["cell"] for r in got.values()} for p in where)
+    rep = report(slurm, out)
+    assert [(e["cell"], [p["pair"] for p in e["pairs"]]) for e in rep["pair_effects"]] == [
+        (c, ["pair1", "pair2"]) for c in sorted({r["cell"] for r in got.values()})]
+    assert all("too few repetitions" in e["note"] for e in rep["pair_effects"])
+    assert "node pairs controlled" in rep["notes"][0]

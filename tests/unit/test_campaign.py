@@ -267,3 +267,14 @@ def test_a_repeated_cells_report_has_a_row_per_run_and_its_pair_effect(tmp_path:
     assert "node pairs controlled" in rep["notes"][0] and "pair effect" in gather.text(rep)
     assert "no spread within a pair" in gather.markdown(rep)
     assert gather.csv(rep).splitlines()[0].endswith("run,repeat,pair,pair_change,pair_effect_p")
+
+
+def test_pairs_name_no_run_of_a_local_campaign(tmp_path: Path) -> None:
+    """`submit --backend local` of a paired campaign: every run is on this machine, so none is labelled
+    with a pair it did not have (the report would else compare a machine with itself)."""
+    import dataclasses
+
+    c = dataclasses.replace(spec.load(write(tmp_path, PAIRED)), backend="local")
+    CampaignDir.write(tmp_path / "camp", c)
+    _, plan = CampaignDir.open(tmp_path / "camp")
+    assert len(plan["runs"]) == 10 and {r["pair"] for r in plan["runs"]} == {""} and plan["slurm"]["pairs"] == []

@@ -48,11 +48,12 @@ def read_json(folder: Path, rel: str) -> Any | None:
 
 
 def _plan(c: Campaign) -> dict[str, Any]:
+    pairs = c.slurm.pairs if c.backend == "slurm" else ()  # this machine is one pair: no run is labelled another
     return {"command": c.command, "backend": c.backend, "baseline": c.baseline, "repeats": c.repeats, "seed": c.seed,
             "slurm": {"constraint": c.slurm.constraint, "partition": c.slurm.partition, "client": c.slurm.client,
-                      "pairs": list(c.slurm.pairs)},
+                      "pairs": list(pairs)},
             "cells": [{"name": cell.name, "values": cell.values} for cell in c.cells],
-            "runs": [r.json() for r in design.runs([cell.name for cell in c.cells], c.repeats, c.slurm.pairs, c.seed)]}
+            "runs": [r.json() for r in design.runs([cell.name for cell in c.cells], c.repeats, pairs, c.seed)]}
 
 
 def _runs(plan: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -63,6 +64,7 @@ def _runs(plan: dict[str, Any]) -> list[dict[str, Any]] | None:
     ok = isinstance(runs, list) and all(
         isinstance(r, dict) and isinstance(r.get("name"), str) and CELL.fullmatch(r["name"])
         and r.get("cell") in names and isinstance(r.get("repeat"), int) and not isinstance(r.get("repeat"), bool)
+        and r["repeat"] >= 0
         and isinstance(r.get("pair"), str) and (r["pair"] == "" or FEATURE.fullmatch(r["pair"])) for r in runs)
     return runs if ok and len({r["name"] for r in runs}) == len(runs) else None
 

@@ -265,6 +265,9 @@ def cases() -> list[Case]:
              both(snapshot_host, with_file("p.toml", 'vfio_irqs = "all"\n'))),
         Case("tune-apply-on-a-snapshot", ("tune", "apply", *S), ("--host-root",), snapshot_host),
         Case("tune-revert-on-a-snapshot", ("tune", "revert", *S), ("--host-root",), snapshot_host),
+        # campaigns: their own table is tests/unit/test_hostile_campaign.py
+        Case("campaign-file-missing", ("campaign", "plan", "nope.toml"), ("nope.toml",)),
+        Case("campaign-file-a-fifo", ("campaign", "plan", "c.toml"), ("c.toml",), fifo_at("c.toml")),
         Case("tune-target-unknown", ("tune", "plan", "--target", "toaster"), ("toaster",)),
         Case("tune-target-ssh-option", ("tune", "plan", "--target", "client:" + HOSTILE_HOST), ("client",)),
         Case("tune-target-guest-path", ("tune", "plan", "--target", "guest:../x"), ("guest",)),

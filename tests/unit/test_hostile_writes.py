@@ -34,7 +34,7 @@ from tests.hostile_kit import (
 RUN_MANIFEST = GOOD_MANIFEST.replace('"kind": "bench"', '"kind": "run"')
 REPORT_FILES = ("report.txt", "report.md", "report.csv", "report.json", "report.tex", "report.html",
                 "throughput.pdf", "latency.pdf", "throughput.png",
-                "throughput.svg", "latency.png", "latency.svg")
+                "throughput.svg", "latency.png", "latency.svg", "forest.pdf", "forest.png", "forest.svg")
 
 
 def hardlink(link: str, target: str, content: str = "canary\n") -> Build:

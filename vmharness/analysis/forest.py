@@ -18,7 +18,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from vmharness.analysis.plots import OKABE_ITO, STYLE, save
+from vmharness.analysis.plots import OKABE_ITO, WIDTH, save
 from vmharness.system.owned import Folder
 from vmharness.textsafe import line as one_line
 
@@ -58,8 +58,7 @@ def draw(summary: dict[str, Any], out: Folder) -> list[Path]:
     rows = [r for r in summary["rows"] if any(r.get(k) and _ratio(r[k]["change"]) for k, *_ in SERIES)]
     if not rows:
         return []
-    width = STYLE["figure.figsize"][0]
-    fig, ax = plt.subplots(figsize=(width, 0.32 * len(rows) + 0.95), layout="constrained")
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.32 * len(rows) + 0.95), layout="constrained")
     seen: list[float] = []
     labelled: set[str] = set()
     for i, (key, label, colour, marker) in enumerate(SERIES):

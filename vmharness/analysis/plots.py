@@ -45,7 +45,8 @@ from vmharness.textsafe import line as one_line  # a name in a figure: an ESC is
 # Okabe and Ito's colours, which readers with any colour-vision deficiency tell apart (their yellow last:
 # it is faint on white)
 OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
-STYLE = {"figure.figsize": (3.5, 2.6), "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7,
+WIDTH = 3.5  # inches: a paper's single column
+STYLE = {"figure.figsize": (WIDTH, 2.6), "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7,
          "legend.fontsize": 6, "xtick.labelsize": 6, "ytick.labelsize": 6, "lines.linewidth": 1.0,
          "lines.markersize": 3, "axes.prop_cycle": cycler(color=OKABE_ITO), "pdf.fonttype": 42}
 plt.style.use(STYLE)

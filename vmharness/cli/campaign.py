@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import socket
 from pathlib import Path
 from typing import Any
 
-from vmharness import textsafe
+from vmharness import environ, textsafe
 from vmharness.campaign import spec
 from vmharness.campaign.folder import CampaignDir
+from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.progress import say
 
@@ -158,8 +158,8 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
     _here(args)
     cdir, plan = CampaignDir.open(Path(args.folder))
     name = runner.read_submission(cdir, args.submission, args.index)
-    array = os.environ.get("SLURM_ARRAY_JOB_ID", "")
-    job = f"{array}_{args.index}" if array.isdigit() else ""
+    array = environ.get("SLURM_ARRAY_JOB_ID") or ""
+    job = f"{array}_{args.index}" if is_digits(array) else ""
     return runner.run_cell(cdir, name, plan["command"], slurm.allocation(), job, say,
                            clients_are_node=plan["slurm"].get("client") != "config")
 

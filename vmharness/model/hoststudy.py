@@ -70,9 +70,9 @@ def with_host_switches(cfg: RunConfig) -> RunConfig:
     have = {i.name: i for i in cfg.instance}
     if all(have_boots.get(b.name) == b for b in boots) and all(have.get(g.name) == g for g in guests):
         return cfg
-    for taken, what in ((sorted(b.name for b in boots if b.name in have_boots), "host boot"),
-                        (sorted(g.name for g in guests if g.name in have), "instance")):
+    for taken, what in ((sorted(b.name for b in boots if b.name in have_boots), "a host boot"),
+                        (sorted(g.name for g in guests if g.name in have), "an instance")):
         if taken:
-            raise HarnessError(f"{where}: a {what} is already named {taken[0]!r}",
-                               f"rename it: the study names each host switch's {what} {PREFIX}SWITCH")
+            raise HarnessError(f"{where}: {what} is already named {taken[0]!r}",
+                               f"rename it: the study names each host switch's {what.split(' ', 1)[1]} {PREFIX}SWITCH")
     return dataclasses.replace(cfg, host_boot=(*cfg.host_boot, *boots), instance=(ref, *guests, *cfg.instance[1:]))

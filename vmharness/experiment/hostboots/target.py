@@ -93,8 +93,9 @@ def compose(boot: HostBootSection, running: str, where: str) -> str:
 
 def of(root: HostRoot, boot: HostBootSection, n: int) -> Target:
     """Host boot `boot` (the n-th [[host_boot]]) checked on this machine; without a kernel, the running
-    one's files (as `home` finds them). A command line that turns an attack vector off is refused for a
-    kernel without the attack-vector controls (model/vectors.py), by the release in its header."""
+    one's files (as `home` finds them). A `cmdline` that turns an attack vector off is refused for a
+    kernel without the attack-vector controls (model/vectors.py), by the release in its header; what
+    the running command line carries over ("add") is the host's own, and is not judged here."""
     where = f"config.host_boot[{n}]"
     if boot.kernel:
         kernel = boot_file.check(boot.kernel, f"{where}.kernel", kernel=True)
@@ -102,10 +103,9 @@ def of(root: HostRoot, boot: HostBootSection, n: int) -> Target:
     else:
         running = home(root)
         kernel, initrd = running.kernel, running.initrd
-    line = compose(boot, running_cmdline(root), where)
-    if why := vectors.refused(line, kernel.release):
+    if why := vectors.refused(boot.cmdline, kernel.release):
         raise HarnessError(f"{where} ({boot.name}): {why}", vectors.HINT)
-    return Target(boot.name, kernel, initrd, line)
+    return Target(boot.name, kernel, initrd, compose(boot, running_cmdline(root), where))
 
 
 def home(root: HostRoot) -> Target:

@@ -16,6 +16,7 @@ from tests.hostboot_kit import BootingHost
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
 from vmharness.experiment.hostboots import plan, target
+from vmharness.guest import image, instance
 from vmharness.model import config, sections, vectors
 from vmharness.model.hostboots import CmdlineMode, HostBootSection
 from vmharness.rundir.store import RunDir
@@ -108,6 +109,22 @@ def test_attack_vectors_on_a_kernel_without_them_are_refused_with_the_reason(lin
     assert (why is not None) == refused
     if why is not None:
         assert "need Linux 6.17 or later" in why and release in why and "keep every mitigation on" in why
+
+
+def test_a_guest_kernel_known_to_lack_the_vectors_is_refused_before_its_guest_boots(tmp_path: Path) -> None:
+    """The instance's own bzImage, or its image's kernel release; an image not built yet ("?") leaves the
+    check to the run, at the guest's boot (experiment/runner.py)."""
+    head = bytearray(hostboot_kit.bzimage("6.1.0-18-amd64"))
+    head[0x1FE:0x200] = b"\x55\xaa"  # the boot flag the guest's reader wants too
+    (tmp_path / "vmlinuz").write_bytes(bytes(head))
+    line = "pti=on mitigations=auto,no_user_kernel"
+    img = image.Image(tmp_path / "img", {"kernel_release": "6.1.0-50-amd64"})
+    with pytest.raises(HarnessError, match=r"the attack-vector controls \(user_kernel\) need Linux 6.17 .*6.1.0-18"):
+        instance._kernel(instance.VmRequest(cmdline=line, kernel=str(tmp_path / "vmlinuz")), img)
+    with pytest.raises(HarnessError, match=r"need Linux 6.17 or later, and the kernel is '6.1.0-50-amd64'"):
+        instance._kernel(instance.VmRequest(cmdline=line), img)
+    instance._kernel(instance.VmRequest(cmdline=line), image.Image(tmp_path / "img", {"kernel_release": "?"}))
+    instance._kernel(instance.VmRequest(cmdline="pti=on"), img)  # no vector: any kernel
 
 
 def test_a_host_boot_turning_a_vector_off_on_an_old_kernel_is_refused_before_anything_is_taken(

@@ -20,7 +20,7 @@ import dataclasses
 from vmharness.errors import HarnessError
 from vmharness.model import switches as sw
 from vmharness.model.hostboots import HostBootSection
-from vmharness.model.sections import RunConfig, StudySection
+from vmharness.model.sections import RunConfig
 
 PREFIX = "host-no-"  # the host boot and the instance of a host switch turned off
 HOST, GUEST, HYPERVISOR = "host", "guest", "hypervisor"
@@ -28,14 +28,6 @@ HOST, GUEST, HYPERVISOR = "host", "guest", "hypervisor"
 
 def name(switch: str) -> str:
     return f"{PREFIX}{switch}"
-
-
-def side(study: StudySection, label_or_switch: str) -> str:
-    """The side a switch of `study` (as named or labelled) is on."""
-    if label_or_switch.startswith(f"{HOST}:") or (label_or_switch in study.host_switches
-                                                    and label_or_switch not in study.switches):
-        return HOST
-    return HYPERVISOR if label_or_switch in sw.HYPERVISOR else GUEST
 
 
 def label(host_switches: tuple[str, ...], guest_switches: tuple[str, ...], switch: str, on_host: bool) -> str:

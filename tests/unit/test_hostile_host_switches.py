@@ -57,7 +57,7 @@ def cases() -> list[Case]:
              run_toml(_study('switches = ["guest:spectre_v2"]\nhost_switches = ["spectre_v2"]'))),
         Case("host-switch-twice", RUN, ("study.host_switches names the switch 'mds' twice",),
              run_toml(_study('host_switches = ["mds", "mds"]'))),
-        Case("host-switch-not-a-list", RUN, ("config.study.host_switches",),
+        Case("host-switch-not-a-list", RUN, ("config.study.host_switches must be an array of strings",),
              run_toml(_study('host_switches = "mds"'))),
         # on both sides, the host's instance takes a name of its own; one already taken is refused
         Case("host-switch-both-sides-name-taken", RUN, ("study.host_switches: an instance is already named "

@@ -8,8 +8,9 @@ one word, `mitigations=auto,no_A,no_B`, so that no word of the kernel's parsing 
 A kernel before 6.17 reads such a word as an unsupported value of mitigations= and keeps every
 mitigation on: the instance would measure its reference again under another name. So a vector switch is
 refused where the kernel's release is known and older: the host boot's (its bzImage's header, read
-before anything is taken: experiment/hostboots/target.py), the guest's (the release its guest reports,
-at its boot: experiment/runner.py)."""
+before anything is taken: experiment/hostboots/target.py), the guest's (the instance's bzImage or its
+image's release, when its guest is planned: guest/instance.py; else the release its guest reports, at
+its boot: experiment/runner.py)."""
 
 from __future__ import annotations
 

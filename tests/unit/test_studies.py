@@ -133,7 +133,7 @@ def test_a_switch_that_changes_nothing_leaves_all_off_to_the_leave_one_out_of_th
     assert math.isclose(a.study.waterfall[0][2], 1000.0 * math.exp(sum(map(math.log, NOISE)) / len(NOISE)))
 
 
-def _both_sides(tmp_path: Path) -> RunDir:
+def _both_sides(tmp_path: Path, same: bool = False) -> RunDir:
     """spectre_v2 studied on both sides, pti on the guest's: the guest's pti costs 20%, its spectre_v2
     nothing; the host's spectre_v2 costs 1 - 1000/1100, measured in its own host boot."""
     cfg = config.run_from_json({"instance": [{"name": "on", "cmdline": "pti=on"}],
@@ -141,7 +141,8 @@ def _both_sides(tmp_path: Path) -> RunDir:
                                 "sweep": {"connections": "8,16"}})
     rps = {"on": 1000.0, "no-pti": 1250.0, "no-spectre_v2": 1000.0, "all-off": 1250.0, "host-no-spectre_v2": 1100.0}
     facts = {"on": _facts("pti=on", log=("pti: enabled",)), "no-pti": _facts("pti=off"),
-             "no-spectre_v2": _facts("pti=on spectre_v2=off", "Vulnerable", ("pti: enabled",)),
+             "no-spectre_v2": _facts("pti=on spectre_v2=off", "Mitigation: Retpolines" if same else "Vulnerable",
+                                     ("pti: enabled",)),
              "all-off": _facts("x", "Vulnerable"), "host-no-spectre_v2": _facts("pti=on", log=("pti: enabled",))}
     run = RunDir.create(tmp_path / "run", {"config": cfg.to_json(), "instances": facts,
                                            "machines": {"server": {"machine": "srv"}, "clients": []}})
@@ -179,3 +180,13 @@ def test_a_switch_on_both_sides_is_labelled_with_its_side_and_the_hosts_are_a_fa
     rows = {r["name"]: r for r in js["summary"]["rows"]}
     assert (rows["host:spectre_v2"]["side"], rows["host:spectre_v2"]["off"]) == ("host", "host-no-spectre_v2")
     assert "host-no-spectre_v2" not in rows  # the study's own instance: said by its switch's row
+
+
+def test_the_guest_side_of_a_switch_on_both_sides_left_out_is_said_once_by_its_label(tmp_path: Path) -> None:
+    """The guest's no-spectre_v2 reports the same mitigations as the reference: left out by its label,
+    said among the study's answer and not again as a warning; the host's side stays compared."""
+    a = saturation.analyse(_both_sides(tmp_path, same=True))
+    assert a.study is not None and a.study.switches == ("pti", "host:spectre_v2")
+    assert a.study.left_out == {"guest:spectre_v2": "measured, but its guest reported the same mitigations as "
+                                                    "the reference's"}
+    assert not any("no-spectre_v2" in f and "may have done nothing" in f for f in a.flags), a.flags

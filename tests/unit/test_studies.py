@@ -180,6 +180,9 @@ def test_a_switch_on_both_sides_is_labelled_with_its_side_and_the_hosts_are_a_fa
     rows = {r["name"]: r for r in js["summary"]["rows"]}
     assert (rows["host:spectre_v2"]["side"], rows["host:spectre_v2"]["off"]) == ("host", "host-no-spectre_v2")
     assert "host-no-spectre_v2" not in rows  # the study's own instance: said by its switch's row
+    from vmharness.analysis import flame  # a label's graph is a file name of plain letters
+
+    assert flame.switch_file("host:spectre_v2") == "switch-flame-host-spectre_v2.svg"
 
 
 def test_the_guest_side_of_a_switch_on_both_sides_left_out_is_said_once_by_its_label(tmp_path: Path) -> None:

@@ -69,8 +69,10 @@ def cases() -> list[Case]:
         Case("host-boot-kernel-dot-dot", RUN, (KERNEL, "not written plainly"), run_toml(_toml("/boot/../tmp/k"))),
         Case("host-boot-kernel-space", RUN, (KERNEL, "a character other than"), run_toml(_toml("/boot/a b"))),
         Case("host-boot-kernel-missing", RUN, (KERNEL, "cannot be found"), run_toml(_toml("/nonexistent/vmlinuz"))),
-        Case("host-boot-kernel-required", RUN, ("config.host_boot[0].kernel is required",),
-             run_toml('[[host_boot]]\nname = "x"\n[[instance]]\nname = "a"\nhost_boot = "x"\n')),
+        # no kernel is the running one: its initrd goes with it, never another
+        Case("host-boot-initrd-without-kernel", RUN, ("config.host_boot[0].initrd is set, and it has no kernel",),
+             run_toml('[[host_boot]]\nname = "x"\ninitrd = "/boot/initrd.img"\n[[instance]]\nname = "a"\n'
+                      'host_boot = "x"\n')),
         Case("host-boot-kernel-symlink", RUN, (KERNEL, "is a symlink"), _made("link")),
         Case("host-boot-kernel-dev-zero", RUN, (KERNEL, "a device node"), run_toml(_toml("/dev/zero"))),
         Case("host-boot-kernel-folder", RUN, (KERNEL, "a directory"), _made("folder")),

@@ -77,7 +77,8 @@ def test_the_study_is_in_every_form_of_the_report(tmp_path: Path) -> None:
     assert "  throughput: spectre_v2: " in text and "not told from none by Holm" in text
     assert text.startswith("ANSWER at on's saturation point, 16 connections (1,000 requests/s; 1 warning): the cost "
                            "of each against on; a switch: all on against it off (97.5% intervals, Holm over 2); ")
-    assert "\n  pti           -20.0% [-20.0%, -20.0%]  +25.0% [+25.0%, +25.0%]  a change by Holm\n" in text
+    # each switch's row names its side
+    assert "\n  pti (guest)         -20.0% [-20.0%, -20.0%]  +25.0% [+25.0%, +25.0%]  a change by Holm\n" in text
     assert "  mds: left out: dropped before it was measured" in text
     assert "spectre_v1: left out: measured, but its guest reported the same" in text
     assert not any("may have done nothing" in f for f in a.flags)  # said once, in the study's answer
@@ -130,3 +131,65 @@ def test_a_switch_that_changes_nothing_leaves_all_off_to_the_leave_one_out_of_th
     assert thr.interaction is not None and math.isclose(thr.interaction.change, 0.0, abs_tol=1e-12)
     assert [s[0] for s in a.study.waterfall] == ["pti"]  # no step for an interaction that cannot be
     assert math.isclose(a.study.waterfall[0][2], 1000.0 * math.exp(sum(map(math.log, NOISE)) / len(NOISE)))
+
+
+def _both_sides(tmp_path: Path, same: bool = False) -> RunDir:
+    """spectre_v2 studied on both sides, pti on the guest's: the guest's pti costs 20%, its spectre_v2
+    nothing; the host's spectre_v2 costs 1 - 1000/1100, measured in its own host boot."""
+    cfg = config.run_from_json({"instance": [{"name": "on", "cmdline": "pti=on"}],
+                                "study": {"switches": ["pti", "spectre_v2"], "host_switches": ["spectre_v2"]},
+                                "sweep": {"connections": "8,16"}})
+    rps = {"on": 1000.0, "no-pti": 1250.0, "no-spectre_v2": 1000.0, "all-off": 1250.0, "host-no-spectre_v2": 1100.0}
+    facts = {"on": _facts("pti=on", log=("pti: enabled",)), "no-pti": _facts("pti=off"),
+             "no-spectre_v2": _facts("pti=on spectre_v2=off", "Mitigation: Retpolines" if same else "Vulnerable",
+                                     ("pti: enabled",)),
+             "all-off": _facts("x", "Vulnerable"), "host-no-spectre_v2": _facts("pti=on", log=("pti: enabled",))}
+    run = RunDir.create(tmp_path / "run", {"config": cfg.to_json(), "instances": facts,
+                                           "machines": {"server": {"machine": "srv"}, "clients": []}})
+    for it, luck in enumerate(NOISE):
+        for name, value in rps.items():
+            for conns in (8, 16) if name == "on" else (16,):
+                v = value * luck * (0.5 if conns == 8 else 1.0)
+                run.append({"kind": "measurement", "key": f"{name}/{conns}/{it}", "ok": True, "instance": name,
+                            "connections": conns, "iteration": it,
+                            "client": {"requests_per_s": v, "requests": 1000, "errors": {"total": 0},
+                                       "latency_us": {"percentiles": {"50": 1e6 / v, "90": 1e6 / v, "99": 2e6 / v,
+                                                                      "99.9": 3e6 / v}}}})
+    return run
+
+
+def test_a_switch_on_both_sides_is_labelled_with_its_side_and_the_hosts_are_a_family_of_their_own(
+        tmp_path: Path) -> None:
+    a = saturation.analyse(_both_sides(tmp_path))
+    assert a.study is not None
+    assert a.study.switches == ("pti", "guest:spectre_v2", "host:spectre_v2")
+    assert a.study.sides == {"pti": "guest", "guest:spectre_v2": "guest", "host:spectre_v2": "host"}
+    assert a.study.off["host:spectre_v2"] == "host-no-spectre_v2" and a.study.off["guest:spectre_v2"] == "no-spectre_v2"
+    guest, host = a.study.studies[0], a.study.host[0]
+    assert [m.switch for m in guest.marginals] == ["pti", "guest:spectre_v2"]  # all-off turns the guest's off only
+    assert [m.switch for m in host.marginals] == ["host:spectre_v2"] and host.total is None
+    assert math.isclose(host.marginals[0].change.change, 1000 / 1100 - 1) and host.marginals[0].holm_rejects
+    assert math.isclose(guest.marginals[1].change.change, 0.0, abs_tol=1e-12)  # the guest's side did nothing
+    assert [s for s, *_ in a.study.waterfall] == ["pti", "guest:spectre_v2", "interaction"]
+    text = report.text(a)
+    assert "\n  host:spectre_v2 (host)    -9.1% [" in text and "\n  guest:spectre_v2 (guest)  +0.0% [" in text
+    assert "the host's switches, each against the reference in its own host boot" in text
+    js = report.to_json(a)
+    assert js["attribution"]["sides"] == {"pti": "guest kernel", "guest:spectre_v2": "guest kernel",
+                                          "host:spectre_v2": "host kernel"}
+    rows = {r["name"]: r for r in js["summary"]["rows"]}
+    assert (rows["host:spectre_v2"]["side"], rows["host:spectre_v2"]["off"]) == ("host", "host-no-spectre_v2")
+    assert "host-no-spectre_v2" not in rows  # the study's own instance: said by its switch's row
+    from vmharness.analysis import flame  # a label's graph is a file name of plain letters
+
+    assert flame.switch_file("host:spectre_v2") == "switch-flame-host-spectre_v2.svg"
+
+
+def test_the_guest_side_of_a_switch_on_both_sides_left_out_is_said_once_by_its_label(tmp_path: Path) -> None:
+    """The guest's no-spectre_v2 reports the same mitigations as the reference: left out by its label,
+    said among the study's answer and not again as a warning; the host's side stays compared."""
+    a = saturation.analyse(_both_sides(tmp_path, same=True))
+    assert a.study is not None and a.study.switches == ("pti", "host:spectre_v2")
+    assert a.study.left_out == {"guest:spectre_v2": "measured, but its guest reported the same mitigations as "
+                                                    "the reference's"}
+    assert not any("no-spectre_v2" in f and "may have done nothing" in f for f in a.flags), a.flags

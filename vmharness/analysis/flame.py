@@ -49,8 +49,9 @@ def file_name(instance: str) -> str:
 
 
 def switch_file(switch: str) -> str:
-    """A study's switch's graph: named apart from every instance's (file_name's begin with flame-)."""
-    return f"switch-flame-{switch}.svg"
+    """A study's switch's graph: named apart from every instance's (file_name's begin with flame-); a
+    label's side (host:spectre_v2) is written with '-', a file name's letter like the switches' own."""
+    return f"switch-flame-{switch.replace(':', '-')}.svg"
 
 
 def scaled(p: Profile) -> str:

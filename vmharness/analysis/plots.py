@@ -215,13 +215,17 @@ def latency_vs_load(la: LoadAnalysis, out: Folder) -> list[Path]:
 
 def waterfall(a: Analysis, out: Folder) -> list[Path]:
     """An attribution study's throughput at the baseline's peak, from all off to all on: the two as whole
-    bars, between them a bar a switch (its marginal cost, the largest first), then the interaction, what
-    their sum leaves unexplained. The axis starts at zero: a step is read as the share it takes."""
+    bars, between them a bar a switch (its marginal cost, the largest first, labelled with its side), then
+    the interaction, what their sum leaves unexplained. The host's switches are no step of it: no host
+    boot turns them all off (their costs are in the study's lines and the summary). The axis starts at
+    zero: a step is read as the share it takes."""
     steps = a.study.waterfall if a.study is not None else []
-    if not steps:
+    if a.study is None or not steps:
         return []
     fig, ax = _figure()
-    bars = [("all off", 0.0, steps[0][1]), *steps, ("all on", 0.0, steps[-1][2])]
+    sides = a.study.sides  # each switch's bar names its side: the guest kernel's or the hypervisor's
+    bars = [("all off", 0.0, steps[0][1]), *((f"{s} ({sides[s]})" if s in sides else s, x, y) for s, x, y in steps),
+            ("all on", 0.0, steps[-1][2])]
     for x, (label, start, end) in enumerate(bars):
         whole = start == 0.0
         color = (OKABE_ITO[0] if whole else "grey" if label == "interaction" else OKABE_ITO[1] if end < start

@@ -106,7 +106,7 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
     records = list(run.records())
     a.study = studies.view(run.manifest, records, table, a.peak, a.baseline, a.variants, str(run.path / MANIFEST))
     # a study's switch dropped as doing nothing is said once, among the study's answer, not as a warning
-    dropped = {f"no-{s}" for s in (a.study.left_out if a.study is not None else {})}
+    dropped = {a.study.off.get(s, f"no-{s}") for s in a.study.left_out} if a.study is not None else set()
     extra = variants.diff_flags([d for d in a.variants if d.instance not in dropped], a.baseline)
     if a.control is not None and (flag := variants.control_flag(a.control)):
         extra.append(flag)

@@ -5,8 +5,9 @@ One row an instance, or in an attribution study one row a switch: its change in 
 at the reference's peak, each with its interval, and the verdict: a change (in a study, by Holm over its
 switches) or none detected, with the change this run could have seen. Every change is said in one
 direction, the cost of turning something on: an instance against the reference, and a study's switch as
-the reference (all on) against the reference with that switch off. The study's own instances (`no-X`,
-`all-off`, `only-X`) get no rows: their change against the reference is the same fact as a switch's
+the reference (all on) against the reference with that switch off, its side named beside it (the guest
+kernel's, the host kernel's or the hypervisor's). The study's own instances (`no-X`, `all-off`,
+`only-X`, `host-no-X`) get no rows: their change against the reference is the same fact as a switch's
 cost, said from the other end.
 
 The warnings are ranked: those that void or limit the answer (RANKED, each with what to do) stand above
@@ -97,34 +98,37 @@ def _verdict(throughput: Change, changed: tuple[bool, bool], by: str) -> str:
 
 def _row(name: str, kind: str, on: str, off: str, throughput: Change, p99: Change | None,
          changed: tuple[bool, bool], by: str = "") -> dict[str, Any]:
-    return {"name": name, "kind": kind, "on": on, "off": off, "throughput": _change(throughput),
+    return {"name": name, "kind": kind, "side": None, "on": on, "off": off, "throughput": _change(throughput),
             "p99": _change(p99), "changed": changed[0] or changed[1],
             "verdict": _verdict(throughput, changed, by)}
 
 
 def _study_rows(a: Analysis) -> tuple[list[dict[str, Any]], set[str]]:
-    """A study's rows (a switch each, then all of them together), and the instances they speak for."""
+    """A study's rows (a switch each, the guest's then the host's, then the guest's all together), each
+    with its side, and the instances they speak for."""
     v = a.study
     if v is None:
         return [], set()
-    names = [*v.switches, *v.left_out]
-    mine = {"all-off", *(f"{w}-{s}" for s in names for w in ("no", "only"))}
-    by = {s.metric: s for s in v.studies}
+    mine = {"all-off", *v.off.values(), *(f"only-{o.removeprefix('no-')}" for o in v.off.values())}
     rows = []
-    if "throughput" in by:
+    for family in (v.studies, v.host):
+        by = {s.metric: s for s in family}
+        if "throughput" not in by:
+            continue
         thr, p99 = by["throughput"], {m.switch: m for m in by["p99"].marginals} if "p99" in by else {}
         for m in thr.marginals:
             q = p99.get(m.switch)
-            rows.append(_row(m.switch, "switch", a.baseline, f"no-{m.switch}", m.change,
+            rows.append(_row(m.switch, "switch", a.baseline, v.off.get(m.switch, f"no-{m.switch}"), m.change,
                              None if q is None else q.change, (m.holm_rejects, q is not None and q.holm_rejects),
                              " by Holm"))
         if thr.total is not None and len(thr.marginals) > 1:
             q99 = by["p99"].total if "p99" in by else None
             rows.append(_row("all switches", "total", a.baseline, "all-off", thr.total, q99,
                              (thr.total.significant, bool(q99 and q99.significant))))
-    rows += [{"name": s, "kind": "switch", "on": a.baseline, "off": f"no-{s}", "throughput": None, "p99": None,
-              "changed": None, "verdict": f"left out: {why}"} for s, why in v.left_out.items()]
+    rows += [{"name": s, "kind": "switch", "on": a.baseline, "off": v.off.get(s, f"no-{s}"), "throughput": None,
+              "p99": None, "changed": None, "verdict": f"left out: {why}"} for s, why in v.left_out.items()]
     for r in rows:
+        r["side"] = v.sides.get(r["name"], "guest") if r["kind"] == "switch" else None
         r["why"] = next((switch_why.said(w) for w in a.switch_why if w.switch == r["name"]), None)
     return rows, mine
 
@@ -172,5 +176,6 @@ def build(a: Analysis) -> dict[str, Any]:
 
 def body(summary: dict[str, Any]) -> list[list[str]]:
     """The table's rows as text cells, for every form: name, throughput, p99, verdict."""
-    return [[r["name"], "-" if r["throughput"] is None else r["throughput"]["text"],
+    return [[f"{r['name']} ({r['side']})" if r.get("side") else r["name"],
+             "-" if r["throughput"] is None else r["throughput"]["text"],
              "-" if r["p99"] is None else r["p99"]["text"], r["verdict"]] for r in summary["rows"]]

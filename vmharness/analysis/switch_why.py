@@ -25,14 +25,14 @@ class Why:
 
 def explain(study: studies.View | None, records: list[dict[str, Any]], where: Path, work_us: dict[str, float | None],
             profiled: profiles.View | None, reference: str) -> tuple[Why, ...]:
-    if study is None or not study.studies:
+    if study is None or not (study.studies or study.host):
         return ()
     by = {p.instance: p for p in profiled.profiles} if profiled is not None else {}
     out = []
-    for m in study.studies[0].marginals:
+    for m in (*(study.studies[0].marginals if study.studies else ()), *(study.host[0].marginals if study.host else ())):
         if not m.holm_rejects:
             continue
-        base = f"no-{m.switch}"
+        base = study.off.get(m.switch, f"no-{m.switch}")
         found = syscalls.reasons(syscalls.view(records, base, where), work_us, {reference: m.change.change})
         reason = next((r for r in found if r.instance == reference), None)
         grew = profiles.growers(by[base], by[reference]) if base in by and reference in by else None

@@ -36,7 +36,7 @@ from vmharness.stats import Change
 
 # What an instance's configuration can change outside its guest's cmdline: the host acts on these.
 HOST_KEYS = ("kernel", "initrd", "image", "cpu_features", "qemu_args", "qemu", "kvm_modules", "vcpu_cap", "nginx",
-             "config", "profile")
+             "config", "profile", "host_boot")
 # The facts that show what the guest's kernel did.
 KERNEL_FACTS = ("kernel", "version", "microcode")
 

@@ -22,7 +22,7 @@ from vmharness.experiment import hostprep, hostrecord, ops
 from vmharness.experiment.boots import Session, rides, sessions
 from vmharness.experiment.runfolder import ensure_image, note_guest
 from vmharness.guest import provenance, running, session
-from vmharness.model import derived, profile, switches
+from vmharness.model import derived, profile, switches, vectors
 from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir import record_check
 from vmharness.rundir.store import POINTS, RunDir
@@ -166,6 +166,9 @@ class Runner:
         try:
             for name in dict.fromkeys([s.instance, *(p.instance for p in s.points)]):
                 note_guest(self.run, self.cfg, b, name, s.instance)
+            # the guest's release is known once it runs: attack vectors on a kernel without them are refused
+            if why := vectors.refused(str(b.facts.get("cmdline") or inst.cmdline), str(b.facts.get("kernel") or "")):
+                raise HarnessError(f"instance {s.instance}: {why}", vectors.HINT)
             if why := self._changes_nothing(s, b):
                 self._drop(s.instance, s.iteration, why)
                 return

@@ -18,6 +18,7 @@ from vmharness.host.inspect import hugepages, pci, probes
 from vmharness.host.libvirt import hugetlbfs
 from vmharness.host.prepare.plan import Plan as HostPlan
 from vmharness.journal import files
+from vmharness.model import vectors
 from vmharness.system import imagedir
 from vmharness.system.machine import Machine, for_uri
 from vmharness.system.root import HostRoot
@@ -100,16 +101,25 @@ def _hugepage_kib(req: VmRequest) -> int:
     return kib
 
 
+def _vectors(req: VmRequest, release: str) -> None:
+    """The attack vectors the cmdline turns off, refused for a kernel known to lack them (model/vectors.py);
+    a release not known yet ("?": an image not built) is checked by the run at the guest's boot."""
+    if why := vectors.refused(req.cmdline, release):
+        raise HarnessError(f"the guest cmdline {req.cmdline[:80]!r}: {why}", vectors.HINT)
+
+
 def _kernel(req: VmRequest, img: image.Image) -> tuple[str, str | None, list[str]]:
     notes: list[str] = []
     if req.kernel is None:
         if req.initrd:
             raise HarnessError("--initrd needs --kernel", "pass the kernel the initrd was made for")
+        _vectors(req, str(img.meta.get("kernel_release") or ""))
         return str(img.boot_kernel), str(img.initrd) if img.initrd else None, notes
     kernel = Path(req.kernel).resolve()
     if not kernel.is_file():
         raise HarnessError(f"no such kernel: {req.kernel}", "pass the path of a bzImage (or a vmlinux with PVH)")
     release = kernelfile.kernel_release(kernel)
+    _vectors(req, release)
     if req.initrd and not Path(req.initrd).is_file():
         raise HarnessError(f"no such initrd: {req.initrd}", "pass an initramfs made for " + release)
     if release != img.meta.get("kernel_release"):

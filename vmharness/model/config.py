@@ -12,6 +12,7 @@ from vmharness import data
 from vmharness.errors import HarnessError
 from vmharness.model import schema, tomlfile
 from vmharness.model.derived import with_control, with_pipelines, with_study
+from vmharness.model.hoststudy import with_host_switches
 from vmharness.model.rules import validate
 from vmharness.model.sections import BenchConfig, RunConfig
 
@@ -37,7 +38,7 @@ def bench_from_table(table: dict[str, Any]) -> BenchConfig:
 
 def run_from_table(table: dict[str, Any]) -> RunConfig:
     """run's configuration from a TOML file's table, checked as `load_run` checks a file."""
-    return validate(with_control(with_pipelines(with_study(schema.table("config", RunConfig, table)))))
+    return validate(_implied(schema.table("config", RunConfig, table)))
 
 
 def from_json(manifest: dict[str, Any]) -> BenchConfig:
@@ -46,4 +47,10 @@ def from_json(manifest: dict[str, Any]) -> BenchConfig:
 
 
 def run_from_json(manifest: dict[str, Any]) -> RunConfig:
-    return with_control(with_pipelines(with_study(schema.table("config", RunConfig, manifest))))
+    return _implied(schema.table("config", RunConfig, manifest))
+
+
+def _implied(cfg: RunConfig) -> RunConfig:
+    """A run's configuration with what it implies: its host switches' and its study's instances, the
+    pipeline twins, the control."""
+    return with_control(with_pipelines(with_study(with_host_switches(cfg))))

@@ -57,20 +57,23 @@ def _variants(switches: Sequence[str], one_on: bool) -> dict[str, list[str]]:
 def stand_ins(switches: Sequence[str], one_on: bool, gone: set[str], reference: str) -> dict[str, str]:
     """The study's instances that switches found to change nothing (`gone`: their leave-one-out was
     dropped at its boot) leave with nothing of their own to measure: all-off, or only-X, when the
-    switches it turns off less those are none (it is the reference) or one switch X (it is no-X).
-    Each such instance -> the one it stands for. With two or more switches left it measures something
-    no other instance does, and is kept."""
+    switches it turns off less those are none (it is the reference), one switch Y (it is no-Y), or the
+    same as an instance's before it (only-X of a switch X gone is all-off again: X off or on, its guest
+    is all-off's). Each such instance -> the one it stands for. Any other measures what no other
+    instance does, and is kept."""
     out: dict[str, str] = {}
-    variants = _variants(switches, one_on)
-    for name, off in variants.items():
+    first: dict[frozenset[str], str] = {}  # the switches left off -> the first instance that turns them off
+    for name, off in _variants(switches, one_on).items():
         if name.startswith("no-"):
             continue
-        left = [s for s in off if s not in gone]
+        left = frozenset(s for s in off if s not in gone)
         if not left:
             out[name] = reference
         elif len(left) == 1:
-            out[name] = f"no-{left[0]}"
-    return out
+            out[name] = f"no-{next(iter(left))}"
+        else:
+            out[name] = first.setdefault(left, name)
+    return {k: v for k, v in out.items() if k != v}
 
 
 def with_study(cfg: RunConfig) -> RunConfig:

@@ -2,7 +2,8 @@
 (the host's kernel or its command line as a variable of the experiment: a hypervisor mitigation lives
 there, `spectre_v2=`, `retbleed=`, `vmscape=`, `mitigations=`, or in a patched KVM built into a kernel).
 An instance names one with `host_boot = "NAME"`; "" (the default) is the boot the run started in,
-which needs no entry.
+which needs no entry. A host boot without a kernel boots the running one again
+(/boot/vmlinuz-RELEASE, as the way home finds it: experiment/hostboots/target.py) with another command line.
 
     [[host_boot]]
     name = "v2-off"
@@ -69,7 +70,7 @@ def check_boot_name(value: str, where: str) -> str:
 @dataclass(frozen=True)
 class HostBootSection:
     name: str = checked(check_name)
-    kernel: str = checked(check_file_path)  # the bzImage kexec loads
+    kernel: str = checked(check_optional_path, default="")  # the bzImage kexec loads; "": the running kernel
     initrd: str = checked(check_optional_path, default="")  # its initramfs; "": none
     cmdline: str = checked(check_cmdline, default="")
     cmdline_mode: CmdlineMode = "add"  # add: after the running command line; replace: this line alone
@@ -79,6 +80,9 @@ def check_host_boots(boots: tuple[HostBootSection, ...], instances: tuple[tuple[
     """Names unique, and each instance's (name, host_boot) names a host boot that exists."""
     seen: set[str] = set()
     for n, b in enumerate(boots):
+        if b.initrd and not b.kernel:
+            raise HarnessError(f"config.host_boot[{n}].initrd is set, and it has no kernel (the running one's "
+                               "initrd goes with it)", "name the kernel the initrd was made for, or drop initrd")
         if b.name in seen:
             raise HarnessError(f"config.host_boot[{n}].name {b.name!r} is named twice",
                                "give each [[host_boot]] its own name")

@@ -33,7 +33,7 @@ from vmharness.model.hostname import check_host
 from vmharness.model.kvm_modules import check_module_path, check_module_paths
 from vmharness.model.qemu_args import check as check_qemu_args
 from vmharness.model.schema import bounded, checked
-from vmharness.model.switches import check_distinct, check_switch
+from vmharness.model.switches import check_distinct, check_host_switch, check_switch
 from vmharness.model.wire import check_address
 
 DAY = 86400  # seconds: the longest any one wait, duration or timeout may be
@@ -174,10 +174,13 @@ class ControlSection:
 @dataclass(frozen=True)
 class StudySection:
     """An attribution study: from the first instance (every mitigation on), one instance per switch with
-    that switch off, one with all of them off, and with one_on each switch alone (model/derived.py)."""
+    that switch off, one with all of them off, and with one_on each switch alone (model/derived.py);
+    and per host switch, the first instance in a host boot with that switch off (model/hoststudy.py)."""
 
     # model/switches.py's names, each once; none: no study
     switches: tuple[str, ...] = checked(check_switch, whole=check_distinct, default=())
+    # the host kernel's switches: per-vulnerability ones and the host's attack vectors, each once
+    host_switches: tuple[str, ...] = checked(check_host_switch, whole=check_distinct, default=())
     one_on: bool = False
     # with the adaptive search: the variants also at the reference's measured counts beside its peak
     neighbours: bool = False

@@ -19,7 +19,14 @@ Two switches are the hypervisor's, not the guest kernel's, and leave the cmdline
 the reference runs its own QEMU (its `qemu`, or [guest]'s: a patched build, say) and an instance with it
 off runs `study.qemu_off` (the stock one); and `kvm_modules`, where the reference loads its own KVM
 modules (its `kvm_modules`: a patched KVM) and an instance with it off runs on the host's stock ones.
-`all` means the kernel's switches only."""
+`all` means the kernel's switches only.
+
+The attack-vector controls are switches too where the kernel has them (model/vectors.py): the guest's
+`user_kernel`, `user_user`, `cross_thread`, turned off together in one word `mitigations=auto,no_...`
+(so a reference with a mitigations= word of its own is refused: the study would replace it). A switch
+may also be the host's (study.host_switches: model/hoststudy.py): the per-vulnerability switches above
+and the host's vectors `guest_host`, `guest_guest`, turned off by the same words on the host's command
+line."""
 
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vmharness.errors import HarnessError
-from vmharness.model import kernel_cmdline
+from vmharness.model import kernel_cmdline, vectors
 
 
 @dataclass(frozen=True)
@@ -68,11 +75,21 @@ EVERY = "all"  # in study.switches: every switch above; those that change nothin
 
 
 def check_switch(value: str, where: str) -> str:
-    if value not in SWITCHES and value not in (EVERY, *HYPERVISOR):
+    if value not in SWITCHES and value not in (EVERY, *HYPERVISOR, *vectors.GUEST):
         raise HarnessError(f"{where} {value[:80]!r} is not a mitigation switch vmharness knows",
-                           f"one of: {', '.join(SWITCHES)}, {QEMU} (study.qemu_off against the reference's QEMU), "
+                           f"one of: {', '.join(SWITCHES)}, {', '.join(vectors.GUEST)} (attack vectors, Linux 6.17+), "
+                           f"{QEMU} (study.qemu_off against the reference's QEMU), "
                            f"{KVM_MODULES} (the reference's KVM modules against the stock ones), "
                            "or all; or write the instance by hand ([[instance]])")
+    return value
+
+
+def check_host_switch(value: str, where: str) -> str:
+    """A switch of the host's command line: a per-vulnerability one, or a host attack vector."""
+    if value not in SWITCHES and value not in vectors.HOST:
+        raise HarnessError(f"{where} {value[:80]!r} is not a host mitigation switch vmharness knows",
+                           f"one of: {', '.join(SWITCHES)}, {', '.join(vectors.HOST)} (attack vectors, Linux 6.17+); "
+                           "or write the [[host_boot]] by hand")
     return value
 
 
@@ -103,6 +120,10 @@ def check_reference(name: str, line: str, studied: Sequence[str], where: str = "
                            "read the variants' off words inside it", "close the quote, or drop it")
     params = kernel_cmdline.parse(line).params
     mitigations = [p.value for p in params if p.key == "mitigations"]
+    if mitigations and (studied_vectors := [s for s in studied if s in vectors.EVERY]):
+        raise HarnessError(f"{where}: the reference {name} sets mitigations= in its cmdline, and the attack vectors "
+                           f"({', '.join(studied_vectors)}) are turned off by a mitigations= word of their own",
+                           "drop mitigations= from the reference's cmdline, or study the vectors apart")
     if mitigations and (mitigations[-1] or "").split(",")[0] == "off":
         raise HarnessError(f"{where}: the reference {name} turns every mitigation off (mitigations=off in its "
                            "cmdline)", "the first instance is the study's all-on: drop mitigations=off from it")
@@ -120,10 +141,12 @@ def check_reference(name: str, line: str, studied: Sequence[str], where: str = "
 
 def cmdline(reference: str, off: list[str]) -> str:
     """The reference's cmdline with the switches in `off` turned off: each parameter of theirs taken out
-    (as the kernel parses the line: a quoted word stays whole), their off words added before any `--`.
-    The hypervisor's switches change no word of it."""
-    kernel = [name for name in off if name not in HYPERVISOR]
+    (as the kernel parses the line: a quoted word stays whole), their off words added before any `--`,
+    the attack vectors' in one word. The hypervisor's switches change no word of it."""
+    kernel = [name for name in off if name in SWITCHES]
+    vectored = [name for name in off if name in vectors.EVERY]
     drop = {k for name in kernel for k in SWITCHES[name].keys}
     line = kernel_cmdline.parse(reference)
     kept = [p.text for p in line.params if p.key not in drop]
-    return " ".join([*kept, *(SWITCHES[name].off for name in kernel), *([line.rest] if line.rest else [])])
+    return " ".join([*kept, *(SWITCHES[name].off for name in kernel), *([vectors.word(vectored)] if vectored else []),
+                     *([line.rest] if line.rest else [])])

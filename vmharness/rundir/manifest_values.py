@@ -28,8 +28,9 @@ def _names(data: dict[str, Any]) -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = [(f"config.instance[{i}].name", inst.get("name"))
                                      for i, inst in enumerate(config.get("instance", []))]
     study = config.get("study")
-    if isinstance(study, dict) and isinstance(study.get("switches"), list):
-        out += [(f"config.study.switches[{i}]", s) for i, s in enumerate(study["switches"])]
+    for key in ("switches", "host_switches"):
+        if isinstance(study, dict) and isinstance(study.get(key), list):
+            out += [(f"config.study.{key}[{i}]", s) for i, s in enumerate(study[key])]
     control = config.get("control")
     if isinstance(control, dict) and control.get("name") is not None:
         out.append(("config.control.name", control["name"]))

@@ -18,7 +18,7 @@ from typing import Any
 from vmharness.errors import HarnessError
 from vmharness.experiment.hostboots.plan import START
 from vmharness.host.inspect import boot_file
-from vmharness.model import kernel_cmdline
+from vmharness.model import kernel_cmdline, vectors
 from vmharness.model.hostboots import CMDLINE_SIZE, HostBootSection
 from vmharness.model.sections import RunConfig
 from vmharness.system.root import HostRoot
@@ -92,10 +92,19 @@ def compose(boot: HostBootSection, running: str, where: str) -> str:
 
 
 def of(root: HostRoot, boot: HostBootSection, n: int) -> Target:
-    """Host boot `boot` (the n-th [[host_boot]]) checked on this machine."""
+    """Host boot `boot` (the n-th [[host_boot]]) checked on this machine; without a kernel, the running
+    one's files (as `home` finds them). A `cmdline` that turns an attack vector off is refused for a
+    kernel without the attack-vector controls (model/vectors.py), by the release in its header; what
+    the running command line carries over ("add") is the host's own, and is not judged here."""
     where = f"config.host_boot[{n}]"
-    kernel = boot_file.check(boot.kernel, f"{where}.kernel", kernel=True)
-    initrd = boot_file.check(boot.initrd, f"{where}.initrd", kernel=False) if boot.initrd else None
+    if boot.kernel:
+        kernel = boot_file.check(boot.kernel, f"{where}.kernel", kernel=True)
+        initrd = boot_file.check(boot.initrd, f"{where}.initrd", kernel=False) if boot.initrd else None
+    else:
+        running = home(root)
+        kernel, initrd = running.kernel, running.initrd
+    if why := vectors.refused(boot.cmdline, kernel.release):
+        raise HarnessError(f"{where} ({boot.name}): {why}", vectors.HINT)
     return Target(boot.name, kernel, initrd, compose(boot, running_cmdline(root), where))
 
 

@@ -128,7 +128,10 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     # where an answer came late (a clean clone's CI, the machine busy: "inside"), the snapshots inside the
     # load alone, which sample_summary.choose takes only when they span most of it: never the idle around it
     assert window["how"] in ("woken", "inside") and window["load_s"] == pytest.approx(measured, abs=1e-3), window
-    assert 0.95 * measured <= window["covered_s"] <= point["end"] - point["start"] + 0.5, window
+    # woken: the whole load; inside: at least the share the reader takes alone (a clean clone beside the
+    # rig covered 2.79 s of 3.0, 93%)
+    least = 0.95 if window["how"] == "woken" else sample_summary.COVERED
+    assert least * measured <= window["covered_s"] <= point["end"] - point["start"] + 0.5, window
     (detail,) = point["client"]["clients_detail"]
     cpu = detail["threads_cpu"]
     _, span = threads.instants(3)

@@ -29,10 +29,10 @@ Each stream's output is printed as it comes, each line headed by the stream's na
 the run shows where each stream was), and kept in .cache/test-streams/, beside each pytest's JUnit XML
 (every test's time). A deadline (VMHARNESS_TEST_DEADLINE minutes, 82 by default: CI allows 90 for
 everything, and its set-up takes a few: a clean clone here beside other work reached 75.0 of the
-streams' minutes, the old deadline, in one run) interrupts what still runs as Ctrl-C would, so pytest tears its fixtures down and prints
-its summary; pytest itself dumps every thread's stack when one test runs longer than
-`faulthandler_timeout` (pyproject.toml). The exit code is the first failing stream's (0 when all
-passed)."""
+streams' minutes, the old deadline, in one run) interrupts what still runs as Ctrl-C would, so
+pytest tears its fixtures down and prints its summary; pytest itself dumps every thread's stack when
+one test runs longer than `faulthandler_timeout` (pyproject.toml). The exit code is the first failing
+stream's (0 when all passed)."""
 
 from __future__ import annotations
 

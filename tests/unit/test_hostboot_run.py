@@ -300,3 +300,20 @@ def test_the_run_says_how_to_follow_it_then_writes_to_its_log_never_through_a_li
     (w.host.base / "run/systemd/system").rmdir()  # no systemd: the terminal is told what to run
     (w.run.path / hostrun.LOG).unlink()
     assert _detached(w) == 0
+
+
+def test_kexec_for_real_is_made_in_one_place_and_no_test_here_can_reach_it() -> None:
+    """`kexec -e` runs only in kexec.Real, made only by `run` once its preflight passed (--allow-host-reboot,
+    kexec-tools installed, each kernel a root-only file). No test outside the rig makes one, and `make deps`
+    installs no kexec-tools, so on this machine and CI's the preflight refuses before a kernel is loaded."""
+    import re
+
+    from tests.rig.paths import REPO
+
+    made = re.compile(r"\bkexec(_mod)?\.Real\(")
+    where = sorted(str(p.relative_to(REPO)) for p in (REPO / "vmharness").rglob("*.py") if made.search(p.read_text()))
+    assert where == ["vmharness/cli/run.py"], where
+    tests = [str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("*.py")
+             if "rig" not in p.relative_to(REPO / "tests").parts[:1] and made.search(p.read_text())]
+    assert tests == [], tests
+    assert "kexec-tools" not in (REPO / "Makefile").read_text()

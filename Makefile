@@ -83,12 +83,13 @@ image: venv
 	$(PY) -m vmharness.cli image build
 
 # The fast tier, for every edit: the unit tests, ruff, mypy, the import contracts and the size check; no
-# VM, no daemon. One pytest, so its time is its CPU time: 5.3-7.3 min on 2 cores before the cuts in
+# VM, no daemon (inferno, which the profile tests run, is copied from the per-machine cache first). One
+# pytest, so its time is its CPU time: 5.3-7.3 min on 2 cores before the cuts in
 # docs/testing.md ("The fast tier's time"), about 50 CPU-s less since (near 4.5 min on a quiet day).
 # Python's bytecode is kept once per machine outside the clone (PYCACHE), also where the environment
 # says PYTHONDONTWRITEBYTECODE, which had every interpreter of the run compile the harness again.
 PYCACHE := $(or $(VMHARNESS_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/vmharness)/pycache
-check: venv
+check: venv inferno
 	env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX="$(PYCACHE)" \
 	    $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit tests/test_lint.py
 

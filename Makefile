@@ -91,7 +91,7 @@ image: venv
 PYCACHE := $(or $(VMHARNESS_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/vmharness)/pycache
 check: venv inferno
 	env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX="$(PYCACHE)" \
-	    $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit tests/test_lint.py
+	    $(PY) -m tests.streams --check -q
 
 # The built-in experiment (vmharness run with no configuration): guests with mitigations=off, with
 # pti=on forced, and the positive control, under libvirt (started for the run if none answers), nginx

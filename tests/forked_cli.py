@@ -36,8 +36,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from vmharness.cli.main import GROUPS
+
 REPO = Path(__file__).resolve().parents[1]
-PRELOAD = ("vmharness.cli.main", "vmharness.analysis.publish")
+PRELOAD = ("vmharness.cli.main", *(f"vmharness.cli.{group}" for group in GROUPS), "vmharness.analysis.publish")
 
 
 def _child(req: dict[str, Any]) -> None:

@@ -275,7 +275,7 @@ def fixture(cases: list[Case]) -> object:
 
 def check_global(outcomes: Outcomes) -> None:
     """Nothing appeared in /run/vmharness or /tmp/vmh*, and no injected command ran."""
-    assert outcomes.before == outcomes.after
+    assert outcomes.before == outcomes.after, (outcomes.before, outcomes.after)
     assert not Path(PWNED).exists(), f"an injected command ran: {PWNED} exists"
 
 

@@ -24,6 +24,7 @@ do not: what they assert holds beside the rig, or their run says first why it co
 deadline with the study waiting there (docs/testing.md).
 
     python -m tests.streams [PYTEST ARGS...]     # the extra arguments go to every pytest
+    python -m tests.streams --check [PYTEST ARGS...]     # `make check`: the unit tier and the linters
 
 Each stream's output is printed as it comes, each line headed by the stream's name (a CI that stops
 the run shows where each stream was), and kept in .cache/test-streams/, beside each pytest's JUnit XML
@@ -53,6 +54,32 @@ RIG = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.p
 HOST_FIRST = ("test_experiment.py", "test_study.py", "test_kill.py", "test_guest.py")
 HOST_LAST = ("test_load.py",)
 ENV = {"VMHARNESS_TEST_STREAMS": "1"}  # tests/integration/conftest.py: the set-up below is done
+
+# `make check` (`--check`): the unit tier and the linters as two pytests side by side, no VM and no
+# set-up. The modules that run the harness's commands against this machine's own /run/vmharness and
+# /tmp, or check that nothing appeared there (tests/hostile_kit.py's global state), run one after
+# another in one of them, beside the linters: two at once would each see the other's files (seen
+# while trying: a refused `bench --resume` found the host's lock held by a neighbour's command). The
+# rest use fake roots and a temporary folder of their own (tests/unit/conftest.py's `_own_tmpdir`).
+SHARED_STATE = ("test_golden_cli", "test_hoststate", "test_journal", "test_libvirt_hugetlbfs", "test_owned",
+                "test_ownership", "test_plan", "test_prepared_path", "test_profile_points", "test_reader")
+
+
+def shares_state(module: str) -> bool:
+    """Whether a unit test module (its file's stem) uses this machine's /run/vmharness or /tmp itself."""
+    return module.startswith("test_hostile") or module in SHARED_STATE
+
+
+# and beside them two of the others, so that both take about as long: alone, the shared-state modules
+# took 183 s of tests and the rest 328 (the longest: test_damaged_trees 61, test_coverage 46, test_budget 23)
+BESIDE_SHARED = ("test_damaged_trees", "test_budget")
+
+
+def check_streams() -> dict[str, list[list[str]]]:
+    names = sorted(p.stem for p in (REPO / "tests" / "unit").glob("test_*.py"))
+    shared = [f"tests/unit/{n}.py" for n in names if shares_state(n) or n in BESIDE_SHARED]
+    rest = [f"tests/unit/{n}.py" for n in names if not (shares_state(n) or n in BESIDE_SHARED)]
+    return {"shared": [[*PYTEST, *shared, "tests/test_lint.py"]], "unit": [[*PYTEST, *rest]]}
 
 
 def host_args() -> list[str]:
@@ -117,10 +144,14 @@ def deadline_minutes() -> float:
 def main(extra: list[str]) -> int:
     began = time.monotonic()
     deadline = began + 60 * deadline_minutes()
-    set_up()
+    if extra[:1] == ["--check"]:
+        extra, streams = extra[1:], check_streams()
+    else:
+        set_up()
+        streams = {"rig": RIG, "host": [[*PYTEST, *host_args()]]}
     codes: dict[str, int] = {}
     threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes), daemon=True)
-               for name, commands in (("rig", RIG), ("host", [[*PYTEST, *host_args()]]))}
+               for name, commands in streams.items()}
     for t in threads.values():
         t.start()
     try:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import settings
 
 from tests.fakehost import FakeHost
+from tests.streams import shares_state
 from vmharness.cli.main import main
 
 # No deadline for any property: the unit tier runs beside the rig's TCG guest on two cores, where an
@@ -15,6 +17,18 @@ from vmharness.cli.main import main
 # so with its own measure (CPU time), not Hypothesis's 200 ms of wall time.
 settings.register_profile("unit", deadline=None)
 settings.load_profile("unit")
+
+@pytest.fixture(autouse=True)
+def _own_tmpdir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> None:
+    """$TMPDIR, for this process and what it starts, a folder of the test's own, unless the test is
+    one of those that look at /tmp itself: `make check` runs the others beside those (tests/streams.py),
+    and the report's flame graphs, drawn in a folder under $TMPDIR, would appear in /tmp while a hostile
+    table looked."""
+    if not shares_state(request.node.path.stem):
+        folder = str(tmp_path_factory.mktemp("tmpdir"))
+        monkeypatch.setenv("TMPDIR", folder)
+        monkeypatch.setattr(tempfile, "tempdir", folder)
 
 
 @pytest.fixture

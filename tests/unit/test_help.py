@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vmharness.cli import main as cli_main
 from vmharness.cli.main import build_parser, main, subcommands
 
 
@@ -93,3 +94,30 @@ def test_run_help_describes_the_built_in_experiment_as_its_configuration_has_it(
     assert ("latency at fixed rates" in said) == ("load" in cfg)
     assert ("system calls" in said) == cfg["explain"]["syscalls"] and ("profile" in said) == cfg["explain"]["profile"]
     assert all(k in said for k in ("[study]", "[explain]", "[instance.host]: host knobs", "docs/run.md"))
+
+
+@pytest.mark.parametrize("group", cli_main.GROUPS)
+def test_each_group_module_adds_the_commands_named_for_it(group: str) -> None:
+    assert tuple(subcommands(build_parser(group))) == cli_main.GROUPS[group]
+
+
+def test_the_whole_parser_is_every_group_in_order() -> None:
+    assert tuple(subcommands(build_parser())) == tuple(n for names in cli_main.GROUPS.values() for n in names)
+
+
+@pytest.mark.parametrize(("words", "group"), [
+    (["host-restore", "--dry-run"], "host"), (["-v", "run", "study.toml"], "run"), (["compare", "a", "b"], "report"),
+    (["vm", "up"], "guest"), ([], None), (["--version"], None), (["bogus"], None), (["--help", "run"], None),
+    (["run", "--help"], "run"),
+])
+def test_the_words_choose_the_group_whose_module_is_imported(words: list[str], group: str | None) -> None:
+    assert cli_main._group_of(words) == group
+
+
+def test_the_undo_path_imports_no_numerics_and_no_other_command() -> None:
+    # host-restore in the rig's L1 under TCG took 14 s, most of it importing what it never used
+    heavy = ("numpy", "scipy", "matplotlib", "vmharness.cli.run", "vmharness.cli.report", "vmharness.cli.bench")
+    probe = ("import sys\nfrom vmharness.cli import main\nmain.build_parser('host')\nimport vmharness.experiment.ops\n"
+             f"print([m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -11,14 +11,16 @@ fake: nothing in the test tiers may reboot the machine it runs on."""
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vmharness.errors import HarnessError
-from vmharness.experiment.hostboots.target import Target
 from vmharness.journal import journal
 from vmharness.journal.kinds import OpKind
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
+
+if TYPE_CHECKING:  # the undo path (host-restore) loads this module, and target.py brings the planner
+    from vmharness.experiment.hostboots.target import Target
 
 TIMEOUT = 120.0  # seconds for `kexec -l` (it reads the kernel and initrd) and `kexec -u`
 PROGRAM = "kexec"

@@ -73,7 +73,7 @@ def test_a_bad_deadline_is_one_line(raw: str, monkeypatch: pytest.MonkeyPatch,
 def test_check_runs_every_unit_module_once_and_the_shared_state_ones_together() -> None:
     streams_ = streams.check_streams()
     files = [a for cmds in streams_.values() for cmd in cmds for a in cmd if a.startswith("tests/")]
-    unit = sorted(f"tests/unit/{p.name}" for p in (streams.REPO / "tests" / "unit").glob("test_*.py"))
+    unit = sorted(f"tests/unit/{p.name}" for p in (Path(streams.__file__).parent / "unit").glob("test_*.py"))
     assert sorted(f for f in files if f.startswith("tests/unit/")) == unit  # each once
     (shared,) = streams_["shared"]
     assert all(f in shared for f in unit if streams.shares_state(f.rsplit("/", 1)[1][:-3]))

@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if ready is None:
             tally = runner.Runner(cfg, run, root, say).execute(keep_host=args.keep_host)
         elif _host_boots(root, cfg, run, ready, lock) == "switched":
-            return 0  # the fake kexec of a test returned: the real one does not
+            return 0  # the host was told to boot the next kernel: the boot unit's `run --resume` goes on
         else:
             tally = {"failed": len(_failed(run))}
     analysis = saturation.analyse(run)
@@ -154,9 +154,10 @@ BUILT_IN = ("The built-in study runs under TCG: the reference `on` (the kernel's
             "50% of a CPU: a cost known in advance), latency at fixed rates, and the server's system calls and "
             "profile counted to explain each cost. It prints the answer's table first; the report's folder holds "
             "the rest.")
-SECTIONS = ("[[instance]] (cmdline, qemu, kvm_modules; [instance.host]: host knobs set while its guest runs), "
-            "[study] (switches: which mitigation costs what), [explain] (syscalls, profile: why it costs), "
-            "[control], [sweep], [load], [guest], [tuning].")
+SECTIONS = ("[[instance]] (cmdline, qemu, kvm_modules, host_boot; [instance.host]: host knobs set while its guest "
+            "runs), [[host_boot]] (a host kernel and its cmdline, booted with kexec: --allow-host-reboot), [study] "
+            "(switches, host_switches: which mitigation costs what, in the guest or on the host), [explain] "
+            "(syscalls, profile: why it costs), [control], [sweep], [load], [guest], [tuning].")
 
 
 def register(subs: Any, add: Any) -> None:

@@ -33,6 +33,7 @@ from vmharness.host.inspect.net import ssh_route
 from vmharness.journal import journal
 from vmharness.journal.kinds import OpKind
 from vmharness.model import config
+from vmharness.rundir.store import RunDir
 
 TOML = ('[guest]\naccel = "tcg"\n[sweep]\niterations = 2\n[[host_boot]]\nname = "v2off"\n'
         'kernel = "/boot/vmlinuz-x"\ncmdline = "spectre_v2=off"\n[[instance]]\nname = "a"\n'
@@ -102,6 +103,18 @@ def test_each_host_boot_measures_its_instances_and_the_unit_lives_from_the_first
                         "measure"]
     assert not w.unit.exists() and not os.path.lexists(w.host.base / bootunit.LINK.lstrip("/"))
     assert Store(w.host.base).load() is None and w.host.release == HOME_RELEASE
+
+
+def test_a_run_whose_host_boots_came_home_is_not_gone_round_again(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    assert not hostrun.finished(w.run)
+    w.round_trip()
+    measured, events = list(w.measured), list(w.events)
+    again = RunDir.resume(w.run.path, "run")  # as `run --resume` reads it
+    assert hostrun.finished(again)
+    assert hostrun.go(w.host.root, w.cfg, again, w.said.append, w.kexec, w.ready, w.measure) == "done"
+    assert (w.measured, w.events) == (measured, events)  # no switch, no stop measured again
+    assert w.said[-1].startswith("the run's host boots were all gone round") and not w.unit.exists()
 
 
 def test_a_stop_gives_back_what_it_took_before_the_load(tmp_path: Path) -> None:

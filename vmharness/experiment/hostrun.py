@@ -130,6 +130,10 @@ def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: ke
     boot. With the real kexec a switch does not return."""
     owner = bench.owner(run)
     here = run.path.resolve()
+    if finished(run):
+        say("the run's host boots were all gone round and it came home: no host boot is measured again "
+            "(a new run measures what failed)")
+        return "done"
     if bootunit.has_systemd(root):
         bootunit.install(root, here, Path.cwd())
     else:
@@ -157,8 +161,15 @@ def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: ke
             "vmharness host-restore gives the host back")
         raise
     if outcome == "done":
+        run.update_manifest(host_boots_done=True)
         _unit_gone(root, say)
     return outcome
+
+
+def finished(run: RunDir) -> bool:
+    """Whether the run's host boots were all gone round (its manifest says so, written when the engine
+    came home): a `--resume` then reports, and switches the host no more."""
+    return run.manifest.get("host_boots_done") is True
 
 
 def _unit_gone(root: HostRoot, say: progress.Say) -> None:

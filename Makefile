@@ -101,8 +101,9 @@ demo: deps venv oha inferno
 
 # Figures, not pass/fail: the fixed costs of a guest's life beside virtme-ng's (libvirtd is started if
 # none answers), how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
-# the adaptive search takes to the answer against the grid, the open-loop generators side by side, and
-# the hostile tables' commands forked from a preloaded server against fresh interpreters.
+# the adaptive search takes to the answer against the grid, the open-loop generators side by side, the
+# hostile tables' commands forked from a preloaded server against fresh interpreters, and a command's
+# start with its own group's parser against every group's.
 GENERATORS := .cache/generators
 bench: deps venv oha
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
@@ -115,6 +116,7 @@ bench: deps venv oha
 	$(PY) benchmarks/bench_fidelity.py
 	$(PY) benchmarks/time_to_answer.py
 	$(PY) benchmarks/hostile_cases.py
+	$(PY) benchmarks/command_start.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -83,9 +83,9 @@ image: venv
 	$(PY) -m vmharness.cli image build
 
 # The fast tier, for every edit: the unit tests, ruff, mypy, the import contracts and the size check; no
-# VM, no daemon (inferno, which the profile tests run, is copied from the per-machine cache first). One
-# pytest, so its time is its CPU time: 5.3-7.3 min on 2 cores before the cuts in
-# docs/testing.md ("The fast tier's time"), about 50 CPU-s less since (near 4.5 min on a quiet day).
+# VM, no daemon (inferno, which the profile tests run, is copied from the per-machine cache first). Two
+# pytests side by side (tests/streams.py --check): the modules that use this machine's /run/vmharness
+# and /tmp in one, the rest in the other; docs/testing.md ("The fast tier's time") has the figures.
 # Python's bytecode is kept once per machine outside the clone (PYCACHE), also where the environment
 # says PYTHONDONTWRITEBYTECODE, which had every interpreter of the run compile the harness again.
 PYCACHE := $(or $(VMHARNESS_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/vmharness)/pycache

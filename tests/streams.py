@@ -1,13 +1,16 @@
 """`make test`: the whole suite as two pytest processes side by side, because on the 2-core CI machine
 most of its time is spent in two kinds of work that each leave a CPU idle:
 
-- **rig**: the tests that boot the nested-VM rig (tests/rig, the `l1` fixture) and run the harness
-  inside it, an L2 under double TCG among them. L1 has four vCPUs but, while an L2 or the harness
-  runs in it, mostly keeps one busy. Then the linters.
-- **host**: everything that changes this machine, one at a time as before: the unit tier (its hostile
-  cases check that nothing appears in /run/vmharness or /tmp, which the harness's own runs would
-  write) and the integration tests on this machine (libvirt guests under TCG, nginx, wrk and oha:
-  one harness at a time changes a host, and the libvirtd they start is theirs).
+- **rig**: first the unit modules that keep to fake roots and a temporary folder of their own (see
+  `shares_state`), while the host stream runs the others; then the tests that boot the nested-VM rig
+  (tests/rig, the `l1` fixture) and run the harness inside it, an L2 under double TCG among them. L1
+  has four vCPUs but, while an L2 or the harness runs in it, mostly keeps one busy. Then the linters.
+- **host**: everything that changes this machine, one at a time as before: the unit modules that use
+  this machine's /run/vmharness and /tmp (the hostile cases check that nothing appears there, which
+  the harness's own runs would write), and the integration tests on this machine (libvirt guests
+  under TCG, nginx, wrk and oha: one harness at a time changes a host, and the libvirtd they start is
+  theirs). The host stream ended a clean clone's run 15 minutes after the rig's (docs/testing.md):
+  the unit modules it no longer runs were 5 of those minutes.
 
 Run one after the other they took 49 minutes here; side by side, 35 (docs/testing.md); the goal is
 under 40 for the whole `.ci/run`.
@@ -48,7 +51,7 @@ from tests.rig.paths import REPO
 
 LOGS = REPO / ".cache" / "test-streams"
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
-RIG = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.py"]]
+RIG_TESTS = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.py"]]
 # The unit tier, then the host's integration tests, the longest first; last, those that need the
 # machine to themselves (quiet_machine: the timed load), where they wait for the rig least.
 HOST_FIRST = ("test_experiment.py", "test_study.py", "test_kill.py", "test_guest.py")
@@ -75,17 +78,29 @@ def shares_state(module: str) -> bool:
 BESIDE_SHARED = ("test_damaged_trees", "test_budget")
 
 
-def check_streams() -> dict[str, list[list[str]]]:
+def unit_modules(beside: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """The unit modules' files: those that share this machine's state (with `beside` among them), and
+    the rest."""
     names = sorted(p.stem for p in (REPO / "tests" / "unit").glob("test_*.py"))
-    shared = [f"tests/unit/{n}.py" for n in names if shares_state(n) or n in BESIDE_SHARED]
-    rest = [f"tests/unit/{n}.py" for n in names if not (shares_state(n) or n in BESIDE_SHARED)]
+    shared = [f"tests/unit/{n}.py" for n in names if shares_state(n) or n in beside]
+    return shared, [f"tests/unit/{n}.py" for n in names if f"tests/unit/{n}.py" not in shared]
+
+
+def check_streams() -> dict[str, list[list[str]]]:
+    shared, rest = unit_modules(BESIDE_SHARED)
     return {"shared": [[*PYTEST, *shared, "tests/test_lint.py"]], "unit": [[*PYTEST, *rest]]}
 
 
-def host_args() -> list[str]:
+def suite_streams() -> dict[str, list[list[str]]]:
+    """`make test`: the rig's stream starts with the unit modules of their own, the host's with the others."""
+    shared, rest = unit_modules()
+    return {"rig": [[*PYTEST, *rest], *RIG_TESTS], "host": [[*PYTEST, *host_args(shared)]]}
+
+
+def host_args(unit: list[str]) -> list[str]:
     names = sorted(p.name for p in (REPO / "tests" / "integration").glob("test_*.py"))
     middle = [n for n in names if n not in HOST_FIRST + HOST_LAST]
-    return ["tests/unit", *(f"tests/integration/{n}" for n in (*HOST_FIRST, *middle, *HOST_LAST) if n in names),
+    return [*unit, *(f"tests/integration/{n}" for n in (*HOST_FIRST, *middle, *HOST_LAST) if n in names),
             "-m", "not rig"]
 
 
@@ -148,7 +163,7 @@ def main(extra: list[str]) -> int:
         extra, streams = extra[1:], check_streams()
     else:
         set_up()
-        streams = {"rig": RIG, "host": [[*PYTEST, *host_args()]]}
+        streams = suite_streams()
     codes: dict[str, int] = {}
     threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes), daemon=True)
                for name, commands in streams.items()}

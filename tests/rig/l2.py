@@ -1,4 +1,4 @@
-"""L2: a guest QEMU boots inside L1 (TCG inside TCG) with L1's e1000e functions passed
+"""L2: a guest QEMU boots inside L1 (TCG inside TCG, or KVM in L1) with L1's e1000e functions passed
 through by VFIO. Its busybox init lists the PCI devices it sees, prints a marker and
 powers off; `boot_l2` runs that QEMU in the foreground and parses the console.
 
@@ -116,8 +116,10 @@ def qemu_argv(
     mem_mib: int,
     run_dir: str,
     host_node: int | None = None,
+    accel: str = "tcg",
 ) -> list[str]:
     """One CPU, no default devices, and the functions in `bdfs` at guest_bdf(0), (1), ...
+    `accel`: "tcg", or "kvm" where L1 has loaded kvm_amd (L0's TCG emulates SVM with nested paging).
     RAM comes from a file under `mem_path` (hugetlbfs: VFIO pins all of it, and 2 MiB pages
     make that a few hundred mappings, not tens of thousands), given to the machine with
     `memory-backend=` rather than `-numa node,memdev=`: the same backend without a NUMA
@@ -128,7 +130,7 @@ def qemu_argv(
     argv = [
         "qemu-system-x86_64",
         "-name", "rig-l2",
-        "-machine", "q35,accel=tcg,sata=off,smbus=off,memory-backend=l2mem",
+        "-machine", f"q35,accel={accel},sata=off,smbus=off,memory-backend=l2mem",
         "-cpu", "max",
         "-smp", "1",
         "-m", f"{mem_mib}M",
@@ -166,6 +168,7 @@ def boot_l2(
     mem_mib: int = 256,
     timeout: float = 600,
     host_node: int | None = None,
+    accel: str = "tcg",
 ) -> L2Result:
     """Boot L2 in L1 with the L1 functions `bdfs` passed through and RAM from the hugetlbfs
     directory `mem_path` (bound to L1's NUMA node `host_node` if given); return once it
@@ -177,7 +180,8 @@ def boot_l2(
     run_dir = f"/tmp/rig-l2-{secrets.token_hex(4)}"
     rig.run(["mkdir", "-m", "700", run_dir], timeout=30, check=True)
     argv = qemu_argv(
-        kernel, initrd, bdfs=bdfs, mem_path=mem_path, mem_mib=mem_mib, run_dir=run_dir, host_node=host_node
+        kernel, initrd, bdfs=bdfs, mem_path=mem_path, mem_mib=mem_mib, run_dir=run_dir, host_node=host_node,
+        accel=accel,
     )
     wrapped = ["sh", "-c", _RUN, "rig-l2", "timeout", "-k", "10", f"{timeout:g}", *argv]
     log.info("booting L2 in L1: %s", shlex.join(argv))

@@ -52,6 +52,18 @@ def cached_trees() -> list[Path]:
     return found
 
 
+def compile_package() -> None:
+    """The package's bytecode in its own __pycache__ folders. L1 reads the package from L0's read-only
+    root and cannot write it: compiled here, or every command there compiles each module again (under
+    TCG, a third of its start). Beside the sources whatever PYTHONPYCACHEPREFIX says here, since L1's
+    commands run without it."""
+    prefix, sys.pycache_prefix = sys.pycache_prefix, None
+    try:
+        compileall.compile_dir(REPO / "vmharness", quiet=1, workers=1)
+    finally:
+        sys.pycache_prefix = prefix
+
+
 class RigError(HarnessError):
     """The rig could not be started or used; `crashed`: QEMU was killed by a signal while L1 booted."""
 
@@ -127,9 +139,7 @@ class Rig:
     def _boot(cls, timeout: float) -> Self:
         kern = kernel.obtain()
         initrd = initramfs.build(kern)
-        # L1 reads the package from L0's read-only root and cannot write its bytecode: compiled here,
-        # or every command there compiles each module again (under TCG, a third of its start).
-        compileall.compile_dir(REPO / "vmharness", quiet=1, workers=1)
+        compile_package()
         leftovers.reap()
         files = topology.Files(leftovers.new_dir())
         cached = cached_trees()

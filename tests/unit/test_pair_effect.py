@@ -84,3 +84,34 @@ def test_too_few_repetitions_are_said_and_each_pair_is_paired_with_the_baseline_
     assert got["x"]["note"] == "" and got["x"]["flagged"] and got["x"]["p"] < 0.01
     assert got["x"]["share_low"] > 0.5 and got["x"]["between"] > 0.05
     assert "y" not in got  # one pair: no pair effect to speak of
+
+
+CELLS = 8
+
+
+def campaign_rows(data: np.ndarray) -> list[dict[str, object]]:
+    """One campaign's rows (as gather.build gives them) from cells x pairs x repetitions of throughput."""
+    return [{"cell": f"c{c}", "instance": "i", "state": "done", "pair": f"pair{p}", "requests_per_s": float(v)}
+            for c, cell in enumerate(data) for p, runs in enumerate(cell) for v in runs]
+
+
+def test_over_a_campaigns_cells_a_pair_effect_is_flagged_by_holm() -> None:
+    """Eight cells without any pair effect: one F test per cell at 5% would flag one in a third of such
+    campaigns (1 - 0.95^8); Holm's step-down over the cells flags one in about 5% of them, as its
+    family-wise level says. The price is power: a cell with the planted effect above (flagged in about
+    90% of campaigns on its own) among seven without is flagged in about half, the seven rarely."""
+    none = campaigns(34, [0] * PAIRS, runs=800 * CELLS).reshape(800, CELLS, PAIRS, RUNS_PER_PAIR)
+    found = [paireffect.effects(campaign_rows(c), ("c0", "i")) for c in none]
+    assert all(len(f) == CELLS and all(e["tests"] == CELLS for e in f) for f in found)
+    any_raw = np.mean([any(e["p"] < 0.05 for e in f) for f in found])
+    any_holm = np.mean([any(e["flagged"] for e in f) for f in found])
+    print(f"campaigns with a cell flagged: {any_raw:.1%} one test at a time, {any_holm:.1%} by Holm")
+    assert any_raw >= 0.25 and 0.027 <= any_holm <= 0.073  # 800 campaigns: 0.77 points a standard error
+    planted = campaigns(35, [0, 0.04, -0.04, 0], runs=400)[:, None]
+    mixed = np.concatenate([planted, campaigns(36, [0] * PAIRS, runs=400 * (CELLS - 1)).reshape(
+        400, CELLS - 1, PAIRS, RUNS_PER_PAIR)], axis=1)
+    found = [paireffect.effects(campaign_rows(c), ("c0", "i")) for c in mixed]
+    hit = np.mean([f[0]["flagged"] for f in found])
+    false = np.mean([any(e["flagged"] for e in f[1:]) for f in found])
+    print(f"the planted cell flagged in {hit:.1%}; another in {false:.1%}")
+    assert hit >= 0.45 and false <= 0.08

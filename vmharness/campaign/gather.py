@@ -129,7 +129,8 @@ def _effect(e: dict[str, Any]) -> list[str]:
         return [e["cell"], e["instance"], each, e["note"], ""]
     return [e["cell"], e["instance"], each,
             f"{_pct(e['between'])[1:]}, {e['share']:.0%} [{e['share_low']:.0%}, {e['share_high']:.0%}]",
-            f"F({e['df'][0]}, {e['df'][1]}) = {e['f']:.2f}, p = {e['p']:.3g}" + " (a pair effect)" * e["flagged"]]
+            f"F({e['df'][0]}, {e['df'][1]}) = {e['f']:.2f}, p = {e['p']:.3g}"
+            + f" (a pair effect by Holm over {e['tests']} test{'s' * (e['tests'] != 1)})" * e["flagged"]]
 
 
 def text(rep: dict[str, Any]) -> str:

@@ -4,7 +4,9 @@ same pair (so that a pair's own speed cancels where the baseline ran there too),
 of variance of the cell's runs by pair, on logs (the noise is multiplicative):
 
 - F, the spread of the pair means against the spread within pairs, and its p-value (scipy's F
-  distribution: as scipy.stats.f_oneway computes it); `flagged` when p < 1 - level;
+  distribution: as scipy.stats.f_oneway computes it); `flagged` by Holm's step-down over every cell
+  the campaign tests (`tests` of them) at 1 - level: one test per cell at 5% would flag a pair effect
+  in a third of campaigns of eight cells with none;
 - the pair effect's size: the standard deviation between pairs (random-effects estimate, on logs: about
   a relative change), and the share of the variance that lies between pairs with its interval, exact
   under normal noise for equal runs per pair: MS_between / MS_within follows (1 + n theta) F(k - 1, N - k),
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from vmharness.analysis.attribution import holm
 
 LEVEL = 0.95
 
@@ -42,7 +46,7 @@ class OneWay:
 def one_way(groups: Sequence[Sequence[float]], level: float = LEVEL) -> OneWay | None:
     """One-way analysis of variance of log(values) by group; None when it cannot be judged: fewer than
     two groups, no group with two values, a value not positive, or no spread within groups."""
-    from scipy import stats
+    from scipy import special  # the F distribution's functions without scipy.stats' per-call overhead
 
     values = [np.asarray(g, dtype=float) for g in groups if len(g)]
     if len(values) < 2 or any(not (np.isfinite(v).all() and (v > 0).all()) for v in values):
@@ -60,9 +64,9 @@ def one_way(groups: Sequence[Sequence[float]], level: float = LEVEL) -> OneWay |
     f = ms_b / ms_w
     n0 = (n - sum(len(y) ** 2 for y in ys) / n) / df_b
     between2 = max(0.0, (ms_b - ms_w) / n0)
-    high_q, low_q = np.asarray(stats.f.ppf([(1 + level) / 2, (1 - level) / 2], df_b, df_w), dtype=float)
+    high_q, low_q = np.asarray(special.fdtri(df_b, df_w, [(1 + level) / 2, (1 - level) / 2]), dtype=float)
     theta = [max(0.0, (f / float(q) - 1) / n0) for q in (high_q, low_q)]
-    return OneWay(k, n, f, (df_b, df_w), float(stats.f.sf(f, df_b, df_w)), math.sqrt(between2), math.sqrt(ms_w),
+    return OneWay(k, n, f, (df_b, df_w), float(special.fdtrc(df_b, df_w, f)), math.sqrt(between2), math.sqrt(ms_w),
                   between2 / (between2 + ms_w), theta[0] / (1 + theta[0]), theta[1] / (1 + theta[1]), level)
 
 
@@ -94,8 +98,11 @@ def effects(rows: list[dict[str, Any]], baseline: tuple[str, str], level: float 
                              "the noise (repeat each cell at least twice on each pair)" if once else
                              "no spread within a pair: the pair effect cannot be judged")
         else:
-            entry.update({"f": a.f, "df": list(a.df), "p": a.p, "flagged": a.p < 1 - level,
+            entry.update({"f": a.f, "df": list(a.df), "p": a.p,
                           "between": math.expm1(a.between), "within": math.expm1(a.within),
                           "share": a.share, "share_low": a.share_low, "share_high": a.share_high, "note": ""})
         out.append(entry)
+    tested = [e for e in out if "p" in e]
+    for e, flagged in zip(tested, holm([e["p"] for e in tested], 1 - level), strict=True):
+        e.update(flagged=flagged, tests=len(tested))
     return out

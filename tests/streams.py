@@ -1,19 +1,16 @@
 """`make test`: the whole suite as two pytest processes side by side, because on the 2-core CI machine
 most of its time is spent in two kinds of work that each leave a CPU idle:
 
-- **rig**: the tests that boot the nested-VM rig (tests/rig, the `l1` fixture) and run the harness
-  inside it, an L2 among them. L1 has four vCPUs but, while an L2 or the harness runs in it, mostly
-  keeps one busy. Then the unit modules that keep to fake roots and a temporary folder of their own
-  (see `shares_state`), and the linters: the rig's stream ended a clean clone's run 15 minutes before
-  the host's, which they shortened by about 5 (docs/testing.md). Run before the rig's tests instead,
-  they held its L1 back until the host's heaviest tests ran beside it, and the suite took as long.
-  The stream holds the rig's lock shared from start to end, so that a timed test waits for the unit
-  modules too.
+- **rig**: first the unit modules that keep to fake roots and a temporary folder of their own (see
+  `shares_state`), while the host stream runs the others; then the tests that boot the nested-VM rig
+  (tests/rig, the `l1` fixture) and run the harness inside it, an L2 under double TCG among them. L1
+  has four vCPUs but, while an L2 or the harness runs in it, mostly keeps one busy. Then the linters.
 - **host**: everything that changes this machine, one at a time as before: the unit modules that use
   this machine's /run/vmharness and /tmp (the hostile cases check that nothing appears there, which
   the harness's own runs would write), and the integration tests on this machine (libvirt guests
   under TCG, nginx, wrk and oha: one harness at a time changes a host, and the libvirtd they start is
-  theirs).
+  theirs). The host stream ended a clean clone's run 15 minutes after the rig's (docs/testing.md):
+  the unit modules it no longer runs were 5 of those minutes.
 
 Run one after the other they took 49 minutes here; side by side, 35 (docs/testing.md); the goal is
 under 40 for the whole `.ci/run`.
@@ -43,14 +40,12 @@ stream's (0 when all passed)."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from contextlib import AbstractContextManager, nullcontext
 
 from tests.rig.paths import REPO
 
@@ -97,11 +92,9 @@ def check_streams() -> dict[str, list[list[str]]]:
 
 
 def suite_streams() -> dict[str, list[list[str]]]:
-    """`make test`: the rig's tests, then the unit modules of their own and the linters; on the host, the
-    unit modules that share its state, then its integration tests."""
+    """`make test`: the rig's stream starts with the unit modules of their own, the host's with the others."""
     shared, rest = unit_modules()
-    rig, lint = RIG_TESTS
-    return {"rig": [rig, [*PYTEST, *rest], lint], "host": [[*PYTEST, *host_args(shared)]]}
+    return {"rig": [[*PYTEST, *rest], *RIG_TESTS], "host": [[*PYTEST, *host_args(shared)]]}
 
 
 def host_args(unit: list[str]) -> list[str]:
@@ -126,13 +119,12 @@ def set_up() -> None:
     ssh.harness_key()
 
 
-def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[str, int],
-           hold: AbstractContextManager[None] | None = None) -> None:
+def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[str, int]) -> None:
     """The stream's commands one after the other, each line of their output printed as it comes and
-    kept in its log; the first non-zero exit code (or 0) into `codes`. `hold`: held while they run."""
+    kept in its log; the first non-zero exit code (or 0) into `codes`."""
     LOGS.mkdir(parents=True, exist_ok=True)
     code = 0
-    with hold or nullcontext(), (LOGS / f"{name}.log").open("wb") as log:
+    with (LOGS / f"{name}.log").open("wb") as log:
         for i, cmd in enumerate(commands):
             # every test's time, not only the slowest 25 the log prints: where the next minutes are
             cmd = [*cmd, f"--junitxml={LOGS / f'{name}-{i}.xml'}"]
@@ -173,17 +165,14 @@ def deadline_minutes() -> float:
 def main(extra: list[str]) -> int:
     began = time.monotonic()
     deadline = began + 60 * deadline_minutes()
-    holds: dict[str, AbstractContextManager[None]] = {}
     if extra[:1] == ["--check"]:
         extra, streams = extra[1:], check_streams()
     else:
-        from tests.integration.conftest import rig_lock
-
         set_up()
-        streams, holds = suite_streams(), {"rig": rig_lock(fcntl.LOCK_SH)}
+        streams = suite_streams()
     codes: dict[str, int] = {}
-    threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes, holds.get(name)),
-                                      daemon=True) for name, commands in streams.items()}
+    threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes), daemon=True)
+               for name, commands in streams.items()}
     for t in threads.values():
         t.start()
     try:

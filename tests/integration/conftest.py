@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @contextmanager
-def rig_lock(mode: int) -> Iterator[None]:
+def _rig_lock(mode: int) -> Iterator[None]:
     RIG_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with RIG_LOCK.open("a") as f:
         fcntl.flock(f, mode)
@@ -54,14 +54,14 @@ def l1() -> Iterator[Rig]:
     """A booted L1 (see tests/rig): stopped, with its QEMU gone, when the session ends."""
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
-    with rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT) as rig:
+    with _rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT) as rig:
         yield rig
 
 
 @pytest.fixture()
 def quiet_machine() -> Iterator[None]:
     """For a test whose assertions are timings: it waits until no rig runs on this machine."""
-    with rig_lock(fcntl.LOCK_EX):
+    with _rig_lock(fcntl.LOCK_EX):
         yield
 
 

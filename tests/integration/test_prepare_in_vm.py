@@ -68,14 +68,12 @@ def no_hugetlbfs(l1: Rig) -> Iterator[None]:
 
 @pytest.fixture
 def pristine(l1: Rig, no_hugetlbfs: None) -> Iterator[list[str]]:
-    """L1's state before the test; whatever happens, the test ends with host-restore where a journal is
-    left (with none it has nothing to give back, and each start of the harness costs L1 about 10 s)."""
+    """L1's state before the test; whatever happens, the test ends with host-restore."""
     before = state(l1)
     try:
         yield before
     finally:
-        if sh(l1, "test -e /run/vmharness/journal.jsonl").returncode != 1:
-            tool(l1, "host-restore")
+        tool(l1, "host-restore")
 
 
 def test_dry_run_plans_the_whole_group_on_node_1(l1: Rig, pristine: list[str]) -> None:

@@ -7,8 +7,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -84,11 +82,11 @@ def test_check_runs_every_unit_module_once_and_the_shared_state_ones_together() 
 
 
 def test_the_suite_runs_every_unit_module_once_those_sharing_state_in_the_host_stream() -> None:
-    """The rig's stream takes the unit modules of their own after its rig tests, so that the host's
-    stream, which ends the suite, runs only those that use this machine's /run/vmharness and /tmp."""
+    """The rig's stream takes the unit modules of their own before it boots L1, so that the host's stream,
+    which ends the suite, runs only those that use this machine's /run/vmharness and /tmp."""
     suite = streams.suite_streams()
     (host,) = suite["host"]
-    rig, unit_rig, lint = suite["rig"]
+    unit_rig, rig, lint = suite["rig"]
     unit = sorted(f"tests/unit/{p.name}" for p in (Path(streams.__file__).parent / "unit").glob("test_*.py"))
     assert sorted(f for cmd in (host, unit_rig) for f in cmd if f.startswith("tests/unit/")) == unit
     assert all(streams.shares_state(Path(f).stem) == (f in host) for f in unit)
@@ -97,22 +95,3 @@ def test_the_suite_runs_every_unit_module_once_those_sharing_state_in_the_host_s
     integration = [f for f in host if f.startswith("tests/integration/")]
     assert integration[0].endswith(streams.HOST_FIRST[0]) and integration[-1].endswith(streams.HOST_LAST[-1])
     assert host.index(integration[0]) > max(host.index(f) for f in host if f.startswith("tests/unit/"))
-
-
-def test_a_stream_holds_what_it_is_given_until_its_last_command_ends(tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """The rig's stream holds the rig's lock shared over its unit modules too: a timed test, which takes
-    it exclusive, waits for them. Here what is held is a file, which each command looks for."""
-    flag = tmp_path / "held"
-
-    @contextmanager
-    def hold() -> Iterator[None]:
-        flag.touch()
-        yield
-        flag.unlink()
-
-    codes: dict[str, int] = {}
-    look = [sys.executable, "-c", f"import os; print(os.path.exists({str(flag)!r}))"]
-    streams.stream("rig", [look, look], [], codes, hold())
-    assert capsys.readouterr().out.splitlines() == ["[rig] True", "[rig] True"]
-    assert codes == {"rig": 0} and not flag.exists()

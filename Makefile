@@ -117,6 +117,7 @@ bench: deps venv oha
 	$(PY) benchmarks/time_to_answer.py
 	$(PY) benchmarks/hostile_cases.py
 	$(PY) benchmarks/command_start.py
+	$(PY) -m benchmarks.l2_accel
 
 lint: venv
 	$(VENV)/bin/ruff check .

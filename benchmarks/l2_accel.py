@@ -16,25 +16,19 @@ import argparse
 import json
 import statistics
 import time
+from contextlib import nullcontext
 
 from tests.rig import Rig
 from tests.rig.l2 import boot_l2
 
 MIB = 128
-LOAD = "modprobe kvm_amd && test -c /dev/kvm"
-UNLOAD = "rmmod kvm_amd; rmmod kvm; ! test -e /dev/kvm"
 
 
 def boot(l1: Rig, mem_path: str, accel: str) -> tuple[float, float | None]:
-    if accel == "kvm":
-        l1.run(["sh", "-c", LOAD], timeout=120, check=True)
-    try:
+    with l1.kvm() if accel == "kvm" else nullcontext():
         began = time.monotonic()
         result = boot_l2(l1, bdfs=[l1.nic1.bdf], mem_path=mem_path, mem_mib=MIB, host_node=1, accel=accel)
         return time.monotonic() - began, result.uptime
-    finally:
-        if accel == "kvm":
-            l1.run(["sh", "-c", UNLOAD], timeout=120, check=True)
 
 
 def main() -> None:

@@ -26,11 +26,8 @@ def sh(rig: Rig, script: str, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def kvm_in_l1(l1: Rig) -> Iterator[Rig]:
-    sh(l1, "modprobe kvm_amd && test -c /dev/kvm")
-    try:
+    with l1.kvm():
         yield l1
-    finally:
-        sh(l1, "rmmod kvm_amd; rmmod kvm; ! test -e /dev/kvm")
 
 
 def test_kvm_amd_loads_with_nested_paging(kvm_in_l1: Rig) -> None:

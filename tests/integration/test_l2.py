@@ -57,13 +57,8 @@ def vfio_l1(l1: Rig) -> Iterator[Prepared]:
 
 @pytest.fixture()
 def kvm_in_l1(l1: Rig) -> Iterator[None]:
-    """/dev/kvm in L1 for the test, and L1 as it came after it: the other rig tests expect none."""
-    assert l1.run(["sh", "-c", "modprobe kvm_amd && test -c /dev/kvm"], timeout=120).ok
-    try:
+    with l1.kvm():
         yield
-    finally:
-        gone = l1.run(["sh", "-c", "rmmod kvm_amd; rmmod kvm; ! test -e /dev/kvm"], timeout=120)
-        assert gone.ok, gone.stderr
 
 
 def no_qemu_in_l1(rig: Rig) -> bool:

@@ -10,7 +10,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -192,6 +193,16 @@ class Rig:
         self.agent.write_file(path, data, timeout=timeout)
         if mode is not None:
             self.run(["chmod", f"{mode:o}", path], timeout=timeout, check=True)
+
+    @contextmanager
+    def kvm(self) -> Iterator[None]:
+        """/dev/kvm in L1 for the block (kvm_amd loaded: L0's TCG emulates SVM with nested paging), and L1
+        without it again after: the other rig tests expect none."""
+        self.run(["sh", "-c", "modprobe kvm_amd && test -c /dev/kvm"], timeout=120, check=True)
+        try:
+            yield
+        finally:
+            self.run(["sh", "-c", "rmmod kvm_amd; rmmod kvm; ! test -e /dev/kvm"], timeout=120, check=True)
 
     def read_file(self, path: str, *, timeout: float = 60.0) -> bytes:
         self._require_running()

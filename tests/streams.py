@@ -30,9 +30,11 @@ deadline with the study waiting there (docs/testing.md).
     python -m tests.streams [PYTEST ARGS...]     # the extra arguments go to every pytest
     python -m tests.streams --check [PYTEST ARGS...]     # `make check`: the unit tier and the linters
 
-Each stream's output is printed as it comes, each line headed by the stream's name (a CI that stops
-the run shows where each stream was), and kept in .cache/test-streams/, beside each pytest's JUnit XML
-(every test's time). A deadline (VMHARNESS_TEST_DEADLINE minutes, 85 by default: CI allows 90 for
+Each stream's output is printed as it comes, each line headed by the stream's name, and kept in
+.cache/test-streams/, beside each pytest's JUnit XML (every test's time). The launcher's last lines are
+what the project's CI keeps of a run: the slowest tests of both streams, each stream's counts, the tests
+that did not pass and where a deadline interrupted one (tests/streams_summary.py); past the deadline no
+stream starts another pytest. A deadline (VMHARNESS_TEST_DEADLINE minutes, 85 by default: CI allows 90 for
 everything; its set-up took a minute at ff7cc6a, whose streams it stopped at 82, and a pytest that
 does not stop within STOP_GRACE seconds of Ctrl-C is killed) interrupts what still runs as Ctrl-C
 would, so pytest tears its fixtures down and prints its summary; pytest itself dumps every thread's stack when
@@ -47,7 +49,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+from tests import streams_summary
 from tests.rig.paths import REPO
 
 LOGS = REPO / ".cache" / "test-streams"
@@ -127,13 +131,20 @@ def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[s
     code = 0
     with (LOGS / f"{name}.log").open("wb") as log:
         for i, cmd in enumerate(commands):
+            if STOPPING.is_set():  # past the deadline: the summary's lines stay the output's last
+                break
             # every test's time, not only the slowest 25 the log prints: where the next minutes are
-            cmd = [*cmd, f"--junitxml={LOGS / f'{name}-{i}.xml'}"]
+            junit = LOGS / f"{name}-{i}.xml"
+            junit.unlink(missing_ok=True)  # an earlier run's, where this one's pytest writes none
+            JUNITS.setdefault(name, []).append(junit)
+            cmd = [*cmd, f"--junitxml={junit}"]
             # SIGINT at its default in the child: a launcher started in the background by a shell script
             # (CI) has it ignored, children inherit that, and the deadline's SIGINT would do nothing
             p = subprocess.Popen(["env", "--default-signal=INT", *cmd, *extra], cwd=REPO, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, env={**os.environ, **ENV})
             CHILDREN.append(p)
+            if STOPPING.is_set():  # started as stop_children went through CHILDREN
+                p.send_signal(signal.SIGINT)
             assert p.stdout is not None
             for line in p.stdout:
                 log.write(line)
@@ -148,6 +159,8 @@ def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[s
 STOP_GRACE = 60  # seconds a pytest has to tear down after the deadline's Ctrl-C (the rig's QEMU quits in a few)
 CHILDREN: list[subprocess.Popen[bytes]] = []  # the pytests started, stopped with the launcher
 PRINTING = threading.Lock()  # one stream's line at a time
+STOPPING = threading.Event()  # set at the deadline: no stream starts another pytest
+JUNITS: dict[str, list[Path]] = {}  # each stream's pytests' JUnit XML, in the order they started
 
 
 def deadline_minutes() -> float:
@@ -182,11 +195,13 @@ def main(extra: list[str]) -> int:
         stop_children()
     for t in threads.values():
         t.join(timeout=30)  # the last lines of an interrupted pytest: what it was doing, its summary
+    print("", *streams_summary.lines(JUNITS, {name: LOGS / f"{name}.log" for name in streams}), sep="\n")
     print(f"\n===== all streams: {codes} in {(time.monotonic() - began) / 60:.1f} min =====")
     return next((c for c in codes.values() if c != 0), 0) if len(codes) == len(threads) else 1
 
 
 def stop_children() -> None:
+    STOPPING.set()
     for p in CHILDREN:
         if p.poll() is None:
             p.send_signal(signal.SIGINT)  # as Ctrl-C: pytest tears its fixtures down (the rig's QEMU)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import streams
+from tests import streams, streams_summary
 
 
 @pytest.fixture(autouse=True)
@@ -19,6 +19,8 @@ def own_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's logs in its own folder, and its own list of children to stop."""
     monkeypatch.setattr(streams, "LOGS", tmp_path)
     monkeypatch.setattr(streams, "CHILDREN", [])
+    monkeypatch.setattr(streams, "JUNITS", {})
+    monkeypatch.setattr(streams, "STOPPING", threading.Event())
 
 
 def test_lines_are_printed_as_they_come_headed_by_the_stream(tmp_path: Path,
@@ -95,3 +97,63 @@ def test_the_suite_runs_every_unit_module_once_those_sharing_state_in_the_host_s
     integration = [f for f in host if f.startswith("tests/integration/")]
     assert integration[0].endswith(streams.HOST_FIRST[0]) and integration[-1].endswith(streams.HOST_LAST[-1])
     assert host.index(integration[0]) > max(host.index(f) for f in host if f.startswith("tests/unit/"))
+
+
+SOME_TESTS = """
+import time, pytest
+
+def test_slow():
+    time.sleep(0.5)
+
+def test_fails():
+    assert 1 == 2
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+
+def test_waits():
+    print("waiting", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_the_summary_names_the_slowest_tests_what_failed_and_where_the_deadline_stopped_a_stream(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real pytest, stopped at the deadline inside its last test: the summary that ends the launcher's
+    output names the slowest test first, the failed one, and the line the Ctrl-C found; the stream's
+    next pytest is not started (its lines would push the summary out of the tail CI keeps)."""
+    tests = tmp_path / "test_some.py"
+    tests.write_text(SOME_TESTS)
+    codes: dict[str, int] = {}
+    pytest_ = [sys.executable, "-m", "pytest", "-v", "-s", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir",
+               str(tmp_path), str(tests)]
+    after = [sys.executable, "-c", "print('the next command')"]
+    t = threading.Thread(target=streams.stream, args=("host", [pytest_, after], [], codes), daemon=True)
+    t.start()
+    began = time.monotonic()
+    log = tmp_path / "host.log"
+    while b"waiting\n" not in (log.read_bytes() if log.exists() else b""):  # from inside test_waits
+        assert t.is_alive() and time.monotonic() - began < 120, "pytest never reached its last test"
+        time.sleep(0.05)
+    streams.wait({"host": t}, codes, began, deadline=began)
+    streams.stop_children()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    assert "the next command" not in capsys.readouterr().out
+    lines = streams_summary.lines(streams.JUNITS, {"host": log})
+    print(*lines, sep="\n")
+    slowest = lines[1].split()
+    assert float(slowest[0]) >= 0.5 and slowest[1:] == ["host", "test_some::test_slow"], lines
+    assert "host: 1 passed, 1 failure, 1 skipped in " in lines[4], lines
+    assert "not passed: host test_some::test_fails (failure)" in lines
+    (where,) = [line for line in lines if line.startswith("interrupted: ")]
+    line = int(where.rsplit(":", 1)[1])
+    assert where.startswith(f"interrupted: host at {tests}:") and "time.sleep(60)" in \
+        SOME_TESTS.splitlines()[line - 1], where
+
+
+def test_a_summary_of_no_pytest_at_all_is_empty_not_an_error(tmp_path: Path) -> None:
+    lines = streams_summary.lines({"rig": [tmp_path / "never-written.xml"]}, {"rig": tmp_path / "no.log"})
+    assert lines == ["===== the 0 slowest tests (s, set-up and teardown included) =====",
+                     "===== rig: 0 passed in 0.0 test-min ====="]

@@ -1,0 +1,70 @@
+"""The suite's last lines (tests/streams.py). The project's CI keeps only the tail of a run's output, and
+twice a run stopped at the streams' deadline showed there nothing but the linters' pytest, which had
+started after it: not which tests had taken the time, nor where the deadline found each stream. So the
+launcher ends with what each pytest's JUnit XML and log hold: the slowest tests of all the streams, each
+stream's counts, the tests that did not pass, and the line where a deadline's Ctrl-C interrupted one.
+
+The XML and logs read here are the ones this run's pytests wrote into .cache/test-streams/."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+# pytest's last traceback line for a test stopped by Ctrl-C: "tests/integration/test_x.py:123: KeyboardInterrupt"
+INTERRUPTED = re.compile(r"^(\S+\.py:\d+): KeyboardInterrupt$", re.MULTILINE)
+OUTCOMES = ("failure", "error", "skipped")
+WIDTH = 100  # characters of a test's name
+
+
+@dataclass(frozen=True)
+class Case:
+    stream: str
+    name: str  # module::test
+    seconds: float
+    outcome: str  # passed, or one of OUTCOMES
+
+
+def cases(stream: str, junit: Path) -> list[Case]:
+    """A pytest's tests as its JUnit XML records them (none where it wrote none: killed, or never started)."""
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    found = []
+    for case in root.iter("testcase"):
+        if case.get("name") is None:  # the test a Ctrl-C stopped: nameless, "0.000" (its line is in the log)
+            continue
+        module = case.get("classname", "").rsplit(".", 1)[-1]
+        outcome = next((o for o in OUTCOMES if case.find(o) is not None), "passed")
+        found.append(Case(stream, f"{module}::{case.get('name')}", float(case.get("time") or 0), outcome))
+    return found
+
+
+def interrupted_at(log: Path) -> list[str]:
+    try:
+        return INTERRUPTED.findall(log.read_text(errors="replace"))
+    except OSError:
+        return []
+
+
+def lines(junits: dict[str, list[Path]], logs: dict[str, Path], slowest: int = 8) -> list[str]:
+    """The summary's lines: the slowest tests first, then each stream's counts, what did not pass, and
+    where a test was interrupted."""
+    every = [c for name, paths in junits.items() for p in paths for c in cases(name, p)]
+    out = [f"===== the {min(slowest, len(every))} slowest tests (s, set-up and teardown included) ====="]
+    out += [f"{c.seconds:6.0f} {c.stream:5} {c.name[:WIDTH]}"
+            for c in sorted(every, key=lambda c: c.seconds, reverse=True)[:slowest]]
+    counts = []
+    for name in junits:
+        mine = [c for c in every if c.stream == name]
+        tally = {o: sum(c.outcome == o for c in mine) for o in ("passed", *OUTCOMES)}
+        counts.append(f"{name}: " + ", ".join(f"{n} {o}" for o, n in tally.items() if n or o == "passed")
+                      + f" in {sum(c.seconds for c in mine) / 60:.1f} test-min")
+    out.append("===== " + "; ".join(counts) + " =====")
+    out += [f"not passed: {c.stream} {c.name[:WIDTH]} ({c.outcome})" for c in every
+            if c.outcome in ("failure", "error")]
+    out += [f"interrupted: {name} at {where}" for name, log in logs.items() for where in interrupted_at(log)]
+    return out

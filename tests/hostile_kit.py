@@ -218,7 +218,9 @@ def _global_state() -> dict[str, object]:
     this one: tests/streams.py) is not the harness's and is left out; the harness the rig runs
     inside L1 writes L1's /tmp and /run, tmpfs of its own over a read-only view of this machine's /."""
     run = Path("/run/vmharness")
-    held = {k: v for k, v in _tree(run).items() if k != "lock"}  # the lock's content is the holder's PID
+    # the lock's content is the holder's PID; the KVM probe's answer is kept there by whichever command
+    # probes first in this boot (host/inspect/kvm_memo.py), and replaced when what it depends on changes
+    held = {k: v for k, v in _tree(run).items() if k not in ("lock", "kvm-probe.json")}
     return {"run": held,
             "tmp": sorted(p.name for p in Path("/tmp").iterdir()
                           if p.name.startswith(("vmh", "vmharness")) and not p.name.startswith(leftovers.PREFIX))}

@@ -4,6 +4,7 @@ kernel does not, and the probe says so."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.rig import kernel
-from vmharness.host.inspect import kvm, kvm_boot, kvm_probe
+from vmharness.host.inspect import kvm, kvm_boot, kvm_memo, kvm_probe
 from vmharness.system import proc
 
 pytestmark = pytest.mark.integration
@@ -98,3 +99,20 @@ def test_probe_reports_on_this_host() -> None:
 def test_a_probe_that_cannot_start_in_time_says_so() -> None:
     result = kvm.long_mode(startup=0.001)  # no Python starts in a millisecond
     assert not result.usable and "did not get to run its guest within 0.001 s" in result.detail
+
+
+def test_a_second_command_takes_the_answer_the_first_kept(tmp_path: Path) -> None:
+    """Two commands, each its own process: the first probes and keeps its answer (host/inspect/kvm_memo.py),
+    the second takes it without probing (the file is not written again) and answers the same."""
+    if not Path("/dev/kvm").exists():
+        pytest.skip("this machine has no /dev/kvm")
+    kept = kvm_memo.STATE_DIR / kvm_memo.NAME
+    kept.unlink(missing_ok=True)
+    ask = [sys.executable, "-c", "import json; from vmharness.host.inspect import kvm; "
+                                 "print(json.dumps(kvm.probe().to_json(), sort_keys=True))"]
+    first = proc.run(ask, timeout=300)
+    written = kept.stat()
+    second = proc.run(ask, timeout=300)
+    again = kept.stat()
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns), "probed again"
+    assert first.stdout == second.stdout and json.loads(kept.read_text())["answer"] == json.loads(first.stdout)

@@ -56,3 +56,11 @@ class Cli:
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
     return Cli(capsys)
+
+@pytest.fixture(autouse=True)
+def _own_kvm_memo(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The KVM probe's kept answer (host/inspect/kvm_memo.py) in a folder of the test's own: a unit test
+    that probes with a stand-in for QEMU must neither take this machine's answer nor leave its own."""
+    from vmharness.host.inspect import kvm_memo
+
+    monkeypatch.setattr(kvm_memo, "STATE_DIR", tmp_path_factory.mktemp("run-vmharness"))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vmharness.errors import HarnessError
-from vmharness.host.inspect import kvm_boot, kvm_probe
+from vmharness.host.inspect import kvm_boot, kvm_memo, kvm_probe
 from vmharness.system import proc
 
 PROBE_TIMEOUT = 5.0  # the tiny guest: it finishes in milliseconds where KVM works
@@ -49,23 +49,34 @@ def probe(dev: str = "/dev/kvm", timeout: float = PROBE_TIMEOUT, linux_timeout: 
     """`kernel`: the kernel to boot and what it is ("the image X's kernel"); found if None. Measured once
     per process for a found kernel: one command asks several times (host-check's rows, a run's preflight
     for each instance, the live facts' readers), a failing probe costs its deadline each time, and the
-    answer does not change while a command runs."""
+    answer does not change while a command runs; and kept for later commands while nothing it depends
+    on changes (kvm_memo.py)."""
     key = (dev, timeout, linux_timeout)
-    if kernel is None and key in _MEASURED:
+    if kernel is not None:
+        return _probe(dev, timeout, linux_timeout, kernel)
+    if key in _MEASURED:
         return _MEASURED[key]
-    result = _probe(dev, timeout, linux_timeout, kernel)
-    if kernel is None and result.extra.get("linux", {}).get("tried", True):  # an image built later is tried
+    found = kvm_boot.find_kernel()
+    now = kvm_memo.key(dev, kvm_boot.qemu_binary(), found[0] if found else None, (timeout, linux_timeout))
+    kept = kvm_memo.recall(now)  # measured earlier in this boot of the host, on all the same
+    if kept is not None:
+        _MEASURED[key] = KvmProbe(kept["usable"], kept["detail"],
+                                  {k: v for k, v in kept.items() if k not in ("usable", "detail")})
+        return _MEASURED[key]
+    result = _probe(dev, timeout, linux_timeout, found)
+    if result.extra.get("linux", {}).get("tried", True):  # an image built later is tried
         _MEASURED[key] = result
+        kvm_memo.keep(now, result.to_json())
     return result
 
 
 def _probe(dev: str, timeout: float, linux_timeout: float, kernel: tuple[Path, str] | None) -> KvmProbe:
+    """`kernel`: the one to boot (None: none was found)."""
     tiny = long_mode(dev, timeout)
     if not tiny.usable:
         return KvmProbe(False, tiny.detail, {"long_mode": {"ok": False, "detail": tiny.detail}})
     steps: dict[str, Any] = {"long_mode": {"ok": True, "detail": tiny.detail}}
     qemu = kvm_boot.qemu_binary()
-    kernel = kernel or kvm_boot.find_kernel()
     if qemu is None or kernel is None:
         why = f"{kvm_boot.QEMU} is not installed" if qemu is None else (
             "no kernel to boot (no image is built, and /boot has no vmlinuz for the running kernel)")

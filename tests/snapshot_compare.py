@@ -2,10 +2,11 @@
 
 Everything runs in one process (`vmharness.cli.main`), so that inside the nested rig, where every
 interpreter start costs seconds under TCG, the whole comparison is one command:
-    python -m tests.snapshot_compare WORKDIR -- host-check --json -- tune plan --json ...
+    python -m tests.snapshot_compare WORKDIR [--once] -- host-check --json -- tune plan --json ...
 prints a JSON list, one entry per command. A fresh snapshot is taken just before each command runs
 on the host, so that a host that other work is changing (the CI machine) is compared with itself as
-it was a moment ago, not minutes ago.
+it was a moment ago, not minutes ago; with --once, one snapshot serves every command (the rig's L1,
+which nothing else changes).
 
 Each entry holds both outcomes (exit code, stdout, stderr) after `normalise`, and `unread`: the paths
 the snapshot run read (root.recording()) that exist on the host but not in the snapshot, which must
@@ -92,10 +93,13 @@ def take(workdir: Path) -> Path:
     return snap
 
 
-def compare(workdir: Path, commands: list[list[str]]) -> list[dict[str, Any]]:
+def compare(workdir: Path, commands: list[list[str]], once: bool = False) -> list[dict[str, Any]]:
+    """`once`: one snapshot for all the commands, where nothing else changes the host meanwhile (the rig's
+    L1, where each snapshot took 17-19 s under TCG)."""
     results = []
+    snap = take(workdir) if once else None
     for argv in commands:
-        snap = take(workdir)
+        snap = snap if once and snap is not None else take(workdir)
         code, out, err, _ = outcome(argv)
         live = [code, *normalise(argv, out, err, None)]
         code, out, err, reads = outcome([*argv, "--host-root", str(snap)])
@@ -117,4 +121,5 @@ def split(args: list[str]) -> list[list[str]]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(compare(Path(sys.argv[1]), split(sys.argv[2:])), indent=2))
+    once = sys.argv[2:3] == ["--once"]
+    print(json.dumps(compare(Path(sys.argv[1]), split(sys.argv[2 + once:]), once), indent=2))

@@ -45,17 +45,19 @@ def busy_cpus() -> Iterator[list[int]]:
 
 def test_the_control_on_a_contended_host_is_not_a_false_alarm(daemon: None, busy_cpus: list[int],
                                                              tmp_path: Path) -> None:
+    # two boots: the wait and the verdict it makes unjudgeable are read from every point, and an interval
+    # needs two; a third boot (as before) cost the suite about 100 s and asserted nothing more
     cfg = tmp_path / "run.toml"
     cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\n'
                    '[[instance]]\nname = "baseline"\ncmdline = "mitigations=off"\n[control]\ncap = 50\n'
-                   '[sweep]\nconnections = "8"\niterations = 3\nduration = 2\nwarmup = 1\nwait = 0.2\n'
+                   '[sweep]\nconnections = "8"\niterations = 2\nduration = 2\nwarmup = 1\nwait = 0.2\n'
                    '[load]\npercents = []\ncapacity = 0\n[tuning]\nprofile = "none"\n')
     run = tmp_path / "run"
     res = vmh("run", str(cfg), "--out", str(run))
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout
     points = [r for r in records(run) if r["kind"] == "measurement" and r["ok"]]
     assert {(r["instance"], r["iteration"]) for r in points} == {(n, i) for n in ("baseline", "control")
-                                                                 for i in range(3)}
+                                                                 for i in range(2)}
     waits: dict[str, list[float]] = {"baseline": [], "control": []}
     for r in points:
         waits[r["instance"]] += r["host"]["vcpu_wait_percent"]

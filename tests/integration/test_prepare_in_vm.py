@@ -156,8 +156,9 @@ def test_hugepages_falling_short_fail_cleanly(l1: Rig, pristine: list[str]) -> N
 
 
 def compare_in_l1(l1: Rig, commands: list[list[str]]) -> list[dict[str, Any]]:
-    """tests/snapshot_compare.py run in L1: all commands in one interpreter (each start costs seconds)."""
-    argv = [str(l1.repo / ".venv/bin/python"), "-m", "tests.snapshot_compare", "/tmp/snapshot-compare"]
+    """tests/snapshot_compare.py run in L1: all commands in one interpreter (each start costs seconds), on
+    one snapshot (nothing but this test changes L1 meanwhile)."""
+    argv = [str(l1.repo / ".venv/bin/python"), "-m", "tests.snapshot_compare", "/tmp/snapshot-compare", "--once"]
     for cmd in commands:
         argv += ["--", *cmd]
     res = l1.run(argv, timeout=900, env={"PYTHONPATH": str(l1.repo)})

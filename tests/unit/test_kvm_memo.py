@@ -103,6 +103,7 @@ def test_the_probe_measures_once_for_two_commands_and_again_after_a_change(
         return kvm.KvmProbe(False, f"measured {len(measured)}", {"linux": {"tried": True}})
 
     monkeypatch.setattr(kvm, "_probe", measure)
+    monkeypatch.setattr(kvm, "PVM_MODULE", str(machine["modules"]))  # a PVM /dev/kvm: its "no" is kept
     monkeypatch.setattr(kvm_boot, "qemu_binary", lambda: str(machine["qemu"]))
     monkeypatch.setattr(kvm_boot, "find_kernel", lambda: (machine["kernel"], "the image's kernel"))
     for _ in range(2):  # two commands: each its own process, so its own once-per-process answers
@@ -112,3 +113,23 @@ def test_the_probe_measures_once_for_two_commands_and_again_after_a_change(
     (machine["modules"] / "kvm_amd").mkdir()  # kvm_amd loaded: measured again
     monkeypatch.setattr(kvm, "_MEASURED", {})
     assert kvm.probe(str(machine["dev"])).detail == "measured 2" and len(measured) == 2
+
+
+@pytest.mark.parametrize("usable", [True, False])
+def test_off_a_pvm_host_a_yes_is_kept_and_a_no_measured_again(machine: dict[str, Path],
+                                                              monkeypatch: pytest.MonkeyPatch, usable: bool) -> None:
+    """A "no" that may rest on a deadline missed under load is not kept for the next command."""
+    measured: list[str] = []
+
+    def measure(dev: str, timeout: float, linux_timeout: float, kernel: object) -> kvm.KvmProbe:
+        measured.append(dev)
+        return kvm.KvmProbe(usable, "measured", {"linux": {"tried": True}})
+
+    monkeypatch.setattr(kvm, "_probe", measure)
+    monkeypatch.setattr(kvm, "PVM_MODULE", str(machine["modules"] / "kvm_pvm"))  # not loaded
+    monkeypatch.setattr(kvm_boot, "qemu_binary", lambda: str(machine["qemu"]))
+    monkeypatch.setattr(kvm_boot, "find_kernel", lambda: (machine["kernel"], "the image's kernel"))
+    for _ in range(2):
+        monkeypatch.setattr(kvm, "_MEASURED", {})
+        assert kvm.probe(str(machine["dev"])).usable is usable
+    assert len(measured) == (1 if usable else 2)

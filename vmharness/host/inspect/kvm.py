@@ -66,7 +66,10 @@ def probe(dev: str = "/dev/kvm", timeout: float = PROBE_TIMEOUT, linux_timeout: 
     result = _probe(dev, timeout, linux_timeout, found)
     if result.extra.get("linux", {}).get("tried", True):  # an image built later is tried
         _MEASURED[key] = result
-        kvm_memo.keep(now, result.to_json())
+        # kept for later commands: a kernel that booted under KVM, or a PVM /dev/kvm, which runs no
+        # standard kernel; a "no" on any other KVM may be a deadline missed on a loaded machine
+        if result.usable or _pvm():
+            kvm_memo.keep(now, result.to_json())
     return result
 
 

@@ -1,7 +1,9 @@
 """The KVM probe's answer kept for this boot of the host, in /run/vmharness/kvm-probe.json (a tmpfs:
 a reboot empties it). A probe that fails costs its deadline, 8 to 15 s on the development machines'
 PVM /dev/kvm (kvm.py), and every `run`, `vm up` and `host-check` asks it once: a test suite or a
-campaign of many runs paid it hundreds of times.
+campaign of many runs paid it hundreds of times. kvm.py keeps a "yes" (a kernel booted under KVM) and
+the "no" of a PVM /dev/kvm; any other "no" rests on a deadline a loaded machine may miss, and is
+measured again by the next command.
 
 The answer is taken again only while all it depends on is the same, which the file names as its key:
 this boot of the host (the kernel's boot_id), /dev/kvm itself (device number, inode and change time: a

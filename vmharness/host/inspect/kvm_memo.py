@@ -24,9 +24,10 @@ from typing import Any
 
 from vmharness import userfile
 from vmharness.errors import HarnessError
+from vmharness.journal import journal
 from vmharness.system.owned import Folder
 
-STATE_DIR = Path("/run/vmharness")  # the journal's folder (journal/journal.py), made 0700 by root
+STATE_DIR = Path(journal.STATE_DIR)  # the journal's folder, made 0700 by root
 NAME = "kvm-probe.json"
 MAX_BYTES = 256 << 10  # the answer is a few KiB: the steps' details and TCG's yardstick
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")

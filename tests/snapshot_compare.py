@@ -97,9 +97,9 @@ def compare(workdir: Path, commands: list[list[str]], once: bool = False) -> lis
     """`once`: one snapshot for all the commands, where nothing else changes the host meanwhile (the rig's
     L1, where each snapshot took 17-19 s under TCG)."""
     results = []
-    snap = take(workdir) if once else None
+    shared = take(workdir) if once else None
     for argv in commands:
-        snap = snap if once and snap is not None else take(workdir)
+        snap = shared or take(workdir)
         code, out, err, _ = outcome(argv)
         live = [code, *normalise(argv, out, err, None)]
         code, out, err, reads = outcome([*argv, "--host-root", str(snap)])

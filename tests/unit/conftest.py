@@ -57,6 +57,7 @@ class Cli:
 def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
     return Cli(capsys)
 
+
 @pytest.fixture(autouse=True)
 def _own_kvm_memo(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The KVM probe's kept answer (host/inspect/kvm_memo.py) in a folder of the test's own: a unit test

@@ -1,9 +1,9 @@
-"""Reading several files in one command (machine.read_many), writing one and reading it back in one
-(ShellTarget.set), and a plan's first reads answered from one batch (Prefetched): each file is answered
-as a read of its own would answer it (text stripped, None when missing, the refusal of a file that is
-not regular or too big raised only when that file is read), a path or a file's text is data, and a file
-read again is read again. Over a guest's agent each command is a round trip of about 0.1 s; a plan reads
-a score of files."""
+"""Reading several files in one command (machine.read_many), writing several and reading each back in
+one (machine.write_many, ShellTarget.set_many), and a plan's first reads answered from one batch
+(Prefetched): each file is answered as a read or write of its own would answer it (text stripped, None
+when missing, the refusal of a file that is not regular or too big raised only when that file is read),
+a path or a file's text is data, and a file read again is read again. Over a guest's agent each command
+is a round trip of about 0.1 s; a plan reads a score of files and sets about ten."""
 
 from __future__ import annotations
 
@@ -91,13 +91,43 @@ def test_a_plans_first_reads_come_from_one_batch_and_a_second_read_is_fresh(file
 def test_a_write_is_read_back_in_the_same_command(files: dict[str, str]) -> None:
     t = Prefetched(_target(), _target().read_many([files["plain"]]))
     calls.clear()
-    assert t.set(files["plain"], "4096") == "4096" and len(calls) == 1
+    assert t.set_many([(files["plain"], "4096")]) == ["4096"] and len(calls) == 1
     assert Path(files["plain"]).read_text() == "4096\n"
     assert t.read(files["plain"]) == "4096"  # the batch's old answer was dropped by the write
-    with pytest.raises(HarnessError, match=r"the kernel rejected '1' for .*/dir: "):
-        t.set(files["dir"], "1")
-    with pytest.raises(HarnessError, match="/dev/null on client:x is not a regular file"):
-        t.set("/dev/null", "1")  # written, but not to be read back
+    [refused] = t.set_many([(files["dir"], "1")])
+    assert isinstance(refused, HarnessError)
+    assert refused.message.startswith(f"the kernel rejected '1' for {files['dir']}: ")
+    [odd] = t.set_many([("/dev/null", "1")])  # written, but not to be read back
+    assert isinstance(odd, HarnessError) and "/dev/null on client:x is not a regular file" in odd.message
+
+
+def test_a_batch_of_writes_is_one_command_and_the_first_refusal_ends_a_set(files: dict[str, str]) -> None:
+    """Each answered as its write alone would be; a value or path is data (markers, quotes, `$(...)`)."""
+    t = _target()
+    pairs = [(files["plain"], "1 2"), (files["$(touch pwned)"], "@vmh-0123456789abcdef 5"),
+             (files["empty"], "'\"$(touch pwned)"), (files["dir"], "3"), (files["no newline"], "4")]
+    calls.clear()
+    got = t.set_many(pairs)
+    assert len(calls) == 1 and got[:3] == ["1 2", "@vmh-0123456789abcdef 5", "'\"$(touch pwned)"]
+    assert len(got) == 4 and isinstance(got[3], HarnessError) and "rejected '3'" in got[3].message
+    assert Path(files["no newline"]).read_text() == "never"  # after the refusal: not tried
+    calls.clear()
+    put = t.write_many([(files["dir"], "3"), (files["no newline"], "4"), (files["missing"] + "/x", "5")])
+    assert len(calls) == 1 and put[1] is None and Path(files["no newline"]).read_text() == "4\n"
+    assert [isinstance(a, HarnessError) for a in put] == [True, False, True]  # every one tried
+    assert not (Path.cwd() / "pwned").exists()
+
+
+def test_a_batch_of_writes_cut_short_is_an_error(files: dict[str, str]) -> None:
+    def cut(argv: list[str]) -> proc.Result:
+        res = proc.run(argv, timeout=10, check=False)
+        return proc.Result(res.argv, 0, res.stdout[: len(res.stdout) * 2 // 3], "")
+
+    pairs = [(files["plain"], "1"), (files["empty"], "2"), (files["two lines"], "3")]
+    for read_back in (True, False):
+        with pytest.raises(HarnessError, match=r"writing 3 files on m: its answer for .* is cut short"):
+            machine.write_many(cut, pairs, "m", read_back)
+    assert machine.write_many(cut, [], "m", True) == []
 
 
 def test_irqbalance_is_found_by_its_name_alone(tmp_path: Path) -> None:
@@ -120,3 +150,32 @@ def test_irqbalance_is_found_by_its_name_alone(tmp_path: Path) -> None:
         for p in started:
             p.kill()
             p.wait()
+
+
+def test_a_plans_files_are_set_in_one_command_and_put_back_in_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """A guest's tuning writes its files in one command through the agent, journaled first, and its
+    revert puts them back in one (newest first)."""
+    from vmharness.journal import journal
+    from vmharness.system.root import HostRoot
+    from vmharness.tune import apply
+    from vmharness.tune.plan import Change, Plan
+
+    root = HostRoot(tmp_path / "root", allow_writes=True)
+    (tmp_path / "root").mkdir()
+    knobs = {name: tmp_path / name for name in ("a", "b", "c")}
+    for name, path in knobs.items():
+        path.write_text(f"{name}-before\n")
+    plan = Plan("guest:x", [Change("sysctl", str(p), f"{n}-before", f"{n}-after", "test") for n, p in knobs.items()])
+    t = _target()
+    monkeypatch.setattr(apply, "from_spec", lambda spec, root: t)  # the journal names an ssh target
+    calls.clear()
+    made = apply.apply(root, t, plan, lambda _l: None, "tune")
+    assert len(calls) == 1 and [p.read_text() for p in knobs.values()] == ["a-after\n", "b-after\n", "c-after\n"]
+    assert len(journal.outstanding(journal.read(root))) == 3
+    calls.clear()
+    said: list[str] = []
+    assert apply.undo(root, made, said.append) == [] and len(calls) == 1
+    assert [p.read_text() for p in knobs.values()] == ["a-before\n", "b-before\n", "c-before\n"]
+    assert [line.split(":")[1].strip() for line in said] == [str(knobs[n]) + " -> " + f"{n}-before" for n in "cba"]
+    assert journal.outstanding(journal.read(root)) == []

@@ -11,7 +11,6 @@ from vmharness.errors import HarnessError
 from vmharness.system import machine, proc
 from vmharness.system.machine import Machine
 from vmharness.system.root import HostRoot
-from vmharness.userfile import MAX_READ
 
 
 class Target(Protocol):
@@ -19,8 +18,11 @@ class Target(Protocol):
 
     def read(self, path: str) -> str | None: ...
     def read_many(self, paths: list[str]) -> dict[str, machine.Answer]: ...
-    def write(self, path: str, value: str) -> None: ...
-    def set(self, path: str, value: str) -> str | None: ...  # write, then what the file reads
+    # each (path, value) written in order, each answered None or the error its refusal is
+    def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]: ...
+    # each written, then what its file reads (or the error reading it is); the first refused write (an
+    # error) or file not regular ends the list: the answers are of the writes made
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]: ...
     def listdir(self, path: str) -> list[str]: ...
     def run(self, argv: list[str], check: bool = True) -> proc.Result: ...
     def spec(self) -> dict[str, Any]: ...
@@ -48,15 +50,32 @@ class HostTarget:
                 out[path] = exc
         return out
 
-    def write(self, path: str, value: str) -> None:
+    def _write(self, path: str, value: str) -> HarnessError | None:
+        """None, or why the write did not happen (HostRoot's refusal, or the kernel's)."""
         try:
             self.root.write_text(path, value)
+        except HarnessError as exc:
+            return exc
         except OSError as exc:
-            raise _rejected(path, value, exc.strerror or str(exc)) from exc
+            return _rejected(path, value, exc.strerror or str(exc))
+        return None
 
-    def set(self, path: str, value: str) -> str | None:
-        self.write(path, value)
-        return self.read(path)
+    def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]:
+        return [self._write(path, value) for path, value in pairs]
+
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]:
+        out: list[machine.Answer] = []
+        for path, value in pairs:
+            got: machine.Answer = self._write(path, value)
+            if got is None:
+                try:
+                    got = self.read(path)
+                except HarnessError as exc:
+                    got = exc
+            out.append(got)
+            if isinstance(got, HarnessError):
+                break
+        return out
 
     def listdir(self, path: str) -> list[str]:
         return self.root.listdir(path)
@@ -77,12 +96,6 @@ class HostTarget:
 IRQBALANCE_PIDS = ('for p in /proc/[0-9]*; do read -r c 2>/dev/null <"$p/comm" && [ "$c" = irqbalance ] '
                    '&& echo "${p#/proc/}"; done')
 
-# Run on the target: write $1 into $2; _SET then prints what $2 reads (at most $3 bytes; exit 4: it is
-# not a regular file, 5: the write failed).
-_WRITE = 'printf "%s\\n" "$1" > "$2"'
-_SET = _WRITE + ' || exit 5; [ -f "$2" ] || exit 4; exec head -c "$3" -- "$2"'
-
-
 @dataclass
 class ShellTarget:
     """A machine reached by a command runner: ssh (Machine) or the guest agent (see guest_target)."""
@@ -101,17 +114,17 @@ class ShellTarget:
     def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
         return machine.read_many(lambda argv: self.run(argv, check=False), paths, self.label)
 
-    def write(self, path: str, value: str) -> None:
-        res = self.run(["sh", "-c", _WRITE, "sh", value, path], check=False)
-        if not res.ok:
-            raise _rejected(path, value, (res.stderr.strip().splitlines() or ["write failed"])[-1])
+    def _many(self, pairs: list[tuple[str, str]], read_back: bool) -> list[machine.Answer]:
+        """One round trip for every write (and read back): a guest's tuning sets a dozen files."""
+        got = machine.write_many(lambda argv: self.run(argv, check=False), pairs, self.label, read_back)
+        return [_rejected(path, value, a.why) if isinstance(a, machine.Refused) else a
+                for (path, value), a in zip(pairs, got, strict=False)]
 
-    def set(self, path: str, value: str) -> str | None:
-        """One round trip: the write, then the file read back as read() reads it."""
-        res = self.run(["sh", "-c", _SET, "sh", value, path, str(MAX_READ + 1)], check=False)
-        if res.returncode == 5:
-            raise _rejected(path, value, (res.stderr.strip().splitlines() or ["write failed"])[-1])
-        return machine.answer(res, path, self.label, MAX_READ, "writing")
+    def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]:
+        return [a if isinstance(a, HarnessError) else None for a in self._many(pairs, False)]
+
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]:
+        return self._many(pairs, True)
 
     def listdir(self, path: str) -> list[str]:
         res = self.run(["ls", "-1", path], check=False)
@@ -197,13 +210,15 @@ class Prefetched:
     def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
         return self.t.read_many(paths)
 
-    def write(self, path: str, value: str) -> None:
-        self.known.pop(path, None)
-        self.t.write(path, value)
+    def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]:
+        for path, _ in pairs:
+            self.known.pop(path, None)
+        return self.t.write_many(pairs)
 
-    def set(self, path: str, value: str) -> str | None:
-        self.known.pop(path, None)
-        return self.t.set(path, value)
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]:
+        for path, _ in pairs:
+            self.known.pop(path, None)
+        return self.t.set_many(pairs)
 
     def listdir(self, path: str) -> list[str]:
         return self.t.listdir(path)

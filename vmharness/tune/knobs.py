@@ -183,10 +183,23 @@ def _first_reads(t: Target, p: Profile, ifaces: tuple[str, ...], is_host: bool) 
     return paths
 
 
+def _second_reads(f: Facts, p: Profile) -> list[str]:
+    """The files the plan reads once the machine's facts are known (a second batch)."""
+    paths = [f"/proc/irq/{irq}/smp_affinity" for nic in f.nics for irqs in nic.queues.values() for irq in irqs
+             if p.irq_affinity == "spread"]
+    for nic in f.nics:
+        paths += [f"{NET}/{nic.name}/queues/{q}/{name}" for q in nic.rx_queues
+                  for name, wanted in (("rps_cpus", p.rps != "keep"), ("rps_flow_cnt", p.rfs is not None)) if wanted]
+    if p.governor != "keep" and f.online:
+        paths.append(f"{CPU}/cpu{f.online[0]}/cpufreq/scaling_governor")
+    return paths
+
+
 def make(t: Target, p: Profile, ifaces: tuple[str, ...], is_host: bool) -> Plan:
     """Every knob of the profile on this target: the changes, what is already so, what is skipped."""
     t = Prefetched(t, t.read_many(_first_reads(t, p, ifaces, is_host)))
     f = facts(t, ifaces)
+    t.known.update(t.read_many(_second_reads(f, p)))
     plan = Plan(t.label)
     missing = [n for n in ifaces if t.read(f"{NET}/{n}/ifindex") is None]
     if missing:

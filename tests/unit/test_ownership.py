@@ -4,6 +4,11 @@ change the live host refuse a host root."""
 
 from __future__ import annotations
 
+import os
+import secrets
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,7 @@ from vmharness.host.prepare import kmod
 from vmharness.journal import files, journal, restore
 from vmharness.model import config
 from vmharness.rundir.store import RunDir
+from vmharness.system.machine import Machine
 from vmharness.system.root import HostRoot
 
 DEAD, ALIVE = "run:0000000001", "run:0000000002"
@@ -127,13 +133,30 @@ def test_commands_that_change_the_live_host_refuse_a_host_root_and_write_nothing
     assert sorted(p.relative_to(host.base) for p in host.base.rglob("*")) == before
 
 
-def test_an_nginx_master_is_recognised_by_its_rewritten_command_line_and_by_its_prefix_only() -> None:
-    from vmharness.bench.server import _serves
-
-    prefix = "/tmp/vmharness-nginx-0123456789-b"
-    master = f"nginx: master process nginx -p {prefix}/ -c {prefix}/nginx.conf\0"
-    assert _serves(master, prefix)
-    assert _serves(f"nginx\0-p\0{prefix}/\0-c\0{prefix}/nginx.conf\0", prefix)
-    assert not _serves(master.replace("-b/", "-a-b/"), prefix)
-    assert not _serves(master, prefix.replace("-b", "-a-b"))
-    assert not _serves("", prefix)
+@pytest.mark.parametrize("form", ["master", "argv", "another prefix", "no pid file", "junk pid"])
+def test_an_nginx_master_is_stopped_by_its_rewritten_command_line_and_by_its_prefix_only(form: str) -> None:
+    """The stop (one command on the server's machine) stops the PID in the prefix's file only if its
+    command line names exactly that prefix: as a master rewrites it (one string), or as started (words);
+    the folder goes in every case."""
+    prefix = f"/tmp/vmharness-nginx-{secrets.token_hex(5)}-b"
+    named = prefix.replace("-b", "-a-b") if form == "another prefix" else prefix
+    argv = {"master": ["bash", "-c", 'exec -a "$0" sleep 30', f"nginx: master process nginx -p {named}/ -c x"],
+            }.get(form, [sys.executable, "-c", "import time; time.sleep(30)", "-p", f"{named}/"])
+    child = subprocess.Popen(argv)
+    try:
+        os.mkdir(prefix)
+        deadline = time.monotonic() + 10
+        while f"{named}/" not in Path(f"/proc/{child.pid}/cmdline").read_text().replace("\0", " ").split():
+            assert time.monotonic() < deadline  # until bash has exec'd
+            time.sleep(0.01)
+        if form != "no pid file":
+            Path(prefix, "nginx.pid").write_text("12x4\n" if form == "junk pid" else f"{child.pid}\n")
+        server._stop(Machine(), prefix, 5)
+        if child.poll() is None:
+            time.sleep(0.5)  # a process left alone stays; a stopped one is gone once reaped
+        stopped = child.poll() is not None
+        assert stopped == (form in ("master", "argv")), form
+        assert not os.path.exists(prefix)
+    finally:
+        child.kill()
+        child.wait()

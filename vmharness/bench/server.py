@@ -29,7 +29,7 @@ from vmharness.journal import journal
 from vmharness.journal.journal import Op
 from vmharness.journal.kinds import OpKind
 from vmharness.signals import shielded
-from vmharness.system.machine import Machine, alive, read, stop_process
+from vmharness.system.machine import Machine, stop_process
 from vmharness.system.root import HostRoot
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def write_file(machine: Machine, path: str, content: str) -> None:
 
 
 PARENT = "/tmp"
+_EMERG = re.compile(r"^\s*(\d+#\d+:\s*)?")  # what follows "[emerg]": the error log's "PID#TID: ", if any
 _PREFIX = re.compile(r"vmharness-nginx-[A-Za-z0-9][A-Za-z0-9._-]{0,160}")
 
 
@@ -100,13 +101,47 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-# One round trip to lay out the prefix: $1 the prefix, $2 the file's size in bytes; the configuration
-# comes on stdin. (A round trip to a guest under TCG costs seconds.)
-_LAYOUT = """set -e
-rm -rf -- "$1"
-mkdir -p "$1/www" "$1/tmp"
-cat > "$1/nginx.conf"
-head -c "$2" /dev/zero | tr '\\0' x > "$1/www/index.bin"
+# One round trip to start a server (a command on a guest under TCG costs about a second): $1 the prefix,
+# $2 the file's size in bytes, $3 tenths of a second to wait for the PID file, then nginx's argv; the
+# configuration comes on stdin. The prefix is laid out, nginx checks its configuration (exit 10, what it
+# said on stderr) and starts (exit 11, its stderr), and the PID file's first bytes are printed (exit 12:
+# none came, or it is not a regular file).
+_START = """set -e
+p=$1; size=$2; tenths=$3; shift 3
+rm -rf -- "$p"
+mkdir -p "$p/www" "$p/tmp"
+cat > "$p/nginx.conf"
+head -c "$size" /dev/zero | tr '\\0' x > "$p/www/index.bin"
+set +e
+"$@" -t > "$p/test.log" 2>&1 || { cat -- "$p/test.log" >&2; exit 10; }
+"$@" || exit 11
+while [ "$tenths" -gt 0 ]; do
+    if [ -f "$p/nginx.pid" ] && [ -s "$p/nginx.pid" ]; then exec head -c 64 -- "$p/nginx.pid"; fi
+    tenths=$((tenths - 1))
+    sleep 0.1
+done
+exit 12
+"""
+
+# One round trip to stop one: $1 the prefix, $2 tenths of a second of grace after SIGTERM. The PID in
+# its file is stopped only if that process's command line names exactly this prefix (a master rewrites
+# its argv into one string: "nginx: master process nginx -p PREFIX/ -c ..."), SIGKILL after the grace;
+# the folder is then removed. Exit 3, the PID printed: it did not stop (the folder, which holds its PID
+# file, is kept).
+_STOP = """p=$1; tenths=$2; pid=
+[ -f "$p/nginx.pid" ] && read -r pid < "$p/nginx.pid"
+case "$pid" in ''|*[!0-9]*) pid= ;; esac
+alive() { read -r st < "/proc/$pid/stat" 2>/dev/null || return 1; st=${st##*) }; case "$st" in Z*|X*) return 1;; esac; }
+if [ -n "$pid" ] && [ -f "/proc/$pid/cmdline" ]; then
+    case " $(tr '\\0' ' ' < "/proc/$pid/cmdline") " in
+    *" $p/ "*)
+        kill -TERM "$pid" 2>/dev/null
+        while alive && [ "$tenths" -gt 0 ]; do tenths=$((tenths - 1)); sleep 0.1; done
+        if alive; then kill -KILL "$pid" 2>/dev/null; sleep 0.5; fi
+        if alive; then echo "$pid"; exit 3; fi;;
+    esac
+fi
+exec rm -rf -- "$p"
 """
 
 
@@ -134,37 +169,32 @@ class Server:
             self.stop(root)
             raise
 
-    def _start(self) -> None:
+    def _start(self, pid_wait: float = 10) -> None:
         m, cfg = self.machine, self.cfg
         conf = f"{cfg.prefix}/nginx.conf"
         text = render(cfg) if cfg.config is None else config_text(cfg.config, "the nginx configuration")
-        m.run(["sh", "-c", _LAYOUT, "sh", cfg.prefix, str(cfg.filesize)], timeout=30, input=text)
         # The researcher's own configuration: its PID file and its start-up log go into the prefix,
         # whatever it says (nginx's default, logs/error.log, is a folder the prefix does not have).
         extra = [] if cfg.config is None else ["-e", f"{cfg.prefix}/error.log", "-g", f"pid {cfg.prefix}/nginx.pid;"]
-        argv = [cfg.binary, "-p", f"{cfg.prefix}/", "-c", conf, *extra]
-        test = m.run([*argv, "-t"], timeout=30, check=False)
-        if not test.ok:
-            last = (test.stderr.strip() or test.stdout.strip()).splitlines()[-1:] or ["no output"]
-            raise HarnessError(f"nginx refuses its configuration on {m.label}: {last[0]}",
+        tenths = round(10 * pid_wait * m.patience)
+        res = m.run(["sh", "-c", _START, "sh", cfg.prefix, str(cfg.filesize), str(tenths),
+                     cfg.binary, "-p", f"{cfg.prefix}/", "-c", conf, *extra],
+                    timeout=60 + tenths / 10, check=False, input=text)
+        if res.returncode == 10:  # its [emerg] line says why; the last only that the test failed
+            said = res.stderr.strip().splitlines() or ["no output"]
+            why = next((_EMERG.sub("", line.split("[emerg]", 1)[1]) for line in said if "[emerg]" in line), said[-1])
+            raise HarnessError(f"nginx refuses its configuration on {m.label}: {why}",
                                f"the configuration is {conf} there")
-        started = m.run(argv, timeout=30, check=False)
-        address = None if started.ok else ports.taken(started.stderr)
-        if address is not None:
+        if res.returncode == 11 and (address := ports.taken(res.stderr)) is not None:
             raise ports.in_use_error(m, address, "guest.port" if m.guest else "server.listen and server.url")
-        if not started.ok:
-            raise HarnessError(f"nginx did not start on {m.label}: {started.stderr.strip()[-200:]}",
+        if res.returncode == 11:
+            raise HarnessError(f"nginx did not start on {m.label}: {res.stderr.strip()[-200:]}",
                                f"is {cfg.listen} free? (nginx logs to {cfg.prefix}/error.log)")
-        self.pid = self._read_pid()
-
-    def _read_pid(self, timeout: float = 10) -> int:
-        deadline = time.monotonic() + timeout * self.machine.patience
-        while time.monotonic() < deadline:
-            pid = _pid(self.machine, self.cfg.prefix)
-            if pid:
-                return pid
-            time.sleep(0.1)
-        raise HarnessError(f"nginx wrote no PID file on {self.machine.label}", f"see {self.cfg.prefix}/error.log")
+        if res.returncode == 12 or (res.ok and not is_digits(res.stdout.strip())):
+            raise HarnessError(f"nginx wrote no PID file on {m.label}", f"see {cfg.prefix}/error.log")
+        if not res.ok:
+            raise res.failure(f"starting nginx in {cfg.prefix} on {m.label}: ")
+        self.pid = int(res.stdout.strip())
 
     def port(self, url: str) -> int:
         """The port its clients' connections arrive on: the template's `listen`, or with the
@@ -198,27 +228,16 @@ class Server:
             self.pid = self.seq = 0
 
 
-def _pid(m: Machine, prefix: str) -> int:
-    text = read(m, f"{prefix}/nginx.pid", limit=64) or ""
-    return int(text) if is_digits(text) else 0
-
-
 def _stop(m: Machine, prefix: str, grace: float) -> None:
-    """Stop the nginx master of `prefix` — the PID in its file, if that process's command line names
-    exactly this prefix — then remove the folder."""
+    """Stop the nginx master of `prefix` (_STOP, one command), then remove the folder."""
     check_prefix(prefix)
-    pid = _pid(m, prefix)
-    if pid and _serves(read(m, f"/proc/{pid}/cmdline") or "", prefix):
-        stop_process(m, pid, grace)
-        if alive(m, pid):  # the folder holds the PID file: keep it while the process lives
-            raise HarnessError(f"nginx (pid {pid}) of {prefix} did not stop", "stop it by hand, then host-restore")
-    m.run(["rm", "-rf", "--", prefix], timeout=60)
-
-
-def _serves(cmdline: str, prefix: str) -> bool:
-    """Whether a command line is an nginx of exactly this prefix. A master rewrites its argv into one
-    string ("nginx: master process nginx -p PREFIX/ -c ..."), so words are split on NUL and blanks."""
-    return f"{prefix}/" in re.split(r"[\0 ]+", cmdline)
+    tenths = round(10 * grace)
+    res = m.run(["sh", "-c", _STOP, "sh", prefix, str(tenths)], timeout=60 + grace, check=False)
+    if res.returncode == 3:
+        raise HarnessError(f"nginx (pid {res.stdout.strip()[:20]}) of {prefix} did not stop",
+                           "stop it by hand, then host-restore")
+    if not res.ok:
+        raise res.failure(f"stopping the nginx of {prefix} on {m.label}: ")
 
 
 def _describe(rec: dict[str, Any]) -> str:

@@ -151,11 +151,11 @@ def test_sshd_in_the_guest_must_listen_on_the_management_link_alone(monkeypatch:
         return proc.Result(tuple(argv), 0, answer["out"], "")
 
     monkeypatch.setattr(agent, "run", fake_run)
-    ssh.listen(None, "198.18.1.2")
-    assert ran[0][:2] == ["/bin/sh", "-c"] and ran[0][-1] == "198.18.1.2"  # the address as data, $1
+    ssh.listen(None, "198.18.1.2/24", "eth0")
+    assert ran[0][:2] == ["/bin/sh", "-c"] and ran[0][-3:] == ["198.18.1.2", "198.18.1.2/24", "eth0"]  # data
     for out, shown in ((SS_EVERYWHERE, "0.0.0.0:22, [::]:22"), ("", "nothing"),
                        (SS_LINK_ONLY + "LISTEN 0 128 198.19.0.2:22 0.0.0.0:*\n", "198.18.1.2:22, 198.19.0.2:22")):
         answer["out"] = out
         with pytest.raises(HarnessError, match=f"sshd in the guest listens on {re.escape(shown)}, not on "
                                                "198.18.1.2:22 alone"):
-            ssh.listen(None, "198.18.1.2")
+            ssh.listen(None, "198.18.1.2/24", "eth0")

@@ -70,11 +70,7 @@ def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, n
     ifname = agent.interfaces(guest_dom).get(spec.link.mac)
     if ifname is None:
         raise HarnessError(f"the guest has no interface with MAC {spec.link.mac}", "is virtio_net in its kernel?")
-    for argv in (["ip", "addr", "add", guest_addr, "dev", ifname], ["ip", "link", "set", "dev", ifname, "up"]):
-        res = agent.run(guest_dom, ["/sbin/" + argv[0], *argv[1:]], timeout=30 * agent.patience(spec.kvm))
-        if not res.ok:
-            raise HarnessError(f"in the guest, {' '.join(argv)} failed: {res.stderr.strip()}", "see the console log")
-    ssh.listen(guest_dom, guest_addr.split("/")[0], timeout=30 * agent.patience(spec.kvm))
+    ssh.listen(guest_dom, guest_addr, ifname, timeout=30 * agent.patience(spec.kvm))
 
 
 def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say, owner: str,

@@ -70,7 +70,8 @@ ENV = {"VMHARNESS_TEST_STREAMS": "1"}  # tests/integration/conftest.py: the set-
 # while trying: a refused `bench --resume` found the host's lock held by a neighbour's command). The
 # rest use fake roots and a temporary folder of their own (tests/unit/conftest.py's `_own_tmpdir`).
 SHARED_STATE = ("test_golden_cli", "test_hoststate", "test_journal", "test_libvirt_hugetlbfs", "test_owned",
-                "test_ownership", "test_plan", "test_prepared_path", "test_profile_points", "test_reader")
+                "test_ownership", "test_plan", "test_prepared_path", "test_profile_points", "test_reader",
+                "test_server_commands", "test_stopping_children")
 
 
 def shares_state(module: str) -> bool:

@@ -255,4 +255,4 @@ def test_researchers_kernel_with_modules(daemon: None) -> None:
             assert vmh("vm", "down", "ikern").ok
         assert_nothing_left("ikern")
     finally:
-        proc.run(["rm", "-rf", "--", str(images)], timeout=120)
+        proc.run(["rm", "-rf", "--one-file-system", "--", str(images)], timeout=120)  # never into a chroot left mounted

@@ -13,7 +13,6 @@ leaves it: a switch ends the SSH session the run came in on."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from vmharness.journal import restore
 from vmharness.journal.kinds import OpKind
 from vmharness.model.sections import RunConfig
 from vmharness.rundir.store import RunDir
+from vmharness.system import mounts
 from vmharness.system.root import HostRoot
 
 LOG = "hostboots.log"  # in the run folder: what the run says once it left the terminal
@@ -46,22 +46,15 @@ def consented(root: HostRoot, run_dir: Path) -> bool:
 _EMPTIED = ("tmpfs", "ramfs")  # what a boot empties
 
 
-def _unescape(field: str) -> str:
-    """A /proc/mounts field: the kernel writes a space, tab, newline and backslash as octal escapes."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def outlives_a_boot(root: HostRoot, folder: Path) -> None:
     """The run folder must be there after a boot: not on a tmpfs or ramfs (/proc/mounts' longest mount
     point above it)."""
     where = str(folder.resolve())
     best, kind = "", ""
-    for line in (root.read_optional("/proc/mounts") or "").splitlines():
-        fields = line.split()
-        if len(fields) >= 3:
-            point = _unescape(fields[1]).rstrip("/") + "/"
-            if (where + "/").startswith(point) and len(point) > len(best):
-                best, kind = point, fields[2]
+    for point, fstype in mounts.table(root):
+        point = point.rstrip("/") + "/"
+        if (where + "/").startswith(point) and len(point) > len(best):
+            best, kind = point, fstype
     if kind in _EMPTIED:
         raise HarnessError(f"the run folder {where[:200]} is on a {kind} ({best.rstrip('/') or '/'}), which a boot "
                            "empties: a run with host boots goes on there after each boot",

@@ -21,8 +21,9 @@ from vmharness.guest import kernelfile
 from vmharness.guest.image import Image, find
 from vmharness.guest.recipe import Recipe
 from vmharness.progress import Progress, Say
-from vmharness.system import imagedir, proc
+from vmharness.system import imagedir, mounts, proc
 from vmharness.system.machine import Machine, alive
+from vmharness.system.root import HostRoot
 
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 
@@ -70,12 +71,25 @@ def _used_mib(folder: Path) -> int:
     return int(out.split()[0])
 
 
+def _remove(work: Path) -> None:
+    """Remove a build's folder, unless a filesystem is still mounted in it: mmdebstrap mounts /proc,
+    /sys and /dev into its chroot while it builds, and one that was killed before it could unmount them
+    (or still runs) leaves them there; a recursive removal would go on into each of them."""
+    held = mounts.under(HostRoot(), str(work.resolve()))
+    if held:
+        raise HarnessError(f"image build: {work} still has {len(held)} filesystem(s) mounted in it "
+                           f"({', '.join(held[:3])}): not removing it",
+                           f"a builder (mmdebstrap) may still run; once it is gone: umount -R {held[0]}, "
+                           f"then rm -r --one-file-system {work}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def _stale_builds(images: Path) -> None:
     """Remove unfinished builds whose builder is gone (a crash or a kill -9)."""
     for old in images.glob(".build-*"):
         pid = old.name.rsplit("-", 1)[-1]
         if is_digits(pid) and not alive(Machine(), int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
 
 
 def build(recipe: Recipe, images: Path, say: Say, named_by: str | None = None,
@@ -95,7 +109,7 @@ def build(recipe: Recipe, images: Path, say: Say, named_by: str | None = None,
             return existing, False
         _stale_builds(images)
         work = images / f".build-{recipe.key()}-{os.getpid()}"
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(work)
         work.mkdir()
         started = time.monotonic()
         try:
@@ -105,7 +119,7 @@ def build(recipe: Recipe, images: Path, say: Say, named_by: str | None = None,
             work.rename(final)
             return Image(final, image.meta), True
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            _remove(work)
 
 
 @contextmanager

@@ -84,6 +84,20 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
+STOP_GRACE = 10.0  # seconds a child has after SIGTERM before SIGKILL, when the harness itself is stopped
+
+
+def _stop_child(p: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after STOP_GRACE: a tool killed at once cannot undo what it did (mmdebstrap
+    leaves its chroot's /proc, /sys and /dev mounted in the image's build folder)."""
+    p.terminate()
+    try:
+        p.wait(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
 def run(
     argv: Sequence[str | Path],
     *,
@@ -115,8 +129,8 @@ def run(
                 f"{shlex.join(args)} did not finish within {timeout:g} s",
                 "the tool hung; check the machine's state and retry",
             ) from exc
-        except BaseException:
-            p.kill()
+        except BaseException:  # a signal or Ctrl-C: the child asked to stop, as the harness is
+            _stop_child(p)
             raise
     result = Result(tuple(args), p.returncode, stdout, stderr)
     if check and not result.ok:

@@ -18,7 +18,8 @@ cost lies outside the guest, so no function of the guest's kernel should grow, a
 profiles cannot tell a mitigation's cost from noise at this size.
 
 The profiler costs the server something: the profiled point's throughput is set beside the same
-instance's unprofiled points at that count, never into the sweep's statistics."""
+instance's unprofiled points at that count in the same boot (in any boot, where that one has none),
+never into the sweep's statistics."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ class Profile:
     work: dict[str, int]  # the server's stacks (folded.served), in nanoseconds
     idle_ns: int
     background_ns: int  # the other processes' (samplers, agent, perf)
-    cost: float | None  # this point's throughput against the unprofiled points' mean at its count
+    cost: float | None  # its throughput against the mean of the unprofiled points at its count (its boot's)
 
     @property
     def leaves(self) -> dict[str, int]:
@@ -145,7 +146,10 @@ def _profile(r: dict[str, Any], run: Path, where: Path, measured: dict[tuple[obj
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise damaged(where, "profile", r.get("key"), exc) from exc
     plain = []
-    for m in measured.get((name, conns), []):
+    # those of its own boot where it has any: a run's boots differ by more than the profiler costs (beside
+    # a load a demo's profiled baseline read +112% against the mean of all four boots' points)
+    same_boot = [m for m in measured.get((name, conns), []) if m.get("iteration") == r.get("iteration")]
+    for m in same_boot or measured.get((name, conns), []):
         try:
             plain.append(float(m["client"]["requests_per_s"]))
         except (KeyError, TypeError, ValueError) as exc:

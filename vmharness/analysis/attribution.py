@@ -121,7 +121,9 @@ def _compare(base: Mapping[K, float] | None, other: Mapping[K, float] | None,
 
 def holm(ps: Sequence[float], alpha: float) -> list[bool]:
     """Holm's step-down: reject the k-th smallest p (k from 1) while p_(k) <= alpha / (m - k + 1). A NaN
-    p (no test) is never rejected and still counts in m."""
+    p (no test) is never rejected and still counts in m. Written here: scipy has no Holm (its
+    false_discovery_control is Benjamini-Hochberg's), and statsmodels' multipletests, which has it,
+    would be a large dependency for these lines; tests/unit/test_attribution.py holds its error rate."""
     m = len(ps)
     order = sorted(range(m), key=lambda i: ps[i] if math.isfinite(ps[i]) else math.inf)
     rejects = [False] * m

@@ -100,7 +100,7 @@ demo: deps venv oha inferno
 	$(PY) -m vmharness.host.libvirt.daemon $(VENV)/bin/vmharness run
 
 # Figures, not pass/fail: the fixed costs of a guest's life beside virtme-ng's (libvirtd is started if
-# none answers), how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
+# none answers), what batching the commands into a guest saves at each boot, how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
 # the adaptive search takes to the answer against the grid, the open-loop generators side by side, the
 # hostile tables' commands forked from a preloaded server against fresh interpreters, and a command's
 # start with its own group's parser against every group's.
@@ -113,6 +113,7 @@ bench: deps venv oha
 	$(PY) benchmarks/load_generators.py --bin $(GENERATORS)
 	$(PY) -m vmharness.cli image build
 	$(PY) -m vmharness.host.libvirt.daemon $(PY) benchmarks/boot_to_agent.py --boots 3
+	$(PY) -m vmharness.host.libvirt.daemon $(PY) benchmarks/guest_round_trips.py
 	$(PY) benchmarks/bench_fidelity.py
 	$(PY) benchmarks/time_to_answer.py
 	$(PY) benchmarks/hostile_cases.py

@@ -43,11 +43,21 @@ def cases(stream: str, junit: Path) -> list[Case]:
     return found
 
 
+# pytest -q's line for each test file: its path, then a character per test as each ends
+PROGRESS = re.compile(r"^(tests/\S+\.py) [.FEsxX]*", re.MULTILINE)
+
+
 def interrupted_at(log: Path) -> list[str]:
+    """Where the deadline's Ctrl-C stopped a test: its file:line; where that is outside the test's own
+    file (a wait in the standard library's selectors.py, seen in a clean clone), with the test file
+    pytest was in."""
     try:
-        return INTERRUPTED.findall(log.read_text(errors="replace"))
+        text = log.read_text(errors="replace")
     except OSError:
         return []
+    files = PROGRESS.findall(text)
+    return [where if not files or where.split(":")[0].endswith(files[-1]) else f"{where} (in {files[-1]})"
+            for where in dict.fromkeys(INTERRUPTED.findall(text))]
 
 
 def lines(junits: dict[str, list[Path]], logs: dict[str, Path], slowest: int = 8) -> list[str]:

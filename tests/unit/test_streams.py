@@ -157,3 +157,16 @@ def test_a_summary_of_no_pytest_at_all_is_empty_not_an_error(tmp_path: Path) -> 
     lines = streams_summary.lines({"rig": [tmp_path / "never-written.xml"]}, {"rig": tmp_path / "no.log"})
     assert lines == ["===== the 0 slowest tests (s, set-up and teardown included) =====",
                      "===== rig: 0 passed in 0.0 test-min ====="]
+
+
+def test_a_ctrl_c_caught_outside_the_test_names_the_test_file_too(tmp_path: Path) -> None:
+    """In a clean clone's host stream the Ctrl-C's last frame was the standard library's selectors.py
+    (a test waiting on its command), printed twice: said once, with the file pytest was in."""
+    log = tmp_path / "host.log"
+    stopped = "/usr/lib/python3.11/selectors.py:415: KeyboardInterrupt\n"
+    log.write_text("tests/integration/test_guest.py .........F                               [ 96%]\n"
+                   "tests/integration/test_bench.py ....\n" + stopped * 2)
+    assert streams_summary.interrupted_at(log) == [
+        "/usr/lib/python3.11/selectors.py:415 (in tests/integration/test_bench.py)"]
+    log.write_text("tests/integration/test_bench.py ....\ntests/integration/test_bench.py:12: KeyboardInterrupt\n")
+    assert streams_summary.interrupted_at(log) == ["tests/integration/test_bench.py:12"]

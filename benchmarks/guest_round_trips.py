@@ -70,7 +70,7 @@ def _tuning_batched(root: HostRoot, t: Target) -> None:
 
 def _tuning_one_by_one(root: HostRoot, t: Target) -> None:
     plan = knobs.make(t, profile.load("seeds"), ("eth0",), False)
-    files = [c for c in plan.changes if not c.path.startswith(("ethtool:", "service:"))]
+    files = [c for c in plan.changes if apply.is_file(c.path)]
     for c in files:
         [got] = t.set_many([(c.path, c.after)])
         assert not isinstance(got, Exception), got

@@ -63,7 +63,8 @@ def _set_one(t: Target, c: Change, extra: dict[str, Any]) -> None:
         _irqbalance_stop(t, extra)
 
 
-def _file(path: str) -> bool:
+def is_file(path: str) -> bool:
+    """Whether a change's path is a file's (not an ethtool setting or a service)."""
     return not path.startswith(("ethtool:", "service:"))
 
 
@@ -88,7 +89,7 @@ def _batches(changes: list[Change]) -> list[list[Change]]:
     """The changes in order, the files among them in runs of their own (one command each)."""
     out: list[list[Change]] = []
     for c in changes:
-        if out and _file(c.path) and _file(out[-1][-1].path):
+        if out and is_file(c.path) and is_file(out[-1][-1].path):
             out[-1].append(c)
         else:
             out.append([c])
@@ -121,7 +122,7 @@ def _take(root: HostRoot, t: Target, batch: list[Change], recs: list[dict[str, A
     batch whose command failed as a whole stays in `made`: any of it may have been written."""
     problem: HarnessError | None = None
     n = 0
-    if _file(batch[0].path):
+    if is_file(batch[0].path):
         for c, got in zip(batch, t.set_many([(c.path, c.after) for c in batch]), strict=False):
             if (problem := _kept(c, got)) is not None:
                 break
@@ -148,12 +149,13 @@ def _take(root: HostRoot, t: Target, batch: list[Change], recs: list[dict[str, A
 
 
 def undo_one(t: Target, rec: dict[str, Any]) -> None:
-    if rec["path"].startswith("ethtool:"):
+    if is_file(rec["path"]):
+        if (problem := t.write_many([(rec["path"], rec["before"])])[0]) is not None:
+            raise problem
+    elif rec["path"].startswith("ethtool:"):
         _ethtool(t, rec["path"], rec["before"])
-    elif rec["path"] == "service:irqbalance":
+    else:
         _irqbalance_start(t, rec)
-    elif (problem := t.write_many([(rec["path"], rec["before"])])[0]) is not None:
-        raise problem
 
 
 def _undo_batches(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -161,7 +163,7 @@ def _undo_batches(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     out: list[list[dict[str, Any]]] = []
     for rec in records:
         last = out[-1][-1] if out else None
-        if last is not None and _file(rec["path"]) and _file(last["path"]) and rec["target"] == last["target"]:
+        if last is not None and is_file(rec["path"]) and is_file(last["path"]) and rec["target"] == last["target"]:
             out[-1].append(rec)
         else:
             out.append([rec])
@@ -174,7 +176,7 @@ def _put_back(root: HostRoot, batch: list[dict[str, Any]]) -> tuple[Target | Non
     t = from_spec(batch[0]["target"], root)
     if t is None:
         return None, [None] * len(batch)
-    if _file(batch[0]["path"]):
+    if is_file(batch[0]["path"]):
         return t, t.write_many([(rec["path"], rec["before"]) for rec in batch])
     try:
         undo_one(t, batch[0])

@@ -120,11 +120,15 @@ def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
     old_wake = signal.signal(WAKE, _woken)
     _hooks[:] = [sys.unraisablehook]
     sys.unraisablehook = _unraisable
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)  # the watch inherits it: it waits for one
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)
     stop: list[bool] = []
     watch = threading.Thread(target=_watch_pipe, args=(threading.main_thread().ident, stop), name="vmh-sigpipe",
                              daemon=True)
-    watch.start()
+    # The watch starts with every signal here blocked, and keeps them so: it waits for SIGPIPE alone, and
+    # a SIGTERM the kernel handed to it would run its handler only once the main thread woke (after a
+    # `time.sleep(60)`, or a child's whole wait)
+    with _blocked((*SIGNALS, WAKE)):
+        watch.start()
     _watch[:] = [watch.ident] if watch.ident is not None else []
     try:
         yield
@@ -238,8 +242,8 @@ def shielded() -> Iterator[None]:
 
 
 @contextmanager
-def _blocked() -> Iterator[None]:
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+def _blocked(these: tuple[int, ...] = SIGNALS) -> Iterator[None]:
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, these)
     try:
         yield
     finally:

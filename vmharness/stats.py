@@ -276,7 +276,7 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=4)
-def _blocks_t(level: float) -> tuple[np.ndarray, np.ndarray]:
+def blocks_t(level: float) -> tuple[np.ndarray, np.ndarray]:
     """Every block count a plan may choose and its t quantile at `level`, computed once (10 ms)."""
     b = np.arange(2, MOST_BLOCKS + 1)
     return b, _special().stdtrit(b - 1, 0.5 + level / 2)
@@ -288,7 +288,7 @@ def plan(s: Split, target: float, block_seconds: float, measure_seconds: float, 
     (Kalibera and Jones: more repeats pay only while a block is dear and its shift small). None when
     not within MOST_BLOCKS x MOST_REPEATS."""
     width = math.log1p(target)
-    b, t = _blocks_t(level)
+    b, t = blocks_t(level)
     best: Plan | None = None
     for r in range(1, MOST_REPEATS + 1):
         ok = t * np.sqrt((s.between ** 2 + s.within ** 2 / r) / b) <= width

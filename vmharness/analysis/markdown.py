@@ -13,6 +13,7 @@ from vmharness.analysis import (
     events,
     exits,
     loadcurve,
+    noise_report,
     profiles,
     sides,
     studies,
@@ -23,7 +24,7 @@ from vmharness.analysis import (
 )
 from vmharness.analysis.cells import PERCENTILES
 from vmharness.analysis.headline import pct
-from vmharness.analysis.report import method_of, noise_text, peak_text, rows_of, warning
+from vmharness.analysis.report import method_of, peak_text, rows_of, warning
 from vmharness.analysis.saturation import Analysis
 from vmharness.textsafe import markdown as md
 
@@ -69,8 +70,8 @@ def render(a: Analysis) -> str:
         out += [md(study[0]), "", *_items(study[1:]), ""]
     if a.control is not None:
         out += [*_items([variants.control_line(a.control)]), ""]
-    if a.noise:
-        out += [*_items([noise_text(name, n, a.design.block) for name, n in sorted(a.noise.items())]), ""]
+    if noise := noise_report.lines(a):
+        out += [*_items(noise), ""]
     for d in a.variants:
         out += [f"What `{md(d.instance)}` ran, against `{md(a.baseline)}`:", ""]
         out += [f"- {md(line)}" for line in d.lines] or ["- nothing differs"]

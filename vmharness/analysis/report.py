@@ -15,6 +15,7 @@ from vmharness.analysis import (
     events,
     exits,
     loadcurve,
+    noise_report,
     profiles,
     sides,
     studies,
@@ -27,7 +28,7 @@ from vmharness.analysis.cells import PERCENTILES, Cell, vcpu_means
 from vmharness.analysis.change_json import change_json, finite
 from vmharness.analysis.headline import pct
 from vmharness.analysis.intervals import TOO_FEW, log_interval
-from vmharness.analysis.saturation import LEVEL, Analysis, Noise
+from vmharness.analysis.saturation import LEVEL, Analysis
 from vmharness.rundir import histogram
 from vmharness.stats import Interval, Peak
 from vmharness.textsafe import csv_cell
@@ -44,12 +45,6 @@ def method_of(a: Analysis, name: str) -> str:
     return a.changes[name]["throughput"].method
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
 def peak_text(a: Analysis) -> str:
     p = a.peak_estimate
     if p is None:
@@ -61,18 +56,6 @@ def peak_text(a: Analysis) -> str:
     return (f"saturation point {p.at} connections ({p.level:.0%}: {p.at_low}–{p.at_high}), {p.value:,.0f} "
             f"requests/s ± {p.relative_half:.1%} ({p.level:.0%}: {p.low:,.0f}–{p.high:,.0f}; bootstrap, "
             f"{p.resamples:,} resamples){elsewhere}")
-
-
-def noise_text(name: str, n: Noise, block: str) -> str:
-    s = n.split
-    out = (f"noise in {name}: {s.share:.0%} of the variance is between {block}s ({s.level:.0%}: {s.share_low:.0%}–"
-           f"{s.share_high:.0%}); within a {block} ±{math.expm1(s.within):.1%} per measurement, between {block}s "
-           f"±{math.expm1(s.between):.1%} ({s.blocks} {block}s × {s.counts} counts)")
-    if n.plan is None:
-        return out + f"; ±{n.target:.0%} at a point is out of reach of a plan"
-    per = "measurement" if n.plan.repeats == 1 else "measurements"
-    return (out + f"; for ±{n.target:.0%} at a point: {n.plan.blocks} {block}s × {n.plan.repeats} {per} of each "
-            f"count (about {_duration(n.plan.seconds)} for one count: boots and measurements)")
 
 
 def _thin(c: Cell) -> list[str]:
@@ -134,21 +117,12 @@ def _peak_json(p: Peak | None) -> dict[str, Any] | None:
             "resamples": p.resamples, "seed": p.seed, "method": PEAK_METHOD}
 
 
-def _noise_json(n: Noise, block: str) -> dict[str, Any]:
-    s = n.split
-    return {"block": block, "blocks": s.blocks, "counts": s.counts, "between_sd_log": s.between,
-            "within_sd_log": s.within, "between_share": s.share, "share_low": s.share_low,
-            "share_high": s.share_high, "level": s.level, "target": n.target,
-            "plan": None if n.plan is None else {"blocks": n.plan.blocks, "repeats": n.plan.repeats,
-                                                 "seconds": n.plan.seconds}}
-
-
 def to_json(a: Analysis) -> dict[str, Any]:
     return {"baseline": a.baseline, "peak_connections": a.peak, "peak_requests_per_s": _interval(a.peak_interval),
             "peak": _peak_json(a.peak_estimate), "plausible_peaks": a.plausible_peaks, "warnings": a.flags,
             "failed_points": a.failed, "block": a.design.block,
             "changes_at_peak": {n: {k: change_json(v) for k, v in ch.items()} for n, ch in a.changes.items()},
-            "noise": {n: _noise_json(v, a.design.block) for n, v in a.noise.items()},
+            **noise_report.to_json(a),
             "control": None if a.control is None else {
                 "instance": a.control.instance, "cap_percent": a.control.cap, "expected": a.control.expected,
                 "basis": a.control.basis,
@@ -191,8 +165,7 @@ def answer(a: Analysis) -> list[str]:
             out.append(said)
         out += exits.lines(a.exits, a.exits_note, a.peak) + events.lines(a.events, a.peak) + calls_lines(a)
         out += change_lines(a) + studies.lines(a.study, a.peak)
-    out += [noise_text(name, n, a.design.block) for name, n in sorted(a.noise.items())]
-    return out + variant_lines(a)
+    return out + noise_report.lines(a) + variant_lines(a)
 
 
 def change_lines(a: Analysis) -> list[str]:

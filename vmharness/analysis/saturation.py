@@ -13,7 +13,19 @@ from typing import Any
 import numpy as np
 
 from vmharness import stats
-from vmharness.analysis import events, exits, flame, hostdiff, loadcurve, profiles, sides, studies, syscalls, variants
+from vmharness.analysis import (
+    events,
+    exits,
+    flame,
+    hostdiff,
+    hostnoise,
+    loadcurve,
+    profiles,
+    sides,
+    studies,
+    syscalls,
+    variants,
+)
 from vmharness.analysis.cells import PERCENTILES, Block, Cell, cells, idle_vcpus, server_busy, vcpu_means
 from vmharness.analysis.flags import peak_flags, session_flags
 from vmharness.analysis.loadcurve import LoadAnalysis
@@ -74,6 +86,7 @@ class Analysis:
     profiles: profiles.View | None = None  # what grew per request in the server's profile ([explain] profile)
     switch_why: tuple[Why, ...] = ()  # what explains each switch's cost, in a study
     under: dict[str, str] = field(default_factory=dict)  # a flag under every figure -> "host" or "records"
+    host_noise: list[hostnoise.HostNoise] = field(default_factory=list)  # each shared host boot's three levels
 
 
 def design(runs: list[RunDir]) -> Design:
@@ -104,6 +117,8 @@ def analyse(run: RunDir, baseline: str | None = None) -> Analysis:
                                  vcpu_means(base_cell, waited=True) if base_cell else None
                                  ) if a.baseline == (names[0] if names else None) else None
     records = list(run.records())
+    a.host_noise = hostnoise.view(run.manifest, table, records, a.design.block_seconds, a.design.measure_seconds,
+                                  a.design.target)
     a.study = studies.view(run.manifest, records, table, a.peak, a.baseline, a.variants, str(run.path / MANIFEST))
     # a study's switch dropped as doing nothing is said once, among the study's answer, not as a warning
     dropped = {a.study.off.get(s, f"no-{s}") for s in a.study.left_out} if a.study is not None else set()

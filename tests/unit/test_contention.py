@@ -30,14 +30,31 @@ MISSED = {"control": {"throughput": _change(-0.56, -0.60, -0.52)}}  # expected a
 def test_the_reader_gives_each_vcpus_share_waited_over_the_same_window() -> None:
     seconds, waited = count(1), count(0)
     reader = hostview.VcpuReader(lambda: [next(seconds) * 0.4, 0.1], 1.0, None,
-                                 lambda: [next(waited) * 0.2, 0.0])
+                                 lambda: ([next(waited) * 0.2, 0.0], None))
     reader.readings = [(10.0, [0.4, 0.1]), (11.0, [0.8, 0.1])]
     reader.waited = [[0.0, 0.0], [0.2, 0.0]]
+    reader.others = [None, None]  # QEMU's own time not known: none is claimed
     assert reader.result() == {"vcpu_busy_percent": [40.0, 0.0], "window_s": 1.0, "vcpu_wait_percent": [20.0, 0.0]}
     reader.waited = [[0.0, 0.0]]  # a wait read missing: no wait is claimed, the runtime stands
     assert reader.result() == {"vcpu_busy_percent": [40.0, 0.0], "window_s": 1.0}
     reader.waited = [[0.0], [0.2]]  # a vCPU's thread not found the second time: no wait is claimed
     assert "vcpu_wait_percent" not in reader.result()
+
+
+@pytest.mark.parametrize(("others", "percent"), [([3.0, 3.25], 25.0), ([3.0, 2.995], 0.0), ([3.0, None], None),
+                                                 ([3.0], None)],
+                         ids=["read twice", "a tick under: none", "unknown once", "read once"])
+def test_the_reader_gives_qemus_own_share_over_the_same_window(others: list[float | None],
+                                                               percent: float | None) -> None:
+    reader = hostview.VcpuReader(lambda: [0.0], 1.0, None, lambda: ([0.0], 0.0))
+    reader.readings = [(10.0, [0.4]), (11.0, [0.8])]
+    reader.waited, reader.others = [[0.0], [0.0]], others
+    assert reader.result().get("qemu_other_percent") == percent
+
+
+def _stat(utime: int, stime: int) -> str:
+    """`_THREADS`'s first two lines: the process's stat after its name, and the clock's ticks a second."""
+    return f"total S 1 2 3 0 -1 4194560 7 0 0 0 {utime} {stime} 0 0 20 0 6 0 193606\nticks 100\n"
 
 
 def test_a_miss_on_a_contended_host_cannot_be_judged() -> None:
@@ -106,14 +123,21 @@ def test_a_run_on_a_contended_host_says_so_in_every_form(tmp_path: Path) -> None
     assert js["verdict"].startswith("cannot be judged: the baseline's vCPU threads waited up to 30%")
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("CPU 0/TCG 2500000000\nCPU 1/TCG 0\n", [2.5, 0.0]),
-    ("qemu-system-x86 99\nCPU 1/KVM 1000000000\ncall_rcu 5\nCPU 0/KVM 3000000000\n", [3.0, 1.0]),  # any order
-    ("", []),  # QEMU not found (its pid file gone)
-    ("CPU 1/TCG 5\n", []),  # vCPU 0's thread missing: no wait is claimed for any
-    ("CPU 0/TCG 5\nCPU 0/TCG 6\n", []),  # a vCPU named twice (a name a process chose): none
-    ("CPU 0/TCG -5\n", []), ("CPU 0/TCG 5e9\n", []), ("CPU 0/TCG 1 2\n", []), ("CPU x/TCG 5\n", []),
-    ("CPU 0/TCG 123456789012345678901\n", []),  # more digits than any counter has
+@pytest.mark.parametrize(("text", "seconds", "others"), [
+    (_stat(500, 100) + "CPU 0/TCG 4000000000 2500000000\nCPU 1/TCG 1000000000 0\n", [2.5, 0.0], 1.0),
+    (_stat(450, 0) + "qemu-system-x86 9 99\nCPU 1/KVM 1000000000 1000000000\nIO mon_iothread 5 6\ncall_rcu 1 5\n"
+     "CPU 0/KVM 3000000000 3000000000\n", [3.0, 1.0], 0.5),  # any order; a name with a space is QEMU's
+    ("CPU 0/TCG 5 2500000000\n", [2.5], None),  # the process's time not read: its waits stand, no QEMU time
+    (_stat(1, 1).replace("ticks 100", "ticks 0"), [], None), ("total S 1 2\nticks 100\nCPU 0/TCG 5 6\n", [6e-9], None),
+    ("", [], None),  # QEMU not found (its pid file gone)
+    (_stat(5, 5) + "CPU 1/TCG 5 5\n", [], None),  # vCPU 0's thread missing: nothing is claimed
+    (_stat(5, 5) + "CPU 0/TCG 5 5\nCPU 0/TCG 6 6\n", [], None),  # a vCPU named twice (a name a process chose)
+    (_stat(5, 5) + "CPU 0/TCG 5 -5\n", [], None), (_stat(5, 5) + "CPU 0/TCG 5 5e9\n", [], None),
+    (_stat(5, 5) + "CPU 0/TCG 1\n", [], None), (_stat(5, 5) + "CPU x/TCG 5 5\n", [], None),
+    (_stat(5, 5) + "CPU 0/TCG 1 123456789012345678901\n", [], None),  # more digits than any counter has
 ])
-def test_the_threads_waits_are_read_only_from_whole_vcpu_lines(text: str, seconds: list[float]) -> None:
-    assert running.parse_waits(text) == seconds
+def test_the_threads_waits_and_qemus_own_time_are_read_only_from_whole_lines(text: str, seconds: list[float],
+                                                                            others: float | None) -> None:
+    waits, other = running.parse_threads(text)
+    assert waits == seconds
+    assert other == (None if others is None else pytest.approx(others))

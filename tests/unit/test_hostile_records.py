@@ -120,6 +120,8 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
      ("host.vcpu_busy_percent.0 1e+06 is above 200",)),
     ("vcpu-wait-negative", lines(point(host={"vcpu_busy_percent": [90.0], "vcpu_wait_percent": [-3.0]})), "",
      ("host.vcpu_wait_percent.0 -3 is below 0",)),
+    ("qemu-other-negative", lines(point(host={"vcpu_busy_percent": [90.0], "qemu_other_percent": -3.0})), "",
+     ("host.qemu_other_percent -3 is below 0",)),
     ("a-float-beyond-2-63-anywhere", lines(point(raw=[{"stdout": 1e300}])), "", ("raw.0.stdout 1e+300 is beyond",)),
     ("idle-negative", lines({"kind": "idle", "instance": "a", "iteration": 0, "vcpu_busy_percent": [-5.0]}), "",
      ("idle 'a': vcpu_busy_percent.0 -5 is below 0",)),
@@ -185,6 +187,9 @@ def _cases() -> list[Case]:
         # text where a figure belongs: no measurement at all, refused (record_check.type_fault)
         Case("a-repeat-as-text", ("report", "rd"), ("rd/records.jsonl line 9", 'with repeat "1", not a number'),
              _folder("", lines({**point("a", 2, 2), "repeat": "1", "key": "a/2/2/r1"}))),
+        Case("qemu-other-as-text", ("report", "rd"), ("rd/records.jsonl line 9", 'host.qemu_other_percent "all", not a '
+                                                                    "number"),
+             _folder("", lines(point(host={"vcpu_busy_percent": [90.0], "qemu_other_percent": "all"})))),
         Case("strict-clean", ("report", "rd", "--strict", "--full"), ("saturation point 2 connections",), _folder(""),
              code=0),
         Case("compare-one-run-damaged", ("compare", "rd", "rd2", "--full"), ("1 damaged record", "rd2/records.jsonl:9"),

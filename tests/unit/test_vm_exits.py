@@ -70,9 +70,10 @@ def test_the_reader_takes_the_counters_at_the_vcpu_readings_instants() -> None:
     assert "kvm_exits" not in tcg.result()
 
 
-def _run(tmp_path: Path, counts: dict[str, dict[str, Any]] | None, kvm: bool = True) -> RunDir:
+def _run(tmp_path: Path, counts: dict[str, dict[str, Any]] | None, kvm: bool = True,
+         qemu: dict[str, float] | None = None) -> RunDir:
     """Two instances, three boots each, the peak at 8 connections (1,000 req/s); the host read its
-    counters over 2 s, so 2,000 requests lie in each window."""
+    counters over 2 s, so 2,000 requests lie in each window; `qemu`: each one's QEMU outside its vCPUs."""
     run = RunDir.create(tmp_path / "run", {
         "config": {"instance": [{"name": "base"}, {"name": "mitig"}], "server": {"workers": 0}},
         "guest": {"kvm": kvm}, "machines": {"server": {"machine": "guest"}, "clients": [{"machine": "cli"}]}})
@@ -87,6 +88,8 @@ def _run(tmp_path: Path, counts: dict[str, dict[str, Any]] | None, kvm: bool = T
                     "host": {"vcpu_busy_percent": [90.0], "window_s": 2.0}}
                 if counts is not None:
                     record["host"]["kvm_exits"] = counts[name]
+                if qemu is not None:
+                    record["host"]["qemu_other_percent"] = qemu[name]
                 run.append(record)
     return run
 
@@ -110,7 +113,7 @@ def test_exits_per_request_at_the_peak_by_instance_and_kind(tmp_path: Path) -> N
     assert got["note"] is None and got["instances"]["mitig"] == {
         "exits_per_request": {"exits": 5.0, "halt_exits": 1.5, "io_exits": 0.1, "irq_exits": 0.4, "l1d_flush": 5.0,
                               "mmio_exits": 1.0, "msr_exits": 2.0},
-        "iterations": 3, "vcpu_cpu_us_per_request": 900.0}
+        "iterations": 3, "vcpu_cpu_us_per_request": 900.0, "qemu_other_cpu_us_per_request": None}
     assert "- mitig: 5 exits per request" in markdown.render(a)
 
 
@@ -126,6 +129,20 @@ def test_under_tcg_one_line_says_the_view_is_not_available(tmp_path: Path) -> No
     assert said == ["VM exits per request: not available: the guests ran under TCG, which has no VM exits to "
                     "count; the vCPU threads' host CPU per request: base 900 µs, mitig 900 µs"]
     assert report.to_json(a)["vm_exits"]["instances"]["base"]["exits_per_request"] is None
+
+
+def test_qemus_own_cpu_per_request_beside_the_vcpus(tmp_path: Path) -> None:
+    """QEMU's threads but its vCPUs: 5% and 15% of a CPU at 1,000 requests/s are 50 and 150 µs a request,
+    under KVM on each instance's line, under TCG in the one line; the same share gives the same figure."""
+    a = saturation.analyse(_run(tmp_path / "kvm", {"base": BASE, "mitig": BASE}, qemu={"base": 5.0, "mitig": 15.0}))
+    said = [line for line in report.answer(a) if "QEMU" in line]
+    assert [line.split("; ", 1)[1] for line in said] == [
+        "its vCPU threads 900 µs of host CPU per request, QEMU's other threads 50 µs",
+        "its vCPU threads 900 µs of host CPU per request, QEMU's other threads 150 µs"]
+    assert report.to_json(a)["vm_exits"]["instances"]["mitig"]["qemu_other_cpu_us_per_request"] == 150.0
+    tcg = saturation.analyse(_run(tmp_path / "tcg", None, kvm=False, qemu={"base": 5.0, "mitig": 5.0}))
+    assert next(line for line in report.answer(tcg) if "QEMU" in line).endswith(
+        "host CPU per request: base 900 µs (QEMU's other threads 50 µs), mitig 900 µs (QEMU's other threads 50 µs)")
 
 
 def test_kvm_without_counters_says_what_they_need(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ class Cell:
     client_busy: list[float] = field(default_factory=list)  # the busiest client machine's (not the server's)
     vcpu_busy: list[list[float]] = field(default_factory=list)  # a run's guest: each vCPU thread, from the host
     vcpu_wait: list[list[float]] = field(default_factory=list)  # and the share each waited for a host CPU
+    qemu_other: list[float] = field(default_factory=list)  # its QEMU's CPU outside the vCPUs, % of one CPU
     packets: list[tuple[float, bool]] = field(default_factory=list)  # the server's packets per request, on lo?
     sides: Sides = field(default_factory=Sides)  # steal, each client and generator thread, the host's vfio
     exits: list[dict[str, float]] = field(default_factory=list)  # under KVM: VM exits per request by kind
@@ -127,6 +128,9 @@ def cells(run: RunDir) -> tuple[dict[str, dict[int, Cell]], int]:
         waits = host.get("vcpu_wait_percent") if isinstance(host, dict) else None
         if isinstance(waits, list) and waits and all(isinstance(v, int | float) for v in waits):
             cell.vcpu_wait.append([float(v) for v in waits])
+        other = host.get("qemu_other_percent") if isinstance(host, dict) else None
+        if isinstance(other, int | float) and not isinstance(other, bool):
+            cell.qemu_other.append(float(other))
         if isinstance(host, dict) and "kvm_exits" in host:
             cell.exits.append(_exits_per_request(host, rps, run, r))
     return out, failed

@@ -24,22 +24,25 @@ from vmharness.bench.sampler import Samplers
 IDLE_SETTLE_S, IDLE_S = 1.5, 3.0  # the idle reading: after the samplers' first snapshot, over 3 s
 Probe = Callable[[], list[float]]  # each vCPU thread's CPU seconds so far
 Counters = Callable[[], dict[str, int]]  # KVM's counters of the guest's VM exits so far, by kind
+# its vCPU threads' seconds waited for a CPU so far, and its QEMU's CPU seconds outside them (None: unknown)
+Threads = Callable[[], tuple[list[float], float | None]]
 
 
 class VcpuReader:
-    """Reads `probe` (and `counters` and `waits`, if given) at two instants after the load's release
+    """Reads `probe` (and `counters` and `qemu`, if given) at two instants after the load's release
     (`begin`); `result` stops waiting and gives the busy share between the readings (and the exits
-    counted and the share waited between them), or raises what a read raised (as a read in the
-    harness's own thread would have)."""
+    counted, the share waited and QEMU's CPU outside the vCPUs between them), or raises what a read
+    raised (as a read in the harness's own thread would have)."""
 
     def __init__(self, probe: Probe | None, duration: float, counters: Counters | None = None,
-                 waits: Probe | None = None) -> None:
+                 qemu: Threads | None = None) -> None:
         self.probe = probe
         self.counters = counters
-        self.waits = waits
+        self.qemu = qemu
         self.at = threads.instants(duration)
         self.readings: list[tuple[float, list[float]]] = []
         self.waited: list[list[float]] = []
+        self.others: list[float | None] = []
         self.counts: list[dict[str, int]] = []
         self.error: Exception | None = None
         self.stopped = threading.Event()
@@ -65,16 +68,19 @@ class VcpuReader:
                 at = (before + time.monotonic()) / 2
                 if self.counters is not None:
                     self.counts.append(self.counters())
-                if self.waits is not None:
-                    self.waited.append(self.waits())
+                if self.qemu is not None:
+                    waited, others = self.qemu()
+                    self.waited.append(waited)
+                    self.others.append(others)
             except Exception as exc:  # handed to the harness's thread by result()
                 self.error = exc
                 return
             self.readings.append((at, values))
 
     def result(self) -> dict[str, Any]:
-        """{"vcpu_busy_percent": [...], "window_s": ..., "kvm_exits": {kind: count}}, without
-        "kvm_exits" when KVM counted nothing here, or {} when two readings were not had."""
+        """{"vcpu_busy_percent": [...], "window_s": ..., "vcpu_wait_percent": [...], "qemu_other_percent":
+        ..., "kvm_exits": {kind: count}}, each of the last three only where it was read at both instants
+        (and KVM counted something), or {} when two readings were not had."""
         self.stopped.set()
         if self.thread is not None:
             self.thread.join(timeout=30)
@@ -86,6 +92,10 @@ class VcpuReader:
             if busy and len(self.waited) == len(self.readings) else []
         if waited and len(waited) == len(busy["vcpu_busy_percent"]):
             busy = {**busy, "vcpu_wait_percent": waited}
+        if busy and len(self.others) == len(self.readings) and all(o is not None for o in self.others):
+            # exact to a clock tick (10 ms) of the process's time: a hair under 0 is none
+            other = shares([(t, [o]) for (t, _), o in zip(self.readings, self.others, strict=True) if o is not None])
+            busy = {**busy, "qemu_other_percent": max(0.0, other[0])} if other else busy
         return {**busy, "kvm_exits": exits} if exits else busy
 
 

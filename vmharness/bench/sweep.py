@@ -55,7 +55,7 @@ class Sweep:
     local_cpus: tuple[int, ...] = ()  # the CPUs wrk may use on this machine (a run keeps it off the
     # guest's vCPUs); empty: any
     vcpu_probe: hostview.Probe | None = None  # a run's guest: its vCPU threads' CPU seconds
-    vcpu_waits: hostview.Probe | None = None  # and the seconds they waited for a host CPU
+    qemu_threads: hostview.Threads | None = None  # and the seconds they waited for a host CPU, QEMU's own CPU
     kvm_counters: hostview.Counters | None = None  # a run's guest under KVM: its VM exits by kind
     host_on: Machine | None = None  # a run's: the machine that runs the guest, sampled too
     host_devices: tuple[str, ...] = ()  # a run's: the NICs passed through to the guest (BDFs)
@@ -136,7 +136,7 @@ class Sweep:
             since = samplers.offsets()
             loads = self._runs(point, seconds)
             vcpus = hostview.VcpuReader(self.vcpu_probe, max(r.run.duration_s for r in loads), self.kvm_counters,
-                                        self.vcpu_waits)
+                                        self.qemu_threads)
             first = samplers.woken + 1
             runs, start, end = clients_mod.run_together(loads, s.margin, probe=True, on_go=_began(vcpus, samplers))
             samplers.wake()  # the snapshot after the load, which its window ends with, now

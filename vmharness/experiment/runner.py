@@ -198,7 +198,7 @@ class Runner:
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
                                   vcpu_probe=lambda: running.vcpu_seconds(b.guest),
-                                  vcpu_waits=lambda: running.vcpu_waits(b.guest),
+                                  qemu_threads=lambda: running.qemu_threads(b.guest),
                                   kvm_counters=(lambda: running.kvm_counters(b.guest)) if b.guest.kvm else None,
                                   host_on=for_uri(b.guest.uri), host_devices=g.bdf,
                                   before_point=cap_for, as_booted=cap_booted, shares=rides(self.cfg),

@@ -1,6 +1,6 @@
 """A running guest, asked and steered: its libvirt domain, its vCPU threads' CPU time, the time they
-waited for a host CPU, and their cap, KVM's counters of its VM exits, the CPUs its QEMU threads may
-run on, and the tail of its console log."""
+waited for a host CPU, its QEMU's CPU time outside them, and their cap, KVM's counters of its VM exits,
+the CPUs its QEMU threads may run on, and the tail of its console log."""
 
 from __future__ import annotations
 
@@ -43,33 +43,52 @@ def vcpu_seconds(guest: Guest) -> list[float]:
 _QEMU_PID = r"""
 { read -r pid || [ -n "$pid" ]; } 2>/dev/null < "/run/libvirt/qemu/$1.pid" || exit 0
 """
-# Each vCPU thread of the guest's QEMU ("CPU N/KVM", "CPU N/TCG"): N and the nanoseconds it has waited on a
-# runqueue for a CPU (the second figure of the kernel's schedstat).
-_WAITS = _QEMU_PID + r"""for t in /proc/$pid/task/*; do
-  read -r name < "$t/comm" && read -r ran waited _ < "$t/schedstat" && echo "$name $waited"
+# The guest's QEMU, in one read: the whole process's CPU time (utime and stime of /proc/PID/stat, which
+# the kernel scales to its exact runtime, exited threads included; in clock ticks, CLK_TCK given), and for
+# each thread its name, the nanoseconds it ran and those it waited on a runqueue for a CPU (schedstat).
+# The vCPU threads are named "CPU N/KVM" or "CPU N/TCG"; the others are QEMU's own (its main loop, I/O
+# threads, workers).
+_THREADS = _QEMU_PID + r"""read -r stat < "/proc/$pid/stat" && echo "total ${stat##*) }"
+echo "ticks $(getconf CLK_TCK)"
+for t in /proc/$pid/task/*; do
+  read -r name < "$t/comm" && read -r ran waited _ < "$t/schedstat" && echo "$name $ran $waited"
 done 2>/dev/null
 """
-_WAIT_LINE = re.compile(r"CPU (\d{1,4})/[A-Z]{1,8} (\d{1,20})")
+_THREAD_LINE = re.compile(r"(.{1,64}) (\d{1,20}) (\d{1,20})")
+_VCPU = re.compile(r"CPU (\d{1,4})/[A-Z]{1,8}")
 
 
-def vcpu_waits(guest: Guest) -> list[float]:
+def qemu_threads(guest: Guest) -> tuple[list[float], float | None]:
     """The seconds each vCPU thread of the guest has waited on a runqueue for a host CPU (a CPU other
-    work held), in vCPU order; [] when its QEMU or the kernel's schedstat was not found, or a vCPU's
-    thread is missing: then no wait is known, and none is reported."""
-    res = guest.machine.run(["sh", "-c", _WAITS, "sh", domain_name(guest.name)], timeout=30, check=False)
-    return parse_waits(res.stdout)
+    work held), in vCPU order, and the CPU seconds its QEMU has spent outside its vCPU threads (device
+    emulation, I/O threads: the host's work for the guest that no vCPU's time shows). [] and None where
+    they are not known: its QEMU, the kernel's schedstat or a vCPU's thread missing."""
+    res = guest.machine.run(["sh", "-c", _THREADS, "sh", domain_name(guest.name)], timeout=30, check=False)
+    return parse_threads(res.stdout)
 
 
-def parse_waits(text: str) -> list[float]:
-    """`_WAITS`'s lines ("CPU 0/TCG 123456789") as seconds in vCPU order; [] unless every vCPU from 0
-    up is there once (a line of anything else is not a vCPU's, and is left out)."""
+def parse_threads(text: str) -> tuple[list[float], float | None]:
+    """`_THREADS`'s lines: the vCPUs' waits in seconds, in vCPU order ([] unless every vCPU from 0 up is
+    there once), and the process's CPU seconds less its vCPU threads' (None without the process's figure
+    or with the vCPUs incomplete; a line of anything else is left out)."""
     waits: dict[int, float] = {}
+    ran = 0.0
+    total = ticks = None
     for line in text.splitlines():
-        if (m := _WAIT_LINE.fullmatch(line)) is not None:
-            if int(m[1]) in waits:
-                return []
-            waits[int(m[1])] = int(m[2]) / 1e9
-    return [waits[n] for n in range(len(waits))] if set(waits) == set(range(len(waits))) else []
+        word, _, rest = line.partition(" ")
+        if word == "total" and len(fields := rest.split()) > 12 and fields[11].isdigit() and fields[12].isdigit():
+            total = int(fields[11]) + int(fields[12])
+        elif word == "ticks" and rest.isdigit() and 0 < int(rest) < 1_000_000:
+            ticks = int(rest)
+        elif (m := _THREAD_LINE.fullmatch(line)) is not None and (v := _VCPU.fullmatch(m[1])) is not None:
+            if int(v[1]) in waits:
+                return [], None
+            waits[int(v[1])] = int(m[3]) / 1e9
+            ran += int(m[2]) / 1e9
+    if set(waits) != set(range(len(waits))):
+        return [], None
+    others = None if total is None or ticks is None or not waits else total / ticks - ran
+    return [waits[n] for n in range(len(waits))], others
 
 
 # KVM's own per-vCPU statistics (its binary stats file descriptor), which QEMU passes on (QMP

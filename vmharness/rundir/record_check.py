@@ -76,6 +76,7 @@ _SIDES: list[Rule] = [  # what analysis/sides.py, packets.py and cells.py read o
     *_EVENTS,
     (("host", "vcpu_busy_percent", "*"), 0, ONE_CORE, NUM),
     (("host", "vcpu_wait_percent", "*"), 0, ONE_CORE, NUM),
+    (("host", "qemu_other_percent"), 0, MOST, NUM),  # QEMU's threads but its vCPUs: any number of them
     (("host", "window_s"), 0, DAY, NUM),
     (("host", "kvm_exits", "*"), 0, MOST_COUNT, WHOLE),
     (("host", "vfio_interrupts_per_s", "*"), 0, MOST, NUM),

@@ -52,11 +52,14 @@ def host_boots(manifest: dict[str, Any]) -> dict[str, str]:
 
 def view(manifest: dict[str, Any], table: dict[str, dict[int, Cell]], records: Iterable[dict[str, Any]],
          boot_seconds: float, measure_seconds: float, target: float) -> list[HostNoise]:
+    boots = host_boots(manifest)
     by_boot: dict[str, list[str]] = {}
-    for name, boot in host_boots(manifest).items():
+    for name, boot in boots.items():
         if name in table:
             by_boot.setdefault(boot, []).append(name)
-    switch = switch_seconds(list(records), host_boots(manifest))
+    if not any(len(names) > 1 for names in by_boot.values()):
+        return []  # a run in one host boot, or no host boot shared: no records read
+    switch = switch_seconds(list(records), boots)
     out = []
     for boot, names in sorted(by_boot.items()):
         grid = _grid({n: table[n] for n in names})

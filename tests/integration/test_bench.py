@@ -145,8 +145,18 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     seen = 100.0 * (chosen[-1].procs[pid].ticks - chosen[0].procs[pid].ticks) / samples.USER_HZ / (
         chosen[-1].t - chosen[0].t)
     said = sum(cpu["percent_of_one"]) + cpu["main_percent_of_one"]
-    print(f"wrk threads {cpu}; the sampler saw wrk at {seen:.1f}% over {chosen[-1].t - chosen[0].t:.2f} s")
-    assert said == pytest.approx(seen, rel=0.15, abs=5)
+    outer = chosen[-1].t - chosen[0].t
+    print(f"wrk threads {cpu}; the sampler saw wrk at {seen:.1f}% over {outer:.2f} s")
+    if window["how"] == "woken":
+        # the gate's window (its two instants inside the load) lies inside the sampler's, which holds the
+        # whole load and its edges, where wrk connects and reports and uses less (a quiet clean clone: 56.6%
+        # over the gate's 2.4 s, 47.7% over the sampler's 3.04 s): the CPU-seconds the sampler saw hold the
+        # gate's, and at most the gate's share again over the rest (10 ms a reading: the kernel's ticks)
+        inner, total = said / 100 * cpu["seconds"], seen / 100 * outer
+        assert 0.9 * inner - 0.03 <= total <= 1.1 * inner + 1.15 * said / 100 * (outer - cpu["seconds"]) + 0.03, \
+            (inner, total)
+    else:  # the sampler's snapshots inside the load alone: both windows in its steady part
+        assert said == pytest.approx(seen, rel=0.15, abs=5)
     rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--full"], timeout=60, check=False)
     assert rep.returncode == 0, rep.stderr
     shown = ", ".join(f"{v:.0f}%" for v in cpu["percent_of_one"])

@@ -120,7 +120,7 @@ def lines(v: View | None) -> list[str]:
         out.append(f"  {r.instance}: {r.per_request:.2f}{_pct(r.change)} over {r.boots} boot(s): {calls}")
     if v.left_out:
         out.append(f"  {v.left_out} counted point(s) left out: the kernel's histogram overflowed (a lower bound), or "
-                   f"the shorter load before served as many requests")
+                   f"its load served no more requests than its connections beyond the shorter load's before it")
     return out
 
 

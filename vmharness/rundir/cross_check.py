@@ -59,8 +59,9 @@ def _shorter(rec: dict[str, Any]) -> str | None:
     more often in the shorter load (epoll_wait returns as often as the server waits, which is not per
     request: a demo's run under TCG counted 35 against 34, per_request then reads a small negative
     difference for it, which is noise, not damage); the calls of the guest's other processes (`all`)
-    come and go with their own work; and a shorter load that served as many requests (a load whose rate
-    fell under TCG) makes per_request say nothing, left out and said by the report."""
+    come and go with their own work; and a load that served no more requests beyond the shorter load's
+    than it has connections (a load whose rate fell under TCG) makes per_request say nothing, left out
+    and said by the report."""
     calls, less, client = rec.get("syscalls"), rec.get("shorter"), rec.get("client")
     if not isinstance(calls, dict) or not isinstance(less, dict) or not isinstance(client, dict):
         return None

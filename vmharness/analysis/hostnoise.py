@@ -23,6 +23,7 @@ import numpy as np
 from vmharness import noise_levels
 from vmharness.analysis.cells import Block, Cell
 from vmharness.noise_levels import Levels, Plan
+from vmharness.rundir.store import TIME_FORMAT
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _grid(cells: dict[str, dict[int, Cell]]) -> np.ndarray | None:
 
 def _seconds(stamp: object) -> float | None:
     try:
-        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))) if isinstance(stamp, str) else None
+        return float(calendar.timegm(time.strptime(stamp, TIME_FORMAT))) if isinstance(stamp, str) else None
     except ValueError:
         return None
 

@@ -286,5 +286,8 @@ def _owner(manifest: dict[str, Any]) -> str:
     return str(manifest.get("kind", "bench"))
 
 
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # each record's "time", UTC to the second
+
+
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return time.strftime(TIME_FORMAT, time.gmtime())

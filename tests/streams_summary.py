@@ -3,6 +3,8 @@ twice a run stopped at the streams' deadline showed there nothing but the linter
 started after it: not which tests had taken the time, nor where the deadline found each stream. So the
 launcher ends with what each pytest's JUnit XML and log hold: the slowest tests of all the streams, each
 stream's counts, the tests that did not pass, and the line where a deadline's Ctrl-C interrupted one.
+Each test that did not pass comes with where it failed and the start of its message: CI's run of 2ed2e31
+failed 14 host tests and its tail named them and nothing else.
 
 The XML and logs read here are the ones this run's pytests wrote into .cache/test-streams/."""
 
@@ -17,6 +19,9 @@ from pathlib import Path
 INTERRUPTED = re.compile(r"^(\S+\.py:\d+): KeyboardInterrupt$", re.MULTILINE)
 OUTCOMES = ("failure", "error", "skipped")
 WIDTH = 100  # characters of a test's name
+WHY = 400  # characters of a failure's message, on one line
+# a traceback's line that names where it stopped: "tests/integration/test_x.py:123: AssertionError"
+WHERE = re.compile(r"^(\S+\.py:\d+): \w+$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,15 @@ class Case:
     name: str  # module::test
     seconds: float
     outcome: str  # passed, or one of OUTCOMES
+    why: str = ""  # a failure's or an error's place and message, on one line
+
+
+def why(element: ET.Element) -> str:
+    """Where a failed test stopped (its traceback's last file:line) and its message's start, on one line."""
+    places = WHERE.findall(element.text or "")
+    message = " ".join((element.get("message") or "").split())
+    text = f"{places[-1]}: {message}" if places else message
+    return text if len(text) <= WHY else text[:WHY - 3] + "..."
 
 
 def cases(stream: str, junit: Path) -> list[Case]:
@@ -39,7 +53,9 @@ def cases(stream: str, junit: Path) -> list[Case]:
             continue
         module = case.get("classname", "").rsplit(".", 1)[-1]
         outcome = next((o for o in OUTCOMES if case.find(o) is not None), "passed")
-        found.append(Case(stream, f"{module}::{case.get('name')}", float(case.get("time") or 0), outcome))
+        bad = case.find(outcome) if outcome in ("failure", "error") else None
+        found.append(Case(stream, f"{module}::{case.get('name')}", float(case.get("time") or 0), outcome,
+                          why(bad) if bad is not None else ""))
     return found
 
 
@@ -74,7 +90,8 @@ def lines(junits: dict[str, list[Path]], logs: dict[str, Path], slowest: int = 8
         counts.append(f"{name}: " + ", ".join(f"{n} {o}" for o, n in tally.items() if n or o == "passed")
                       + f" in {sum(c.seconds for c in mine) / 60:.1f} test-min")
     out.append("===== " + "; ".join(counts) + " =====")
-    out += [f"not passed: {c.stream} {c.name[:WIDTH]} ({c.outcome})" for c in every
-            if c.outcome in ("failure", "error")]
+    for c in every:
+        if c.outcome in ("failure", "error"):
+            out += [f"not passed: {c.stream} {c.name[:WIDTH]} ({c.outcome})", f"    {c.why}"]
     out += [f"interrupted: {name} at {where}" for name, log in logs.items() for where in interrupted_at(log)]
     return out

@@ -62,14 +62,29 @@ def stop(dom: libvirt.virDomain, grace: float) -> bool:
     return False
 
 
-def _destroy(dom: libvirt.virDomain) -> None:
-    """Power the domain off, unless it went by itself meanwhile."""
-    if dom.isActive():
+DESTROY_TRIES = 3  # libvirt sends SIGTERM, then SIGKILL, and gives up after some 15 s of either
+DESTROY_PAUSE = 2.0
+
+
+def _destroy(dom: libvirt.virDomain, tries: int = DESTROY_TRIES, pause: float = DESTROY_PAUSE) -> None:
+    """Power the domain off, unless it went by itself meanwhile. libvirt gives up on a QEMU that has
+    not exited some 15 s after SIGKILL (one in uninterruptible sleep, its I/O held up on a loaded host),
+    with the domain still running: asked again, it waits again."""
+    for attempt in range(1, tries + 1):
+        if not dom.isActive():
+            return
         try:
             dom.destroy()
-        except libvirt.libvirtError:
-            if dom.isActive():
-                raise
+            return
+        except libvirt.libvirtError as exc:
+            if not dom.isActive():
+                return
+            if attempt == tries:
+                detail = str(exc).strip().splitlines()[-1]
+                raise HarnessError(f"libvirt could not power off {dom.name()} ({tries} tries): {detail}",
+                                   "its QEMU may wait for I/O (state D in ps); once it has exited, "
+                                   "vmharness host-restore gives the rest back") from exc
+            time.sleep(pause)
 
 
 def remove(uri: str, uuid: str, grace: float = 0.0) -> bool:

@@ -24,7 +24,7 @@ from vmharness.bench.plan import Point
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
 from vmharness.experiment.boots import rides
-from vmharness.experiment.hostboots import bootunit, checks, engine, plan, target
+from vmharness.experiment.hostboots import arrival, bootunit, checks, engine, plan, target
 from vmharness.experiment.hostboots import kexec as kexec_mod
 from vmharness.experiment.hostboots.state import Store
 from vmharness.journal import restore
@@ -110,9 +110,11 @@ def measure_with(cfg: RunConfig, run: RunDir, root: HostRoot, say: progress.Say,
         for k in tally:
             tally[k] += got[k]
         seen = run.manifest.get("host_boots")
+        now = arrival.facts(root)  # what the arrival check compared, kept for the reader
         run.update_manifest(host_boots=[*(seen if isinstance(seen, list) else []), {
             "round": stop.round, "boot": stop.boot, "instances": list(stop.instances),
-            "release": target.running_release(root), "cmdline": target.running_cmdline(root)}])
+            "release": target.running_release(root), "cmdline": target.running_cmdline(root),
+            "boot_id": now.get("boot_id"), **{k: now.get(k) for k in arrival.SAME_ON_EVERY_VISIT}}])
     return measure
 
 

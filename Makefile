@@ -102,8 +102,8 @@ demo: deps venv oha inferno
 # Figures, not pass/fail: the fixed costs of a guest's life beside virtme-ng's (libvirtd is started if
 # none answers), what batching the commands into a guest saves at each boot, how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
 # the adaptive search takes to the answer against the grid, the open-loop generators side by side, the
-# hostile tables' commands forked from a preloaded server against fresh interpreters, and a command's
-# start with its own group's parser against every group's.
+# hostile tables' commands forked from a preloaded server against fresh interpreters, a command's
+# start with its own group's parser against every group's, and the rig's L1 switched with kexec.
 GENERATORS := .cache/generators
 bench: deps venv oha
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
@@ -119,6 +119,7 @@ bench: deps venv oha
 	$(PY) benchmarks/hostile_cases.py
 	$(PY) benchmarks/command_start.py
 	$(PY) -m benchmarks.l2_accel
+	$(PY) -m benchmarks.host_switch
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -36,9 +36,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rig: uses the nested-VM rig (tests/streams.py runs these beside the rest)")
 
 
+RIGS = ("l1", "l1_that_reboots")  # the fixtures that boot a rig: the tests that use one are `rig`'s
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "l1" in getattr(item, "fixturenames", ()):
+        if any(f in getattr(item, "fixturenames", ()) for f in RIGS):
             item.add_marker(pytest.mark.rig)
 
 
@@ -59,6 +62,16 @@ def l1() -> Iterator[Rig]:
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
     with _rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT) as rig:
+        yield rig
+
+
+@pytest.fixture()
+def l1_that_reboots() -> Iterator[Rig]:
+    """An L1 of the test's own that the harness may reboot with kexec (Rig.start's `host_boots`): the
+    session's `l1` keeps the state the other rig tests set up, which a boot would empty."""
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+    with _rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT, host_boots=True) as rig:
         yield rig
 
 

@@ -133,6 +133,7 @@ def _init_script(kernel: Kernel, modules: list[str]) -> str:
         "GATEWAY": topology.GATEWAY,
         "AGENT_PORT": topology.AGENT_PORT,
         "CACHED_TAG": topology.CACHED_TAG,
+        "PERSIST_TAG": topology.PERSIST_TAG,
     }
     text = INIT_TEMPLATE.read_text()
     for key, value in values.items():

@@ -97,6 +97,31 @@ must mount -t overlay -o "lowerdir=$libdir,upperdir=/run/lib-overlay/upper,workd
 must mkdir -p "$libdir/modules/@RELEASE@"
 must mount -o bind,ro "/host$rig_modules" "$libdir/modules/@RELEASE@"
 
+# A rig whose L1 reboots (kexec: the harness's host boots) keeps a folder of L0's across its boots
+# (topology.PERSIST_TAG): the host boots' state and the run folder are bound from it into place, and
+# the kernel and initrd L1 comes home to are copied from it into a /boot of L1's own. Its kexec is
+# the rig's unpacked kexec-tools (rig_kexec=), put into /usr/sbin through an overlay.
+if [ -n "$rig_persist" ]; then
+    must mkdir -p /persist
+    must mount -t 9p -o trans=virtio,version=9p2000.L,msize=@MSIZE@ @PERSIST_TAG@ /persist
+    for d in hostboots runs; do
+        must mkdir -p "/persist/$d" "/host/var/lib/vmharness/$d"
+        must mount -o bind "/persist/$d" "/host/var/lib/vmharness/$d"
+    done
+    must mount -t tmpfs -o mode=755 tmpfs /host/boot
+    must cp /persist/boot/vmlinuz-@RELEASE@ /persist/boot/initrd.img-@RELEASE@ /host/boot/
+    [ -x "/host$rig_kexec/sbin/kexec" ] || fatal "rig_kexec: no sbin/kexec in $rig_kexec"
+    sbin=/host$(chroot /host readlink -f /usr/sbin)
+    mkdir -p /run/sbin-overlay
+    must mount -t tmpfs -o mode=755 tmpfs /run/sbin-overlay
+    mkdir -p /run/sbin-overlay/upper /run/sbin-overlay/work
+    must mount -t overlay -o "lowerdir=$sbin,upperdir=/run/sbin-overlay/upper,workdir=/run/sbin-overlay/work" \
+        overlay "$sbin"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$rig_kexec/usr/lib/x86_64-linux-gnu" \
+        "$rig_kexec/sbin/kexec" > "$sbin/kexec"
+    must chmod 755 "$sbin/kexec"
+fi
+
 hostname @HOSTNAME@
 must ip link set lo up
 nic0=

@@ -10,14 +10,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tests.rig import initramfs, kernel, leftovers, topology
+from tests.rig import initramfs, kernel, kexec_tools, leftovers, topology
 from tests.rig.paths import REPO, cache_dir
 from tests.rig.qga import GuestAgent
 from tests.rig.qmp import quit_qemu
@@ -63,6 +63,16 @@ def compile_package() -> None:
         compileall.compile_dir(REPO / "vmharness", quiet=1, workers=1)
     finally:
         sys.pycache_prefix = prefix
+
+
+def _persist(folder: Path, kern: kernel.Kernel, initrd: Path) -> None:
+    """The folder L1 keeps across boots: the host boots' state and the runs (empty), and the kernel and
+    initrd it comes home to (its /boot: the bzImage, since kexec loads one, and the rig's initramfs)."""
+    for sub in ("boot", "hostboots", "runs"):
+        (folder / sub).mkdir(mode=0o755, parents=True)
+    folder.chmod(0o755)
+    shutil.copyfile(kern.vmlinuz, folder / "boot" / f"vmlinuz-{kern.release}")
+    shutil.copyfile(initrd, folder / "boot" / f"initrd.img-{kern.release}")
 
 
 class RigError(HarnessError):
@@ -118,9 +128,11 @@ class Rig:
         return self.nics["nic3"]
 
     @classmethod
-    def start(cls, timeout: float = 180.0) -> Self:
+    def start(cls, timeout: float = 180.0, host_boots: bool = False) -> Self:
         """Boot L1 and return once its agent answers and its NICs are found. `timeout`
         covers the boot; fetching and building the kernel and initramfs have their own.
+        `host_boots`: an L1 that the harness may reboot with kexec (a folder it keeps across boots,
+        its /boot, kexec-tools: topology.PERSIST_TAG); `await_boot` waits for it to come back.
 
         A QEMU killed by a signal while L1 boots is started once more, and said: Debian's QEMU 7.2
         crashed so once on the development machine (SIGSEGV, a read at address 0xc0 in QEMU, while L1's
@@ -128,24 +140,27 @@ class Rig:
         that run; the four boots after it came up in 16-21 s. A second crash, or any other failure, is
         the test's."""
         try:
-            return cls._boot(timeout)
+            return cls._boot(timeout, host_boots)
         except RigError as exc:
             if not exc.crashed:
                 raise
             print(f"the rig: L1's first boot failed, booting it once more: {exc}".splitlines()[0], file=sys.stderr)
             log.warning("L1's QEMU crashed during boot; booting once more:\n%s", exc)
-        return cls._boot(timeout)
+        return cls._boot(timeout, host_boots)
 
     @classmethod
-    def _boot(cls, timeout: float) -> Self:
+    def _boot(cls, timeout: float, host_boots: bool) -> Self:
         kern = kernel.obtain()
         initrd = initramfs.build(kern)
+        kexec = kexec_tools.obtain() if host_boots else None
         compile_package()
         leftovers.reap()
         files = topology.Files(leftovers.new_dir())
+        if host_boots:
+            _persist(files.persist, kern, initrd)
         cached = cached_trees()
-        append = topology.cmdline(kern.modules, keep=(REPO, cache_dir()), cached=cached)
-        argv = topology.qemu_argv(kern.boot_image, initrd, append, files)
+        append = topology.cmdline(kern.modules, keep=(REPO, cache_dir()), cached=cached, kexec=kexec)
+        argv = topology.qemu_argv(kern.boot_image, initrd, append, files, persist=host_boots)
         argv += ["-pidfile", str(files.tmp / leftovers.QEMU_PID)]
         began = time.monotonic()
         try:
@@ -207,6 +222,30 @@ class Rig:
     def read_file(self, path: str, *, timeout: float = 60.0) -> bytes:
         self._require_running()
         return self.agent.read_file(path, timeout=timeout)
+
+    def boot_id(self, timeout: float = 60.0) -> str:
+        """L1's boot id: another one once L1 has booted again."""
+        return self.read_file("/proc/sys/kernel/random/boot_id", timeout=timeout).decode().strip()
+
+    def await_boot(self, before: str, timeout: float, going: Callable[[], None] = lambda: None) -> float:
+        """Wait until L1 answers from a boot other than `before` (its boot id), and return the seconds
+        that took. While L1 still answers from `before`, `going` is called now and then: it raises
+        once what was to reboot L1 has ended without doing so."""
+        began = time.monotonic()
+        while True:
+            self._require_running()
+            if time.monotonic() - began > timeout:
+                raise self._failure(f"L1 did not boot again within {timeout:g} s")
+            try:
+                self.agent.sync(timeout=2.0)  # replies a request sent while L1 rebooted got are skipped
+                now = self.boot_id(timeout=10.0)
+            except HarnessError:
+                time.sleep(1.0)
+                continue
+            if now != before:
+                return time.monotonic() - began
+            going()
+            time.sleep(2.0)
 
     def console_tail(self, lines: int = CONSOLE_LINES) -> str:
         try:

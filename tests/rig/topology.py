@@ -22,6 +22,12 @@ interpreter's prefix, the venv and the package, whose bytecode Rig.start compile
 command run in L1 starts an interpreter and loads its libraries from them: `vmharness --help` took
 20 s there without the cache, 10 s with it."""
 
+PERSIST_TAG = "rigpersist"
+"""A rig whose L1 reboots (its host boots, kexec) gets a third 9p device: a folder of the rig's on L0,
+writable, that L1 mounts again after each boot (l1-init.sh: the harness's host boots' state, the run
+folder, and the kernel and initrd L1 comes home to, in its /boot). Everything else L1 writes is on its
+tmpfs mounts, which a boot empties, as a host's /run."""
+
 
 @dataclass(frozen=True)
 class NicSpec:
@@ -65,13 +71,22 @@ class Files:
     def qmp(self) -> Path:
         return self.tmp / "qmp.sock"
 
+    @property
+    def persist(self) -> Path:
+        """The folder L1 keeps across its boots (PERSIST_TAG), where a rig has one."""
+        return self.tmp / "persist"
 
-def cmdline(modules_on_l0: Path, keep: Sequence[Path] = (), cached: Sequence[Path] = ()) -> str:
+
+def cmdline(modules_on_l0: Path, keep: Sequence[Path] = (), cached: Sequence[Path] = (),
+            kexec: Path | None = None) -> str:
     """`keep`: L0 directories that must stay visible in L1 even under /tmp, /run or /var/tmp,
     which L1 covers with its own tmpfs (the repository and the cache, wherever CI cloned them).
     `cached`: L0 directories nothing changes while the rig runs, which L1 reads through a second
-    9p mount that keeps what it read (cache=loose; see CACHED_TAG)."""
-    for path in (modules_on_l0, *keep, *cached):
+    9p mount that keeps what it read (cache=loose; see CACHED_TAG). `kexec`: for a rig whose L1
+    reboots, the unpacked kexec-tools (kexec_tools.py), in a `keep` directory; L1 then also mounts
+    the folder it keeps across boots (PERSIST_TAG), and boots with `no_timer_check`, without which
+    a kernel that kexec started under TCG may find the timer's interrupt too late and stop."""
+    for path in (modules_on_l0, *keep, *cached, *([kexec] if kexec else [])):
         if any(c.isspace() or c == ":" for c in str(path)):
             raise ValueError(f"the kernel command line cannot carry {path!r}")
     return " ".join(
@@ -88,11 +103,12 @@ def cmdline(modules_on_l0: Path, keep: Sequence[Path] = (), cached: Sequence[Pat
             f"rig_modules={modules_on_l0}",  # becomes an environment variable of init
             "rig_keep=" + ":".join(str(p) for p in keep),
             "rig_cached=" + ":".join(str(p) for p in cached),
+            *(["no_timer_check", "rig_persist=1", f"rig_kexec={kexec}"] if kexec else []),
         ]
     )
 
 
-def qemu_argv(kernel: Path, initrd: Path, append: str, files: Files) -> list[str]:
+def qemu_argv(kernel: Path, initrd: Path, append: str, files: Files, persist: bool = False) -> list[str]:
     """Two NUMA nodes (one CPU and three), a DMAR IOMMU, L0's root over 9p, three e1000e
     functions and a vmxnet3: nic0 on pcie.0, nic1+nic2 as functions .0/.1 behind one root port
     on a pxb-pcie expander of NUMA node 1 (behind a root port, the functions share an IOMMU
@@ -144,4 +160,7 @@ def qemu_argv(kernel: Path, initrd: Path, append: str, files: Files) -> list[str
         "-netdev", f"hubport,id=hp3,hubid={nic3.hub}",
         "-device", f"{nic3.driver},id={nic3.name},netdev=hp3,mac={nic3.mac},bus=rp2,addr=0x0",
     ]  # fmt: skip
+    if persist:
+        argv += ["-fsdev", f"local,id={PERSIST_TAG},path={files.persist},security_model=passthrough",
+                 "-device", f"virtio-9p-pci,fsdev={PERSIST_TAG},mount_tag={PERSIST_TAG},bus=pcie.0,addr=0x7"]
     return argv

@@ -26,7 +26,6 @@ def obtain() -> Path:
     with cache_lock() as cache:
         store = cache / "kexec-tools"
         store.mkdir(exist_ok=True)
-        packages = _packages()
         version = _version(PACKAGE)
         tree = store / version.replace(":", "_")
         if (tree / _DONE).is_file():
@@ -35,7 +34,7 @@ def obtain() -> Path:
         try:
             debs = staging / "debs"
             debs.mkdir()
-            run(["apt-get", "download", "-o", "APT::Sandbox::User=root", *packages], timeout=900, cwd=debs)
+            run(["apt-get", "download", "-o", "APT::Sandbox::User=root", *_packages()], timeout=900, cwd=debs)
             for deb in sorted(debs.glob("*.deb")):
                 run(["dpkg-deb", "-x", deb, staging / "root"], timeout=300)
             shutil.rmtree(debs)
@@ -66,10 +65,14 @@ def _packages() -> list[str]:
 
 
 def _version(package: str) -> str:
-    for line in run(["apt-cache", "policy", package], timeout=60).stdout.splitlines():
-        key, _, value = line.strip().partition(": ")
-        if key == "Candidate" and value and value != "(none)":
-            return value
+    """The version apt would fetch, after one `apt-get update` where its lists offer none (as for the kernel)."""
+    for attempt in range(2):
+        for line in run(["apt-cache", "policy", package], timeout=60).stdout.splitlines():
+            key, _, value = line.strip().partition(": ")
+            if key == "Candidate" and value and value != "(none)":
+                return value
+        if attempt == 0:
+            run(["apt-get", "update"], timeout=600)
     raise HarnessError(f"apt offers no {package}", "check /etc/apt/sources.list for a bookworm main entry")
 
 

@@ -17,6 +17,12 @@ or starts another, so two threads run two commands at once. tests/unit/test_fork
 to a real `python -m vmharness.cli` on the same commands.
 
     python -m tests.forked_cli     # a server: one JSON request a line on stdin, one JSON answer on stdout
+    python -m tests.forked_cli --listen PORT     # the rig's L1: one request per connection (below)
+
+In the rig's L1 a fresh interpreter takes 8-13 s to start a command under TCG (`host-restore` with
+nothing to do: 8 s; `--help`: 10 s), most of a rig test's time. There `listen` serves the harness's
+commands on a loopback port, one request per connection, its answer the line `CODE HUNG`, so that
+the client is bash alone (tests/rig/commands.py); several commands may run at once.
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ import os
 import queue
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,6 +105,44 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         os.close(fd)
         print(json.dumps({"code": os.waitstatus_to_exitcode(status), "hung": not ready}), flush=True)
+
+
+def listen(port: int) -> None:
+    """The server of `--listen`: the CLI imported once (not the report's drawing), then for each
+    connection a request line, a child forked for it and, when the child ends or its timeout has
+    passed (it is then killed through its pidfd), the answer. One thread: a select over the listening
+    socket and the children's pidfds; forking from a process with threads could copy a held lock."""
+    for name in PRELOAD[:-1]:
+        importlib.import_module(name)
+    server = socket.create_server(("127.0.0.1", port))
+    running: dict[int, tuple[int, socket.socket, float]] = {}  # pidfd -> (pid, connection, deadline)
+    while True:
+        now = time.monotonic()
+        wait = min((deadline for _, _, deadline in running.values()), default=now + 3600) - now
+        ready, _, _ = select.select([server.fileno(), *running], [], [], max(wait, 0))
+        if server.fileno() in ready:
+            conn, _ = server.accept()
+            line = conn.makefile("r").readline()
+            if not line:  # a client that only looked whether the server listens
+                conn.close()
+                continue
+            req = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                for held in (server, conn, *(c for _, c, _ in running.values())):
+                    held.close()
+                _child(req)
+            running[os.pidfd_open(pid)] = (pid, conn, time.monotonic() + req["timeout"])
+        for fd, (pid, conn, deadline) in list(running.items()):
+            hung = fd not in ready and time.monotonic() >= deadline
+            if hung:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            if fd in ready or hung:
+                _, status = os.waitpid(pid, 0)
+                os.close(fd)
+                del running[fd]
+                conn.sendall(f"{os.waitstatus_to_exitcode(status)} {int(hung)}\n".encode())
+                conn.close()
 
 
 class _Server:
@@ -172,4 +218,7 @@ def call(argv: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | 
 
 
 if __name__ == "__main__":
-    serve()
+    if sys.argv[1:2] == ["--listen"]:
+        listen(int(sys.argv[2]))
+    else:
+        serve()

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests.integration.test_run_nested import host_state, in_l1, libvirt_in_l1
-from tests.rig import Rig
+from tests.rig import Rig, commands
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
@@ -34,7 +34,7 @@ print(hugetlbfs.ensure(HostRoot.open(), 1 << 20, "1G"))
 
 
 def vm_up(l1: Rig, *extra: str) -> list[str]:
-    return [str(l1.repo / ".venv/bin/vmharness"), "vm", "up", "--name", "hp", "--bdf", l1.nic1.bdf, "--managed",
+    return ["vm", "up", "--name", "hp", "--bdf", l1.nic1.bdf, "--managed",
             "--hugepages", "--hugepage-size", "1G", "--memory", "1024", "--no-link", "--accel", "tcg", *extra]
 
 
@@ -87,7 +87,6 @@ def stop(l1: Rig, pid: str) -> None:
 
 def test_1g_pages_with_a_running_libvirtd_refuse_then_work_once_it_is_restarted(l1: Rig) -> None:
     assert in_l1(l1, "test", "-d", PAGES).ok, "L1 has no 1 GiB pages: QEMU's -cpu max lacks pdpe1gb"
-    vmh = str(l1.repo / ".venv/bin/vmharness")
     libvirt_in_l1(l1)
     before = host_state(l1)
     began = time.monotonic()
@@ -98,7 +97,7 @@ def test_1g_pages_with_a_running_libvirtd_refuse_then_work_once_it_is_restarted(
         assert in_l1(l1, "sh", "-c", "{ virtlogd -d && libvirtd -d; } </dev/null >/dev/null 2>&1").ok
         logd = in_l1(l1, "pidof", "virtlogd").stdout.strip()
         old = driver_pid(l1)
-        prepared = in_l1(l1, vmh, *PREPARE)
+        prepared = commands.vmharness(l1, *PREPARE)
         assert prepared.ok, prepared.stdout + prepared.stderr
         print(prepared.stdout, prepared.stderr, sep="\n")
         assert f"libvirt: libvirtd (pid {old}) started before the 1G hugetlbfs at {MOUNT} is mounted: it will " \
@@ -107,7 +106,7 @@ def test_1g_pages_with_a_running_libvirtd_refuse_then_work_once_it_is_restarted(
         assert f"mounted hugetlbfs (pagesize 1G) on {MOUNT}" in prepared.stderr
         assert pages(l1) == (1, 0)
 
-        refused = in_l1(l1, *vm_up(l1))
+        refused = commands.vmharness(l1, *vm_up(l1))
         print(refused.stderr)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         error, hint = refused.stderr.strip().splitlines()[-2:]
@@ -118,7 +117,7 @@ def test_1g_pages_with_a_running_libvirtd_refuse_then_work_once_it_is_restarted(
         assert in_l1(l1, "sh", "-c", f"{{ {fix}; }} </dev/null >/dev/null 2>&1").ok, "the fix, run as printed"
         new = driver_pid(l1, not_this=old)
 
-        planned = in_l1(l1, *vm_up(l1, "--print-xml"))
+        planned = commands.vmharness(l1, *vm_up(l1, "--print-xml"))
         assert planned.ok, planned.stderr
         assert f"note: libvirt: libvirtd (pid {new}) sees the 1G hugetlbfs at {MOUNT}" in planned.stderr
         l1.put_file("/tmp/hp.xml", paused_domain(l1, planned.stdout).encode())
@@ -137,7 +136,7 @@ def test_1g_pages_with_a_running_libvirtd_refuse_then_work_once_it_is_restarted(
         in_l1(l1, "rm", "-rf", "/var/lib/vmharness/vms/hp", "/tmp/hp.xml")
         stop(l1, in_l1(l1, "sh", "-c", f"cat {DRIVER_PID} 2>/dev/null").stdout.strip())
         stop(l1, logd)
-        restored = in_l1(l1, vmh, "host-restore")
+        restored = commands.vmharness(l1, "host-restore")
     assert restored.ok and "restored: the host is as vmharness found it" in restored.stdout, restored.stdout
     assert host_state(l1) == before
 
@@ -159,6 +158,6 @@ def test_a_libvirtd_vmharness_started_is_restarted_to_see_a_later_mount(l1: Rig)
         assert new != owned and f"libvirtd (pid {new}) sees the 1G hugetlbfs at {MOUNT}" in said
         assert in_l1(l1, "pidof", "libvirtd").returncode == 1, "the wrapper stopped the daemon it restarted"
     finally:
-        restored = in_l1(l1, vmh, "host-restore")
+        restored = commands.vmharness(l1, "host-restore")
     assert restored.ok and "restored: the host is as vmharness found it" in restored.stdout, restored.stdout
     assert host_state(l1) == before

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.rig import Rig
+from tests.rig import Rig, commands
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
 
 def vmharness(l1: Rig, *args: str) -> tuple[int, Any]:
-    res = l1.run([str(l1.repo / ".venv/bin/vmharness"), *args], timeout=300)
+    res = commands.vmharness(l1, *args, timeout=300)
     assert "Traceback" not in res.stderr, res.stderr
     return res.returncode, json.loads(res.stdout) if "--json" in args else res.stdout
 

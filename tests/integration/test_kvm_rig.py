@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.rig import Rig
+from tests.rig import Rig, commands
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
@@ -46,8 +46,7 @@ def test_host_check_finds_kvm_usable_in_l1(kvm_in_l1: Rig) -> None:
     """The probe boots the rig's own kernel (a standard Debian kernel) under KVM in L1, with TCG beside
     it as the yardstick: everything in L1 is emulated, so both take seconds, and KVM wins."""
     _rig_image(kvm_in_l1)
-    res = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/vmharness"), "host-check", "--json"], timeout=900,
-                        env={"PYTHONPATH": str(kvm_in_l1.repo), "VMHARNESS_IMAGE_DIR": IMAGES})
+    res = commands.vmharness(kvm_in_l1, "host-check", "--json", timeout=900, env={"VMHARNESS_IMAGE_DIR": IMAGES})
     rows = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
     assert rows["/dev/kvm"]["status"] == "PASS"
     usable = rows["KVM usable"]
@@ -57,8 +56,7 @@ def test_host_check_finds_kvm_usable_in_l1(kvm_in_l1: Rig) -> None:
 
 def test_auto_chooses_kvm_for_a_guest_in_l1(kvm_in_l1: Rig) -> None:
     _rig_image(kvm_in_l1)
-    res = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/vmharness"), "vm", "up", "--print-xml"], timeout=900,
-                        env={"PYTHONPATH": str(kvm_in_l1.repo), "VMHARNESS_IMAGE_DIR": IMAGES})
+    res = commands.vmharness(kvm_in_l1, "vm", "up", "--print-xml", timeout=900, env={"VMHARNESS_IMAGE_DIR": IMAGES})
     assert res.ok, res.stderr
     assert "note: accelerator: KVM (the image rig's kernel" in res.stderr
     assert "type=\"kvm\"" in res.stdout and "host-passthrough" in res.stdout
@@ -123,7 +121,7 @@ def test_host_knobs_are_set_read_back_and_given_back_in_l1(kvm_in_l1: Rig, endin
     assert report["kvm_amd.npt"] == {"before": "Y", "set": "N", "reads": "N", "reloaded": True}
     if ending == "kill":
         assert sh(kvm_in_l1, f"cat {paths}").split() == ["Y", "30", "N"]  # left set, and journaled
-        restore = kvm_in_l1.run([str(kvm_in_l1.repo / ".venv/bin/vmharness"), "host-restore"], timeout=300, env=env)
+        restore = commands.vmharness(kvm_in_l1, "host-restore", timeout=300)
         assert restore.ok and "nx_huge_pages back to" in restore.stdout + restore.stderr, restore.stderr
     else:
         assert res.stdout.splitlines()[1] == "[]", res.stdout + res.stderr
@@ -207,7 +205,7 @@ def test_an_instances_kvm_module_is_loaded_from_its_file_and_the_stock_one_given
     if ending == "kill":
         assert sh(kvm_in_l1, "cat /sys/module/kvm_amd/taint").strip() == "E"  # the copy, left loaded
         assert json.loads(sh(kvm_in_l1, "cat /run/vmharness/journal.jsonl"))["files"][0]["path"] == copy
-        restore = kvm_in_l1.run([sys.executable, "-m", "vmharness", "host-restore"], timeout=300, env=env)
+        restore = commands.vmharness(kvm_in_l1, "host-restore", timeout=300)
         assert restore.ok and f"{copy} loaded in place of kvm_amd" in restore.stdout + restore.stderr, restore.stderr
     else:
         assert lines[2] == "[]", res.stdout + res.stderr
@@ -226,8 +224,7 @@ def test_a_kvm_module_for_another_kernel_is_refused_with_both_strings(kvm_in_l1:
     assert vermagic.startswith("9.9.9-rig-") and vermagic.split()[0] != release
     sh(kvm_in_l1, f"printf '[guest]\\naccel = \"tcg\"\\n[[instance]]\\nname = \"b\"\\nkvm_modules = [\"{bad}\"]\\n'"
                   f" > {COPIES}/other/r.toml")
-    res = kvm_in_l1.run([sys.executable, "-m", "vmharness", "run", f"{COPIES}/other/r.toml", "--print-xml"],
-                        timeout=300, env={"PYTHONPATH": str(kvm_in_l1.repo)})
+    res = commands.vmharness(kvm_in_l1, "run", f"{COPIES}/other/r.toml", "--print-xml", timeout=300)
     assert res.returncode == 2, res.stdout + res.stderr
     assert (f"error: config.instance[0].kvm_modules[0] {bad}: was built for another kernel: its vermagic is "
             f"{vermagic!r}, and the running kernel is {release!r}") in res.stderr

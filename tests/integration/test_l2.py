@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.rig import Rig
+from tests.rig import Rig, commands
 from tests.rig.l2 import CHIPSET, L2Error, PciDevice, boot_l2, guest_bdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm, pytest.mark.slow]
@@ -33,7 +33,7 @@ class Prepared:
 
 
 def vmharness(rig: Rig, *args: str) -> str:
-    res = rig.run([str(rig.repo / ".venv/bin/vmharness"), *args], timeout=600)
+    res = commands.vmharness(rig, *args, timeout=600)
     assert res.ok and "Traceback" not in res.stderr, res.stdout + res.stderr
     return res.stdout
 

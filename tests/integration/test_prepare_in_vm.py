@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.rig import Rig
+from tests.rig import Rig, commands
 from vmharness.system.proc import Result
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
@@ -39,7 +39,7 @@ def sh(l1: Rig, script: str, timeout: float = 300) -> Result:
 
 
 def tool(l1: Rig, *args: str) -> Result:
-    res = l1.run([str(l1.repo / ".venv/bin/vmharness"), *args], timeout=600)
+    res = commands.vmharness(l1, *args, timeout=600)
     assert "Traceback" not in res.stderr, res.stderr
     return res
 

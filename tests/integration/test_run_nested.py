@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_prepare_in_vm import state
-from tests.rig import Rig, l2root
+from tests.rig import Rig, commands, l2root
 from tests.rig.paths import REPO
 from tests.rig.topology import NIC0_ADDR
 from vmharness import cpus
@@ -118,7 +118,7 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
     before = host_state(l1)
     node1_cpus = set(cpus.parse_cpulist(l1.read_file("/sys/devices/system/node/node1/cpulist").decode()))
     began = time.monotonic()
-    prepared = in_l1(l1, vmh, "host-prepare", "--bdf", nic.bdf, "--hugepages", f"{L2_MIB}M")
+    prepared = commands.vmharness(l1, "host-prepare", "--bdf", nic.bdf, "--hugepages", f"{L2_MIB}M")
     assert prepared.ok, prepared.stdout + prepared.stderr
     print(f"l1# vmharness host-prepare --bdf {nic.bdf} --hugepages {L2_MIB}M", prepared.stderr, prepared.stdout,
           sep="\n")
@@ -138,7 +138,7 @@ def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
         still = in_l1(l1, "sh", "-c", f"readlink /sys/bus/pci/devices/{nic.bdf}/driver").stdout
         assert still.strip().endswith("vfio-pci"), "the run gave back what host-prepare holds"
     finally:
-        restored = in_l1(l1, vmh, "host-restore")
+        restored = commands.vmharness(l1, "host-restore")
         unloaded = in_l1(l1, "sh", "-c", "rmmod kvm_amd; rmmod kvm; ! test -e /dev/kvm")  # as L1 came
     assert unloaded.ok, unloaded.stderr
     assert restored.ok and "restored: the host is as vmharness found it" in restored.stdout, restored.stdout

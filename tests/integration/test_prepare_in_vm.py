@@ -17,20 +17,29 @@ from vmharness.system.proc import Result
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
+# Read with the shell's own `read` and globs: each program started in L1 costs about 0.1 s under TCG, and
+# this ran in 5.5 s with one for each value.
 STATE = r"""
 for d in {bdfs}; do
     dev=/sys/bus/pci/devices/$d
-    echo "driver $d $(basename "$(readlink $dev/driver)" 2>/dev/null)"
-    echo "override $d $(cat $dev/driver_override)"
-    echo "netdevs $d $(ls $dev/net 2>/dev/null | tr '\n' ' ')"
-    for n in $(ls $dev/net 2>/dev/null); do echo "flags $n $(cat /sys/class/net/$n/flags)"; done
+    driver=$(readlink $dev/driver 2>/dev/null)
+    echo "driver $d ${{driver##*/}}"
+    read -r override < $dev/driver_override
+    echo "override $d $override"
+    nets=""
+    for n in $dev/net/*; do [ -e "$n" ] && nets="$nets${{n##*/}} "; done
+    echo "netdevs $d $nets"
+    for n in $nets; do read -r flags < /sys/class/net/$n/flags; echo "flags $n $flags"; done
 done
 for f in /sys/devices/system/node/node*/hugepages/*/nr_hugepages /sys/kernel/mm/hugepages/*/nr_hugepages; do
-    echo "pages $f $(cat $f)"
+    read -r pages < $f
+    echo "pages $f $pages"
 done
-awk '$3 == "hugetlbfs" {{print "mount", $2, $4}}' /proc/mounts
-awk '{{print "module", $1}}' /proc/modules | sort
-echo "vfio $(ls /dev/vfio 2>/dev/null | tr '\n' ' ')"
+while read -r _ on type options _; do [ "$type" = hugetlbfs ] && echo "mount $on $options"; done < /proc/mounts
+while read -r module _; do echo "module $module"; done < /proc/modules | sort
+vfio=""
+for v in /dev/vfio/*; do [ -e "$v" ] && vfio="$vfio${{v##*/}} "; done
+echo "vfio $vfio"
 """
 
 

@@ -317,8 +317,10 @@ def test_the_run_says_how_to_follow_it_then_writes_to_its_log_never_through_a_li
 
 def test_kexec_for_real_is_made_in_one_place_and_no_test_here_can_reach_it() -> None:
     """`kexec -e` runs only in kexec.Real, made only by `run` once its preflight passed (--allow-host-reboot,
-    kexec-tools installed, each kernel a root-only file). No test outside the rig makes one, and `make deps`
+    kexec-tools installed, each kernel a root-only file). No test outside the rig makes one, a benchmark runs kexec
+    only through an L1's agent, and `make deps`
     installs no kexec-tools, so on this machine and CI's the preflight refuses before a kernel is loaded."""
+    import ast
     import re
 
     from tests.rig.paths import REPO
@@ -330,3 +332,16 @@ def test_kexec_for_real_is_made_in_one_place_and_no_test_here_can_reach_it() -> 
              if "rig" not in p.relative_to(REPO / "tests").parts[:1] and made.search(p.read_text())]
     assert tests == [], tests
     assert "kexec-tools" not in (REPO / "Makefile").read_text()
+    # the benchmarks switch only the rig's L1: every call whose argv names kexec's program (as a word of a
+    # list's string) is an L1's `run` (its agent), and none uses the harness's own kexec
+    program = re.compile(r"(^|[\s;&|])kexec(\s|$)")
+    for path in (REPO / "benchmarks").rglob("*.py"):
+        text = path.read_text()
+        assert "hostboots.kexec" not in text and "hostboots import kexec" not in text, path
+        for call in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)):
+            words = [e.value for a in call.args if isinstance(a, ast.List) for e in a.elts
+                     if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if any(program.search(w) for w in words):
+                f = call.func
+                assert isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name) \
+                    and f.value.id in ("l1", "rig"), (path, call.lineno, ast.unparse(call))

@@ -116,7 +116,7 @@ def set_up() -> None:
     says PYTHONDONTWRITEBYTECODE, as CI's does, each command the host's tests start compiled the harness
     again until the rig's stream, now after the unit modules, booted L1."""
     from tests.integration.conftest import give_back_leftovers
-    from tests.rig.rig import compile_package
+    from tests.rig.l0_trees import compile_package
     from vmharness.guest import ssh
 
     compile_package()

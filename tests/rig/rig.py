@@ -4,7 +4,6 @@ multiqueue vmxnet3, which sees L0's root read-only and runs commands through the
 from __future__ import annotations
 
 import atexit
-import compileall
 import logging
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tests.rig import initramfs, kernel, kexec_tools, leftovers, topology
+from tests.rig import initramfs, kernel, kexec_tools, l0_trees, leftovers, topology
 from tests.rig.paths import REPO, cache_dir
 from tests.rig.qga import GuestAgent
 from tests.rig.qmp import quit_qemu
@@ -41,38 +40,6 @@ for d in /sys/class/net/*; do
     echo "${d##*/} $(cat "$d/address") $(basename "$(readlink -f "$d/device")")"
 done
 """
-
-
-def cached_trees() -> list[Path]:
-    """What L1 reads through its caching mount (topology.CACHED_TAG): /usr, the interpreter's own
-    prefix (pyenv's, outside /usr, on this machine), the venv and the package."""
-    found: list[Path] = []
-    for tree in (Path("/usr"), Path(sys.base_prefix).resolve(), REPO / ".venv", REPO / "vmharness"):
-        if tree.is_dir() and not any(tree.is_relative_to(t) for t in found):
-            found.append(tree)
-    return found
-
-
-def compile_package() -> None:
-    """The package's bytecode in its own __pycache__ folders. L1 reads the package from L0's read-only
-    root and cannot write it: compiled here, or every command there compiles each module again (under
-    TCG, a third of its start). Beside the sources whatever PYTHONPYCACHEPREFIX says here, since L1's
-    commands run without it."""
-    prefix, sys.pycache_prefix = sys.pycache_prefix, None
-    try:
-        compileall.compile_dir(REPO / "vmharness", quiet=1, workers=1)
-    finally:
-        sys.pycache_prefix = prefix
-
-
-def _persist(folder: Path, kern: kernel.Kernel, initrd: Path) -> None:
-    """The folder L1 keeps across boots: the host boots' state and the runs (empty), and the kernel and
-    initrd it comes home to (its /boot: the bzImage, since kexec loads one, and the rig's initramfs)."""
-    for sub in ("boot", "hostboots", "runs"):
-        (folder / sub).mkdir(mode=0o755, parents=True)
-    folder.chmod(0o755)
-    shutil.copyfile(kern.vmlinuz, folder / "boot" / f"vmlinuz-{kern.release}")
-    shutil.copyfile(initrd, folder / "boot" / f"initrd.img-{kern.release}")
 
 
 class RigError(HarnessError):
@@ -153,12 +120,12 @@ class Rig:
         kern = kernel.obtain()
         initrd = initramfs.build(kern)
         kexec = kexec_tools.obtain() if host_boots else None
-        compile_package()
+        l0_trees.compile_package()
         leftovers.reap()
         files = topology.Files(leftovers.new_dir())
         if host_boots:
-            _persist(files.persist, kern, initrd)
-        cached = cached_trees()
+            l0_trees.fill_persist(files.persist, kern, initrd)
+        cached = l0_trees.cached_trees()
         append = topology.cmdline(kern.modules, keep=(REPO, cache_dir()), cached=cached, kexec=kexec)
         argv = topology.qemu_argv(kern.boot_image, initrd, append, files, persist=host_boots)
         argv += ["-pidfile", str(files.tmp / leftovers.QEMU_PID)]

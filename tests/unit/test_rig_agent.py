@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.rig import rig as rig_module
+from tests.rig import topology
 from tests.rig.qga import AgentError, GuestAgent
 
 
@@ -65,3 +68,43 @@ def test_a_silent_agent_ends_the_command_after_the_silence_not_its_timeout(tmp_p
         finally:
             agent.close()
     assert time.monotonic() - began < 60  # the command's own 600 s would be a hang
+
+
+class _Unanswered:
+    """An agent that never answers: every request times out."""
+
+    def sync(self, timeout: float) -> None:
+        raise AgentError("the guest agent did not answer guest-sync")
+
+
+class _Answering(_Unanswered):
+    def sync(self, timeout: float) -> None:
+        pass
+
+
+@pytest.mark.parametrize("silent", [True, False], ids=["silent", "answering"])
+def test_an_l1_whose_agent_stays_silent_is_wedged_and_one_that_answers_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, silent: bool) -> None:
+    """await_boot: an agent silent for WEDGED seconds while QEMU runs is Wedged (said with L1's console),
+    long before the boot's own timeout; one that answers from the same boot runs into that timeout."""
+    monkeypatch.setattr(rig_module, "WEDGED", 1.0)
+    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path)
+    (tmp_path / "console.log").write_text("[   18.99] hrtimer: interrupt took 13725530 ns\n")
+    qemu = subprocess.Popen(["sleep", "60"])
+    try:
+        rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
+        rig.agent = _Unanswered() if silent else _Answering()  # type: ignore[assignment]
+        monkeypatch.setattr(rig, "boot_id", lambda timeout=60.0: "the same boot")
+        began = time.monotonic()
+        if silent:
+            with pytest.raises(rig_module.Wedged, match=r"(?s)not answered for 1 s.*hrtimer"):
+                rig.await_boot("the same boot", timeout=4.0)
+        else:
+            with pytest.raises(rig_module.RigError, match="did not boot again within 4 s") as exc:
+                rig.await_boot("the same boot", timeout=4.0)
+            assert not isinstance(exc.value, rig_module.Wedged)
+        assert time.monotonic() - began < 30
+    finally:
+        qemu.kill()
+        qemu.wait()
+        rig._stopped = True

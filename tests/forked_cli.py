@@ -47,7 +47,8 @@ from typing import Any, Literal, overload
 from vmharness.cli.main import GROUPS
 
 REPO = Path(__file__).resolve().parents[1]
-PRELOAD = ("vmharness.cli.main", *(f"vmharness.cli.{group}" for group in GROUPS), "vmharness.analysis.publish")
+CLI = ("vmharness.cli.main", *(f"vmharness.cli.{group}" for group in GROUPS))  # what `listen` imports
+PRELOAD = (*CLI, "vmharness.analysis.publish")  # what `serve` imports: also the report's drawing
 
 
 def _child(req: dict[str, Any]) -> None:
@@ -112,7 +113,7 @@ def listen(port: int) -> None:
     connection a request line, a child forked for it and, when the child ends or its timeout has
     passed (it is then killed through its pidfd), the answer. One thread: a select over the listening
     socket and the children's pidfds; forking from a process with threads could copy a held lock."""
-    for name in PRELOAD[:-1]:
+    for name in CLI:
         importlib.import_module(name)
     server = socket.create_server(("127.0.0.1", port))
     running: dict[int, tuple[int, socket.socket, float]] = {}  # pidfd -> (pid, connection, deadline)

@@ -75,10 +75,7 @@ def switched(rig: Rig, before: str, pid: int, log: str) -> float:
     """Seconds until L1 came back in another boot; the command's output if it ended without a switch."""
     def going() -> None:
         if in_l1(rig, "test", "-d", f"/proc/{pid}", timeout=60).returncode != 0:
-            said = rig.read_file(log).decode(errors="replace")
-            tail = rig.read_file(f"{RUN}/hostboots.log").decode(errors="replace") if \
-                in_l1(rig, "test", "-f", f"{RUN}/hostboots.log").ok else ""
-            raise AssertionError(f"the run ended without switching the host:\n{said[-3000:]}\n{tail[-3000:]}")
+            raise AssertionError(f"the run ended without switching the host:\n{said_so_far(rig, log)}")
     try:
         return rig.await_boot(before, SWITCH, going)
     except Wedged:
@@ -88,7 +85,8 @@ def switched(rig: Rig, before: str, pid: int, log: str) -> float:
 
 
 def said_so_far(rig: Rig, log: str) -> str:
-    """The run's output and its host boots' log, as far as L1 still gives them, for a switch that did not come."""
+    """The run's output and its host boots' log, as far as L1 still gives them: for a run that ended
+    without a switch, or a switch that did not come."""
     parts = []
     for path in (log, f"{RUN}/hostboots.log"):
         try:

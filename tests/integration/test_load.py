@@ -88,10 +88,13 @@ def delayed(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_the_latency_follows_an_injected_delay(tmp_path: Path, delayed: Any) -> None:
-    """p50 and p99 at 50% of the peak sit just above each injected delay, and the median moves with
+    """p50 and p90 at 50% of the peak sit just above each injected delay, and the median moves with
     it: what oha reports is the time the answers took, to within the proxy's own scheduling (about a
-    millisecond here; the histogram itself is exact to the microsecond). The tail gets 10 ms: on a
-    loaded two-core CI machine the p99 of 40 ms read 45.7 (its p50 41.9)."""
+    millisecond here; the histogram itself is exact to the microsecond). The p99 is the scheduler's:
+    the proxy is one Python process, and on the two-core CI machine beside the rig's L1 (a QEMU at
+    170% CPU) the p99 of a 10 ms delay read 21.4 and 29.9 ms while its p90 read 11.6. So the p99 is
+    held above the p90 and below delay + 50 ms, which still fails a percentile read in other units or
+    taken from another field."""
     p50 = {}
     for delay in (10, 40):
         delayed(delay)
@@ -104,7 +107,8 @@ def test_the_latency_follows_an_injected_delay(tmp_path: Path, delayed: Any) -> 
         (r,) = loads(run)
         pct = r["client"]["latency_us"]["percentiles"]
         assert delay * 1000 <= pct["50"] <= (delay + 5) * 1000, (delay, pct)
-        assert pct["50"] <= pct["99"] <= (delay + 10) * 1000, (delay, pct)
+        assert pct["50"] <= pct["90"] <= (delay + 5) * 1000, (delay, pct)
+        assert pct["90"] <= pct["99"] <= (delay + 50) * 1000, (delay, pct)
         p50[delay] = pct["50"]
     assert 30_000 - 5_000 <= p50[40] - p50[10] <= 30_000 + 5_000, p50
 

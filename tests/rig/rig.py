@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -207,8 +207,9 @@ class Rig:
     def await_boot(self, before: str, timeout: float, going: Callable[[], None] = lambda: None) -> float:
         """Wait until L1 answers from a boot other than `before` (its boot id), and return the seconds
         that took. While L1 still answers from `before`, `going` is called now and then: it raises
-        once what was to reboot L1 has ended without doing so. An agent silent for WEDGED seconds raises
-        Wedged (a kexec'd L1 answers again within a minute)."""
+        once what was to reboot L1 has ended without doing so; a HarnessError of its own (the agent gone
+        quiet while it asked, as when kexec comes between the boot id and its question) decides nothing.
+        An agent silent for WEDGED seconds raises Wedged (a kexec'd L1 answers again within a minute)."""
         began = answered = time.monotonic()
         while True:
             self._require_running()
@@ -226,7 +227,8 @@ class Rig:
             answered = time.monotonic()
             if now != before:
                 return time.monotonic() - began
-            going()
+            with suppress(HarnessError):  # the agent quiet under `going`: L1 may be in kexec
+                going()
             time.sleep(2.0)
 
     def console_tail(self, lines: int = CONSOLE_LINES) -> str:

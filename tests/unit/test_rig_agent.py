@@ -108,3 +108,32 @@ def test_an_l1_whose_agent_stays_silent_is_wedged_and_one_that_answers_is_not(
         qemu.kill()
         qemu.wait()
         rig._stopped = True
+
+
+@pytest.mark.parametrize("going_says", ["agent gone", "run ended"])
+def test_an_agent_that_goes_quiet_under_going_decides_nothing_but_a_run_that_ended_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, going_says: str) -> None:
+    """await_boot: kexec can come between the boot id and `going`'s own question, whose agent then does
+    not answer: that is not the run's end, and the next round finds the new boot. `going`'s
+    AssertionError (the run ended without a reboot) still ends the wait."""
+    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path)
+    qemu = subprocess.Popen(["sleep", "60"])
+    boots = iter(["the same boot", "the same boot", "a new boot"])
+    try:
+        rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
+        rig.agent = _Answering()  # type: ignore[assignment]
+        monkeypatch.setattr(rig, "boot_id", lambda timeout=60.0: next(boots))
+
+        def going() -> None:
+            if going_says == "agent gone":
+                raise AgentError("the guest agent did not answer guest-exec-status within 59.6 s")
+            raise AssertionError("the run ended without switching the host")
+        if going_says == "agent gone":
+            assert rig.await_boot("the same boot", timeout=60.0, going=going) < 30
+        else:
+            with pytest.raises(AssertionError, match="without switching"):
+                rig.await_boot("the same boot", timeout=60.0, going=going)
+    finally:
+        qemu.kill()
+        qemu.wait()
+        rig._stopped = True

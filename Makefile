@@ -103,7 +103,8 @@ demo: deps venv oha inferno
 # none answers), what batching the commands into a guest saves at each boot, how closely `bench` reproduces plain wrk, with what its samplers cost, and the time
 # the adaptive search takes to the answer against the grid, the open-loop generators side by side, the
 # hostile tables' commands forked from a preloaded server against fresh interpreters, a command's
-# start with its own group's parser against every group's, and the rig's L1 switched with kexec.
+# start with its own group's parser against every group's, the rig's L1 switched with kexec, and an
+# image of a researcher's kernel built by mmdebstrap against one from the recipe's kept base tree.
 GENERATORS := .cache/generators
 bench: deps venv oha
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
@@ -120,6 +121,7 @@ bench: deps venv oha
 	$(PY) benchmarks/command_start.py
 	$(PY) -m benchmarks.l2_accel
 	$(PY) -m benchmarks.host_switch
+	$(PY) -m benchmarks.kernel_image
 
 lint: venv
 	$(VENV)/bin/ruff check .

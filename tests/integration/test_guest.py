@@ -23,7 +23,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
 JOURNAL = Path("/run/vmharness/journal.jsonl")
 VMS = Path("/var/lib/vmharness/vms")
-TEST_IMAGES = Path("/var/lib/vmharness/test-images")  # readable by libvirt's QEMU user (pytest's tmp is not)
 
 
 def vmh(*args: str, timeout: float = 600) -> proc.Result:
@@ -234,17 +233,34 @@ def test_unreachable_libvirtd_is_one_line(built: image.Image) -> None:
 
 def test_researchers_kernel_with_modules(daemon: None) -> None:
     """A bzImage and its modules tree (Debian's 6.1 of the test rig, unpacked) go into an image of
-    their own; the guest boots it and the modules load from the image."""
+    their own, in the image folder the suite's image is in: its root is the base tree that image's
+    build kept (guest/basetree.py), where one is kept there, else mmdebstrap's; the guest boots it and
+    the modules load from the image."""
     from tests.rig import kernel
+    from vmharness.guest import basetree
+    from vmharness.guest.kernelinput import kernel_input
+    from vmharness.guest.recipe import load_recipe
+    from vmharness.system import imagedir
 
     k = kernel.obtain()
-    images = TEST_IMAGES
+    recipe = load_recipe(kernel=kernel_input(str(k.vmlinuz), str(k.modules)))
+    images = imagedir.path()
+    ours = images / recipe.key()
+
+    def remove_ours() -> None:
+        proc.run(["rm", "-rf", "--one-file-system", "--", str(ours)], timeout=120)
+
+    remove_ours()  # what a killed run of this test left would be found instead of built
+    base_was_kept = basetree.path(recipe, images).is_file()
     try:
-        res = vmh("image", "build", "--kernel", str(k.vmlinuz), "--modules", str(k.modules),
-                  "--image-dir", str(images), "--json", timeout=1800)
+        res = vmh("image", "build", "--kernel", str(k.vmlinuz), "--modules", str(k.modules), "--json",
+                  timeout=1800)
         assert res.ok, res.stderr + res.stdout
         data = json.loads(res.stdout)
-        assert data["kernel_release"] == k.release and data["custom_kernel"] is True
+        assert data["kernel_release"] == k.release and data["custom_kernel"] is True and data["built_now"]
+        assert data["base_tree"] == ("kept" if base_was_kept else "built"), data
+        assert basetree.path(recipe, images).is_file()
+        print(f"built in {data['build_seconds']} s from a base tree {data['base_tree']}")
         up = vmh("vm", "up", "--name", "ikern", "--image", data["folder"], "--no-link")
         assert up.ok, up.stderr + up.stdout
         try:
@@ -255,4 +271,4 @@ def test_researchers_kernel_with_modules(daemon: None) -> None:
             assert vmh("vm", "down", "ikern").ok
         assert_nothing_left("ikern")
     finally:
-        proc.run(["rm", "-rf", "--one-file-system", "--", str(images)], timeout=120)  # never into a chroot left mounted
+        remove_ours()

@@ -1,8 +1,9 @@
 """`image build`: the guest image from a recipe (guest/recipe.py) — a Debian root made by mmdebstrap,
 turned into an ext4 qcow2 with `mkfs.ext4 -d` (no loop mount), its kernel and initrd copied out beside
-it for direct boot. An image is built in a temporary folder of the image folder and renamed into place
-only when complete; one build at a time per folder, and the unfinished builds of a builder that died
-are removed by the next."""
+it for direct boot; a researcher's bzImage goes into the root an earlier build of the recipe kept
+(guest/basetree.py), or one mmdebstrap makes now. An image is built in a temporary folder of the
+image folder and renamed into place only when complete; one build at a time per folder, and the
+unfinished builds of a builder that died are removed by the next."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from pathlib import Path
 
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
-from vmharness.guest import kernelfile
+from vmharness.guest import basetree, kernelfile
 from vmharness.guest.image import Image, find
+from vmharness.guest.kernelinput import KernelInput
 from vmharness.guest.recipe import Recipe
 from vmharness.progress import Progress, Say
 from vmharness.system import imagedir, mounts, proc
@@ -50,13 +52,7 @@ def _mmdebstrap(recipe: Recipe, rootfs: Path) -> None:
     argv += [f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES]
     argv.append(f"--customize-hook={recipe.folder / 'hooks' / 'customize.sh'}")
     argv += [recipe.suite, str(rootfs), recipe.mirror]
-    env = {"VMH_OVERLAY": str(recipe.folder / "overlay"), "VMH_KERNEL": "", "VMH_MODULES": "", "VMH_KVER": "",
-           "VMH_CONFIG": ""}
-    k = recipe.kernel
-    if k and k.kernel:
-        env.update(VMH_KERNEL=str(k.kernel), VMH_MODULES=str(k.modules or ""), VMH_KVER=k.release,
-                   VMH_CONFIG=str(k.config or ""))
-    result = proc.run(argv, timeout=3600, env=env, check=False)
+    result = proc.run(argv, timeout=3600, env={"VMH_OVERLAY": str(recipe.folder / "overlay")}, check=False)
     if not result.ok:
         generic = ("mmdebstrap failed", "setup failed", "command failed")
         why = [line for line in result.stderr.splitlines()
@@ -64,6 +60,24 @@ def _mmdebstrap(recipe: Recipe, rootfs: Path) -> None:
         raise HarnessError(f"image build: mmdebstrap failed (exit {result.returncode}): "
                            + (why[0][3:] if why else result.stderr.strip()[-300:]),
                            "the lines above say more; a mirror problem shows as a download error")
+
+
+def _install_kernel(k: KernelInput, rootfs: Path) -> None:
+    """A researcher's bzImage into the root as /boot/vmlinuz-RELEASE (its .config beside it, which
+    mkinitramfs reads), its modules tree as /lib/modules/RELEASE, their map made by depmod and an
+    initramfs of the recipe's configuration by mkinitramfs, both run in the root."""
+    assert k.kernel is not None
+    boot = rootfs / "boot"
+    shutil.copyfile(k.kernel, boot / f"vmlinuz-{k.release}")
+    if k.config:
+        shutil.copyfile(k.config, boot / f"config-{k.release}")
+    if k.modules:
+        tree = rootfs / "lib" / "modules" / k.release  # the release is checked: kernelfile.bzimage_release
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(k.modules, tree, symlinks=True)  # its build and source links kept as links
+        proc.run(["chroot", str(rootfs), "depmod", k.release], timeout=600)
+        proc.run(["chroot", str(rootfs), "mkinitramfs", "-o", f"/boot/initrd.img-{k.release}", k.release],
+                 timeout=1800)
 
 
 def _used_mib(folder: Path) -> int:
@@ -114,7 +128,7 @@ def build(recipe: Recipe, images: Path, say: Say, named_by: str | None = None,
         started = time.monotonic()
         try:
             with Progress("building the guest image", None):
-                image = _build_in(recipe, work, say, started)
+                image = _build_in(recipe, images, work, say, started)
             final = images / recipe.key()
             work.rename(final)
             return Image(final, image.meta), True
@@ -138,13 +152,24 @@ def _one_builder(images: Path, say: Say) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _build_in(recipe: Recipe, work: Path, say: Say, started: float) -> Image:
+def _build_in(recipe: Recipe, images: Path, work: Path, say: Say, started: float) -> Image:
     def step(n: int, text: str) -> None:
         say(f"[{n}/4] {text} ({time.monotonic() - started:.0f} s)")
 
     rootfs = work / "rootfs"
-    step(1, f"mmdebstrap {recipe.suite} from {recipe.mirror}: {len(recipe.packages)} packages and their dependencies")
-    _mmdebstrap(recipe, rootfs)
+    base = basetree.path(recipe, images)
+    reused = basetree.restore(recipe, images, rootfs)
+    if reused:
+        step(1, f"the recipe's base tree, kept by an earlier build: {base}")
+    else:
+        step(1, f"mmdebstrap {recipe.suite} from {recipe.mirror}: {len(recipe.packages)} packages and their "
+                "dependencies")
+        _mmdebstrap(recipe, rootfs)
+        basetree.keep(recipe, images, rootfs, work)
+    if recipe.kernel and recipe.kernel.kernel:
+        say(f"      your kernel {recipe.kernel.release} installed in it"
+            + (": depmod, mkinitramfs" if recipe.kernel.modules else ""))
+        _install_kernel(recipe.kernel, rootfs)
     kernel, initrd, release = _pick_kernel(rootfs / "boot", recipe.kernel.release if recipe.kernel else None)
     elf = kernelfile.uncompressed(kernel)
     step(2, f"kernel {release}{'' if initrd else ' (no initrd: drivers must be built in)'} copied out for direct boot"
@@ -173,6 +198,7 @@ def _build_in(recipe: Recipe, work: Path, say: Say, started: float) -> Image:
         "kernel_release": release, "custom_kernel": bool(recipe.kernel), "cmdline": recipe.cmdline,
         "filesystem_mib": size, "files_mib": used, "disk_bytes": json.loads(versions)["actual-size"],
         "build_seconds": round(time.monotonic() - started, 1),
+        "base_tree": "kept" if reused else "built" if basetree.applies(recipe) else "none",
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (work / "image.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

@@ -17,7 +17,7 @@ from vmharness.guest.digest import file_digest
 from vmharness.guest.kernelinput import KernelInput
 from vmharness.model import tomlfile
 
-BUILDER_VERSION = "1"  # bump when guest/imagebuild.py's steps change what an image contains
+BUILDER_VERSION = "2"  # bump when guest/imagebuild.py's steps change what an image contains
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,18 @@ class Recipe:
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
 
     def key(self) -> str:
+        """The image's: the base's inputs and the researcher's kernel."""
+        return self._hash(with_kernel=True)
+
+    def base_key(self) -> str:
+        """The base tree's (guest/basetree.py): what mmdebstrap and the recipe's hook are given."""
+        return self._hash(with_kernel=False)
+
+    def _hash(self, with_kernel: bool) -> str:
         h = hashlib.sha256(f"builder {BUILDER_VERSION}\nmirror {self.mirror}\n".encode())
         for rel, digest in sorted(self.files.items()):
             h.update(f"{rel} {digest}\n".encode())
-        if self.kernel:
+        if with_kernel and self.kernel:
             h.update(f"kernel {self.kernel.digest()}\n".encode())
         return h.hexdigest()[:16]
 

@@ -1,11 +1,9 @@
 #!/bin/sh
 # mmdebstrap customize hook: $1 is the new root, with /proc, /sys and /dev mounted.
-# Inputs come in the environment, set by vmharness/guest/image.py (never spliced into this text):
+# Its input comes in the environment, set by vmharness/guest/imagebuild.py (never spliced into this text):
 #   VMH_OVERLAY      folder copied over the root (images/overlay)
-#   VMH_KERNEL       optional: a researcher's kernel image, installed as /boot/vmlinuz-$VMH_KVER
-#   VMH_MODULES      optional: its lib/modules/$VMH_KVER tree
-#   VMH_KVER         the release of that kernel
-#   VMH_CONFIG       optional: its .config, installed as /boot/config-$VMH_KVER (mkinitramfs reads it)
+# A researcher's bzImage and modules go in after this hook, by the builder (imagebuild.py
+# _install_kernel), so that the root it leaves serves every such kernel (guest/basetree.py).
 set -eu
 root="$1"
 cp -a "$VMH_OVERLAY/." "$root/"
@@ -37,20 +35,6 @@ for unit in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.tim
             nginx.service; do
     chroot "$root" systemctl mask "$unit" >/dev/null 2>&1 || true
 done
-
-if [ -n "${VMH_KERNEL:-}" ]; then
-    cp "$VMH_KERNEL" "$root/boot/vmlinuz-$VMH_KVER"
-    if [ -n "${VMH_CONFIG:-}" ]; then
-        cp "$VMH_CONFIG" "$root/boot/config-$VMH_KVER"
-    fi
-    if [ -n "${VMH_MODULES:-}" ]; then
-        mkdir -p "$root/lib/modules"
-        rm -rf "$root/lib/modules/$VMH_KVER"
-        cp -a "$VMH_MODULES" "$root/lib/modules/$VMH_KVER"
-        chroot "$root" depmod "$VMH_KVER"
-        chroot "$root" mkinitramfs -o "/boot/initrd.img-$VMH_KVER" "$VMH_KVER"
-    fi
-fi
 
 rm -rf "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
        "$root"/boot/*.dpkg-bak "$root"/boot/*.new

@@ -67,17 +67,31 @@ def _install_kernel(k: KernelInput, rootfs: Path) -> None:
     mkinitramfs reads), its modules tree as /lib/modules/RELEASE, their map made by depmod and an
     initramfs of the recipe's configuration by mkinitramfs, both run in the root."""
     assert k.kernel is not None
-    boot = rootfs / "boot"
-    shutil.copyfile(k.kernel, boot / f"vmlinuz-{k.release}")
-    if k.config:
-        shutil.copyfile(k.config, boot / f"config-{k.release}")
+    boot = _inside(rootfs, "boot")  # the release is checked (kernelfile.bzimage_release): a plain name
+    for source, name in ((k.kernel, f"vmlinuz-{k.release}"), (k.config, f"config-{k.release}")):
+        if source is not None:
+            (boot / name).unlink(missing_ok=True)  # a link planted there is replaced, never written through
+            shutil.copyfile(source, boot / name)
     if k.modules:
-        tree = rootfs / "lib" / "modules" / k.release  # the release is checked: kernelfile.bzimage_release
+        tree = _inside(rootfs, "lib/modules") / k.release
+        if tree.is_symlink():
+            tree.unlink()
         shutil.rmtree(tree, ignore_errors=True)
         shutil.copytree(k.modules, tree, symlinks=True)  # its build and source links kept as links
         proc.run(["chroot", str(rootfs), "depmod", k.release], timeout=600)
         proc.run(["chroot", str(rootfs), "mkinitramfs", "-o", f"/boot/initrd.img-{k.release}", k.release],
                  timeout=1800)
+
+
+def _inside(rootfs: Path, rel: str) -> Path:
+    """rootfs/rel with its links resolved, made if missing, refused unless it stays inside the root:
+    merged /usr makes /lib a link (to usr/lib), but one to /usr/lib would lead onto this host."""
+    path = Path(os.path.realpath(rootfs / rel))
+    if not path.is_relative_to(rootfs.resolve()):
+        raise HarnessError(f"image build: /{rel} in the image's root leads outside it (to {path}): not writing there",
+                           "the recipe's overlay may hold an absolute link; make it relative (usr/lib, not /usr/lib)")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _used_mib(folder: Path) -> int:

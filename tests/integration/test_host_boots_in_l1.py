@@ -3,12 +3,22 @@ with kexec. Nothing here reboots the machine the tests run on: kexec runs inside
 the test's own, `l1_that_reboots`, with kexec-tools unpacked for it and a folder it keeps across
 boots: tests/rig/topology.py PERSIST_TAG).
 
-One round of two host boots: the boot L1 started in, measuring an L2 under KVM there; a switch to the
-same kernel with `spectre_v2=off` added, measuring an L2 in it; and home, to the boot L1 started in.
-L1 has no systemd, so after each boot the test does what docs/run.md says to do there: it runs
-`vmharness run --resume RUN_DIR` (after what L1's boot emptied is set up again: libvirt's settings,
-tun, kvm_amd). At the end L1 is in a boot with the command line it started with, and nothing of the
-run is left: no state file, no journal, no kernel loaded for kexec."""
+An attribution study of two host switches, one round: the reference `stock` measures an L2 under KVM in
+the boot L1 started in; `spectre_v2` turned off on L1's command line is a host boot of the same kernel,
+measuring an L2 in it; `spec_store_bypass_disable` turned off is a host boot whose L1 reports what the
+reference's did (L1's CPU is not affected: "Not affected" either way, no boot-log line), so its switch
+is dropped there, unmeasured; then home, to the boot L1 started in. L1 has no systemd, so after each
+boot the test does what docs/run.md says to do there: it runs `vmharness run --resume RUN_DIR` (after
+what L1's boot emptied is set up again: libvirt's settings, tun, kvm_amd). At the end L1 is in a boot
+with the command line it started with, and nothing of the run is left: no state file, no journal, no
+kernel loaded for kexec.
+
+On the way to the second host boot, two things go wrong on purpose. The run is SIGKILLed between its
+`kexec -l` and its `kexec -e` (L1's kexec holds the first `-e` until then: `hold_the_next_switch`):
+the loaded kernel is journaled, and `host-restore` unloads it. Then L1 is reset from QEMU, as by
+someone else or a watchdog, and comes back in the boot it started in: the resumed run finds the host
+in another host boot than the one it asked for, says so, and switches again; nothing is measured
+under the wrong label."""
 
 from __future__ import annotations
 
@@ -21,7 +31,7 @@ import pytest
 
 from tests.integration.conftest import BOOT_TIMEOUT
 from tests.integration.test_run_nested import font_list, in_l1, libvirt_in_l1, read_json_lines
-from tests.rig import Rig, l2root
+from tests.rig import Rig, l2root, qmp
 from tests.rig.rig import Wedged
 from vmharness.errors import HarnessError
 
@@ -32,18 +42,20 @@ RUN = f"{RUNS}/hb"
 CONFIG = f"{RUNS}/hb.toml"
 MPL = f"{RUNS}/mpl"
 STATE = "/var/lib/vmharness/hostboots/state.json"
+JOURNAL = "/run/vmharness/journal.jsonl"
+HOLD, HELD = "/run/rig-hold-kexec-e", "/run/rig-kexec-e-held"  # hold_the_next_switch's two marks
 L2_MIB = 384
+V2_OFF, UNAFFECTED = "host-no-spectre_v2", "spec_store_bypass_disable"  # L1's CPU is not affected by the second
+SAME = f"host-no-{UNAFFECTED}"
 SWITCH = 900.0  # seconds from a command's start to L1's next boot: an L2 booted and measured, then kexec
 
 
 def config(rig: Rig) -> str:
     # no tuning on either side: each knob costs L1 and L2 seconds, and the host boots are what is tested
-    l2 = ('cmdline = "quiet cryptomgr.notests rodata=off mitigations=off"\nprofile = "none"\n'
-          f'kernel = "{rig.kernel.boot_image}"\ninitrd = "{l2root.build(rig.kernel)}"\n')
     return (f'[guest]\nmemory = {L2_MIB}\nvcpus = 1\ninit = "minimal"\nboot_timeout = 900\naccel = "kvm"\n'
-            '[[host_boot]]\nname = "v2-off"\ncmdline = "spectre_v2=off"\n'
-            f'[[instance]]\nname = "stock"\n{l2}'
-            f'[[instance]]\nname = "v2-off"\nhost_boot = "v2-off"\n{l2}'
+            '[[instance]]\nname = "stock"\ncmdline = "quiet cryptomgr.notests rodata=off mitigations=off"\n'
+            f'profile = "none"\nkernel = "{rig.kernel.boot_image}"\ninitrd = "{l2root.build(rig.kernel)}"\n'
+            f'[study]\nhost_switches = ["spectre_v2", "{UNAFFECTED}"]\n'
             '[[client]]\nhost = "local"\nthreads = 1\n'
             '[sweep]\nconnections = "4"\niterations = 1\nduration = 3\nwarmup = 0\nwait = 0\n'
             '[load]\npercents = []\ncapacity = 0\n'
@@ -100,6 +112,45 @@ def proc_cmdline(rig: Rig) -> str:
     return rig.read_file("/proc/cmdline").decode().strip()
 
 
+def hold_the_next_switch(rig: Rig) -> None:
+    """The test's seam in L1's kexec (the rig's wrapper, tests/rig/l1-init.sh): while HOLD is there, the
+    next `kexec -e` takes it away, leaves HELD, and waits instead of switching, for the test to kill the
+    run. `kexec -l` and `-u` are the real ones. L1's next boot writes the plain wrapper again."""
+    script = (f'#!/bin/sh\nif [ "$1" = -e ] && rm "{HOLD}" 2>/dev/null; then\n'
+              f'    : > "{HELD}"; exec sleep 3600\nfi\nexec /usr/sbin/kexec.rig "$@"\n')
+    assert in_l1(rig, "mv", "/usr/sbin/kexec", "/usr/sbin/kexec.rig").ok
+    rig.put_file("/usr/sbin/kexec", script.encode(), mode=0o755)
+    rig.put_file(HOLD, b"")
+
+
+def killed_at_the_switch(rig: Rig, pid: int, log: str) -> None:
+    """Wait until the run's `kexec -e` is held, then SIGKILL the run's session: its kernel is loaded
+    and journaled; host-restore unloads it."""
+    deadline = time.monotonic() + SWITCH
+    while in_l1(rig, "test", "-e", HELD, timeout=60).returncode != 0:
+        assert in_l1(rig, "test", "-d", f"/proc/{pid}", timeout=60).returncode == 0, \
+            f"the run ended before its kexec -e:\n{said_so_far(rig, log)}"
+        assert time.monotonic() < deadline, f"no kexec -e within {SWITCH:g} s:\n{said_so_far(rig, log)}"
+        time.sleep(3.0)
+    assert rig.read_file("/sys/kernel/kexec_loaded").decode().strip() == "1"
+    assert '"op": "kexec"' in rig.read_file(JOURNAL).decode()
+    assert in_l1(rig, "kill", "-KILL", "--", f"-{pid}").ok  # `started` made it a session's leader
+    restored = in_l1(rig, str(rig.repo / ".venv/bin/vmharness"), "host-restore", timeout=300)
+    assert restored.ok, restored.stderr
+    assert rig.read_file("/sys/kernel/kexec_loaded").decode().strip() == "0", restored.stdout
+    assert in_l1(rig, "test", "-e", JOURNAL).returncode == 1, restored.stdout
+    print(f"killed between kexec -l and kexec -e; host-restore said:\n{restored.stdout.strip()}")
+
+
+def reset_by_someone_else(rig: Rig) -> str:
+    """Reset L1 from QEMU: it comes back in the boot it started in (QEMU's kernel and command line). Its
+    new boot id."""
+    before = rig.boot_id()
+    qmp.reset(rig.files.qmp, timeout=30)
+    rig.await_boot(before, BOOT_TIMEOUT)
+    return rig.boot_id()
+
+
 def test_a_run_goes_round_two_host_boots_of_l1_with_kexec_and_comes_home(l1_that_reboots: Rig) -> None:
     """Once more on a fresh L1 only where L1 wedged (tests/rig/rig.Wedged: the rig under TCG, not the run),
     which is printed with L1's console; a second wedge, or any other failure, is the test's."""
@@ -121,16 +172,29 @@ def go_round(rig: Rig) -> None:
     font_list(rig, MPL)
     rig.put_file(CONFIG, config(rig).encode())
     first_boot, first_line = rig.boot_id(), proc_cmdline(rig)
+    hold_the_next_switch(rig)
     pid = started(rig, vmharness(rig, "run", CONFIG, "--allow-host-reboot", "--out", RUN), f"{RUNS}/1.log")
-    to_v2_off = switched(rig, first_boot, pid, f"{RUNS}/1.log")
+    killed_at_the_switch(rig, pid, f"{RUNS}/1.log")
+    reset_boot = reset_by_someone_else(rig)
+    assert proc_cmdline(rig) == first_line  # the boot it started in: not the one the run's state asks for
+    set_up(rig)
+    pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/1b.log")
+    to_v2_off = switched(rig, reset_boot, pid, f"{RUNS}/1b.log")
     second_boot, second_line = rig.boot_id(), proc_cmdline(rig)
     assert second_line == f"{first_line} spectre_v2=off", second_line
     spectre_v2 = rig.read_file("/sys/devices/system/cpu/vulnerabilities/spectre_v2").decode().strip()
-    print(f"L1 came back in the host boot v2-off {to_v2_off:.0f} s after the run started: spectre_v2: {spectre_v2}")
+    print(f"L1 came back in {V2_OFF} {to_v2_off:.0f} s after the run resumed: spectre_v2: {spectre_v2}")
 
     set_up(rig)
     pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/2.log")
-    home = switched(rig, second_boot, pid, f"{RUNS}/2.log")
+    to_same = switched(rig, second_boot, pid, f"{RUNS}/2.log")
+    third_boot, third_line = rig.boot_id(), proc_cmdline(rig)
+    assert third_line == f"{first_line} {UNAFFECTED}=off", third_line
+    print(f"L1 came back in {SAME} {to_same:.0f} s after the resumed run started")
+
+    set_up(rig)
+    pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/3.log")
+    home = switched(rig, third_boot, pid, f"{RUNS}/3.log")
     assert proc_cmdline(rig) == first_line
     print(f"L1 came home {home:.0f} s after the resumed run started")
 
@@ -139,21 +203,32 @@ def go_round(rig: Rig) -> None:
     log = rig.read_file(f"{RUN}/hostboots.log").decode(errors="replace")
     print(log[-4000:], last.stdout[-2000:], last.stderr[-2000:], sep="\n")
     assert last.returncode == 0, last.stderr[-3000:]
-    print(f"two host boots and home in {time.monotonic() - began:.0f} s")
+    # the reset's boot, said and switched away from, never measured (the visits below)
+    assert f"round 1: {V2_OFF}: the host is not in the host boot asked for: its command line is" in log, log
+    assert f"round 1: {SAME}: {SAME} dropped before it is measured: the host reports the same" in log, log
+    print(f"three host boots and home in {time.monotonic() - began:.0f} s")
 
     manifest: dict[str, Any] = json.loads(rig.read_file(f"{RUN}/manifest.json"))
     assert manifest["host_boots_done"] is True
-    visits = [(b["boot"], b["instances"], b["cmdline"]) for b in manifest["host_boots"]]
-    assert visits == [("", ["stock"], first_line), ("v2-off", ["v2-off"], second_line)], visits
-    # each host boot's facts, as the arrival check read them: two boots, and what each said of spectre_v2
-    (start, v2_off) = manifest["host_boots"]
-    assert (start["boot_id"].strip(), v2_off["boot_id"].strip()) == (first_boot, second_boot)
+    visits = [(b["boot"], b["instances"], b["cmdline"], b["dropped"]) for b in manifest["host_boots"]]
+    assert visits == [("", ["stock"], first_line, False), (V2_OFF, [V2_OFF], second_line, False),
+                      (SAME, [SAME], third_line, True)], visits
+    # each host boot's facts, as the arrival check read them: three boots, and what each said of spectre_v2
+    (start, v2_off, same) = manifest["host_boots"]
+    assert [b["boot_id"].strip() for b in (start, v2_off, same)] == [first_boot, second_boot, third_boot]
+    assert reset_boot not in (first_boot, second_boot, third_boot)
     assert v2_off["vulnerabilities"]["spectre_v2"].strip() == spectre_v2
+    assert same["vulnerabilities"] == start["vulnerabilities"] and same["mitigation_log"] == start["mitigation_log"]
+    assert any("Spectre V2 : Mitigation" in line for line in start["mitigation_log"]), start["mitigation_log"]
     print(f"spectre_v2 in L1: {start['vulnerabilities']['spectre_v2']!r}, with spectre_v2=off {spectre_v2!r}")
-    points = [r for r in read_json_lines(rig, f"{RUN}/records.jsonl") if r["kind"] == "measurement"]
-    assert sorted(r["instance"] for r in points) == ["stock", "v2-off"]
+    records = read_json_lines(rig, f"{RUN}/records.jsonl")
+    points = [r for r in records if r["kind"] == "measurement"]
+    assert sorted(r["instance"] for r in points) == [V2_OFF, "stock"]
     assert all(r["ok"] and r["client"]["requests"] > 0 for r in points), points
+    assert [(r["instance"], r["iteration"]) for r in records if r["kind"] == "dropped"] == [(SAME, 0)]
+    answer = rig.read_file(f"{RUN}/report/report.txt").decode()
+    assert f"{UNAFFECTED}: left out: dropped before it was measured: its host boot reported" in answer, answer
     assert in_l1(rig, "test", "-e", STATE).returncode == 1  # the state file went with the run
-    assert in_l1(rig, "test", "-e", "/run/vmharness/journal.jsonl").returncode == 1
+    assert in_l1(rig, "test", "-e", JOURNAL).returncode == 1
     assert rig.read_file("/sys/kernel/kexec_loaded").decode().strip() == "0"
-    assert rig.boot_id() not in (first_boot, second_boot)
+    assert rig.boot_id() not in (first_boot, second_boot, third_boot, reset_boot)

@@ -35,9 +35,10 @@ def compile_package() -> None:
 
 
 def fill_persist(folder: Path, kern: kernel.Kernel, initrd: Path) -> None:
-    """The folder L1 keeps across boots: the host boots' state and the runs (empty), and the kernel and
-    initrd it comes home to (its /boot: the bzImage, since kexec loads one, and the rig's initramfs)."""
-    for sub in ("boot", "hostboots", "runs"):
+    """The folder L1 keeps across boots: the host boots' state, the runs and libvirt's cache (empty), and
+    the kernel and initrd it comes home to (its /boot: the bzImage, since kexec loads one, and the rig's
+    initramfs). tests/rig/l1-init.sh binds each into place."""
+    for sub in ("boot", "hostboots", "runs", "libvirt-cache"):
         (folder / sub).mkdir(mode=0o755, parents=True)
     folder.chmod(0o755)
     shutil.copyfile(kern.vmlinuz, folder / "boot" / f"vmlinuz-{kern.release}")

@@ -99,14 +99,16 @@ must mount -o bind,ro "/host$rig_modules" "$libdir/modules/@RELEASE@"
 
 # A rig whose L1 reboots (kexec: the harness's host boots) keeps a folder of L0's across its boots
 # (topology.PERSIST_TAG): the host boots' state and the run folder are bound from it into place, and
-# the kernel and initrd L1 comes home to are copied from it into a /boot of L1's own. Its kexec is
-# the rig's unpacked kexec-tools (rig_kexec=), put into /usr/sbin through an overlay.
+# the kernel and initrd L1 comes home to are copied from it into a /boot of L1's own. libvirt's cache
+# of what each QEMU binary can do is kept there too, as a host's /var/cache is across its boots
+# (libvirt probes the binary again where the kernel, QEMU or libvirtd changed; the probe takes 8-15 s
+# in L1). Its kexec is the rig's unpacked kexec-tools (rig_kexec=), put into /usr/sbin through an overlay.
 if [ -n "$rig_persist" ]; then
     must mkdir -p /persist
     must mount -t 9p -o trans=virtio,version=9p2000.L,msize=@MSIZE@ @PERSIST_TAG@ /persist
-    for d in hostboots runs; do
-        must mkdir -p "/persist/$d" "/host/var/lib/vmharness/$d"
-        must mount -o bind "/persist/$d" "/host/var/lib/vmharness/$d"
+    for pair in hostboots:lib/vmharness/hostboots runs:lib/vmharness/runs libvirt-cache:cache/libvirt/qemu; do
+        must mkdir -p "/persist/${pair%%:*}" "/host/var/${pair#*:}"
+        must mount -o bind "/persist/${pair%%:*}" "/host/var/${pair#*:}"
     done
     must mount -t tmpfs -o mode=755 tmpfs /host/boot
     must cp /persist/boot/vmlinuz-@RELEASE@ /persist/boot/initrd.img-@RELEASE@ /host/boot/

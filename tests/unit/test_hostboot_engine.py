@@ -6,6 +6,7 @@ after a kill at any step, and ends home."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ class World:
         self.measured: list[tuple[int, str, str, str]] = []
         self.kill_at = kill_at
         self.count = 0
+        self.skip: Callable[[plan.Stop], bool] = lambda _: False
 
     def _tick(self, what: str) -> None:
         self.count += 1
@@ -54,7 +56,8 @@ class World:
 
         self.kexec.tick = self._tick
         return engine.Engine(self.host.root, Store(self.host.base), self.kexec, "/usr/sbin/kexec", self.stops,
-                             self.targets, measure, lambda: self._tick("give back"), "run:test", lambda _: None)
+                             self.targets, measure, lambda: self._tick("give back"), "run:test", lambda _: None,
+                             self.skip)
 
     def run(self, wrong: int = 0) -> None:
         """Step until done, booting the fake host after each switch (`wrong` times into the wrong kernel)."""

@@ -133,9 +133,10 @@ def test_a_switch_that_changes_nothing_leaves_all_off_to_the_leave_one_out_of_th
     assert math.isclose(a.study.waterfall[0][2], 1000.0 * math.exp(sum(map(math.log, NOISE)) / len(NOISE)))
 
 
-def _both_sides(tmp_path: Path, same: bool = False) -> RunDir:
+def _both_sides(tmp_path: Path, same: bool = False, host_dropped: bool = False) -> RunDir:
     """spectre_v2 studied on both sides, pti on the guest's: the guest's pti costs 20%, its spectre_v2
-    nothing; the host's spectre_v2 costs 1 - 1000/1100, measured in its own host boot."""
+    nothing; the host's spectre_v2 costs 1 - 1000/1100, measured in its own host boot (or, `host_dropped`,
+    dropped at it: experiment/hostboots/unchanged.py)."""
     cfg = config.run_from_json({"instance": [{"name": "on", "cmdline": "pti=on"}],
                                 "study": {"switches": ["pti", "spectre_v2"], "host_switches": ["spectre_v2"]},
                                 "sweep": {"connections": "8,16"}})
@@ -146,6 +147,9 @@ def _both_sides(tmp_path: Path, same: bool = False) -> RunDir:
              "all-off": _facts("x", "Vulnerable"), "host-no-spectre_v2": _facts("pti=on", log=("pti: enabled",))}
     run = RunDir.create(tmp_path / "run", {"config": cfg.to_json(), "instances": facts,
                                            "machines": {"server": {"machine": "srv"}, "clients": []}})
+    if host_dropped:
+        del rps["host-no-spectre_v2"]
+        run.append({"kind": "dropped", "instance": "host-no-spectre_v2", "iteration": 0, "reason": "the same"})
     for it, luck in enumerate(NOISE):
         for name, value in rps.items():
             for conns in (8, 16) if name == "on" else (16,):

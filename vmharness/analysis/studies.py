@@ -16,6 +16,7 @@ from vmharness.bench import plan
 from vmharness.model import derived, hoststudy, switches
 
 DROPPED = "dropped before it was measured: its guest reported the same mitigations"
+HOST_DROPPED = "dropped before it was measured: its host boot reported the same mitigations"
 METRICS = (("throughput", True), ("p50", False), ("p99", False))  # (metric, higher is better)
 
 
@@ -69,6 +70,7 @@ def view(manifest: dict[str, Any], records: list[dict[str, Any]], table: dict[st
     dropped = plan.dropped(records)  # the runner's own test (experiment/runner.py)
     gone = {s for s in names if f"no-{s}" in dropped}
     left = {lab[s]: DROPPED for s in names if s in gone}
+    left |= {hlab[s]: HOST_DROPPED for s in host if hoststudy.name(s) in dropped}
     unseen = {d.instance.removeprefix("no-") for d in found if d.instance.startswith("no-") and not d.seen}
     for s in names:
         if lab[s] not in left and s in unseen:

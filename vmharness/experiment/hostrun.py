@@ -20,13 +20,15 @@ from pathlib import Path
 
 from vmharness import progress
 from vmharness.bench import bench
+from vmharness.bench import plan as bench_plan
 from vmharness.bench.plan import Point
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
 from vmharness.experiment.boots import rides
-from vmharness.experiment.hostboots import arrival, bootunit, checks, engine, plan, target
+from vmharness.experiment.hostboots import arrival, bootunit, checks, engine, plan, target, unchanged
 from vmharness.experiment.hostboots import kexec as kexec_mod
 from vmharness.experiment.hostboots.state import Store
+from vmharness.host.inspect import kernel_log
 from vmharness.journal import restore
 from vmharness.journal.kinds import OpKind
 from vmharness.model.sections import RunConfig
@@ -105,17 +107,33 @@ def measure_with(cfg: RunConfig, run: RunDir, root: HostRoot, say: progress.Say,
                  tally: dict[str, int]) -> Callable[[plan.Stop], None]:
     """The runner, on one stop's points: prepares the host, measures, gives the host back."""
     def measure(stop: plan.Stop) -> None:
-        say(f"{stop.label}: measuring {', '.join(stop.instances)} in {target.running_release(root)}")
-        got = runner.Runner(cfg, run, root, say, keep=points_of(cfg, stop)).execute(keep_host=False)
-        for k in tally:
-            tally[k] += got[k]
         seen = run.manifest.get("host_boots")
-        now = arrival.facts(root)  # what the arrival check compared, kept for the reader
-        run.update_manifest(host_boots=[*(seen if isinstance(seen, list) else []), {
-            "round": stop.round, "boot": stop.boot, "instances": list(stop.instances),
+        visits = seen if isinstance(seen, list) else []
+        # what the arrival check compared, and the kernel log's mitigation lines, kept for the reader
+        now = {**arrival.facts(root), "mitigation_log": kernel_log.host_mitigation_lines(root)}
+        dropped = unchanged.why(cfg, visits, stop, now)
+        if dropped is None:
+            say(f"{stop.label}: measuring {', '.join(stop.instances)} in {target.running_release(root)}")
+            got = runner.Runner(cfg, run, root, say, keep=points_of(cfg, stop)).execute(keep_host=False)
+            for k in tally:
+                tally[k] += got[k]
+        for name in stop.instances if dropped else ():
+            say(f"{stop.label}: {name} dropped before it is measured: {dropped}")
+            run.append({"kind": "dropped", "instance": name, "iteration": stop.round, "reason": dropped})
+        run.update_manifest(host_boots=[*visits, {
+            "round": stop.round, "boot": stop.boot, "instances": list(stop.instances), "dropped": dropped is not None,
             "release": target.running_release(root), "cmdline": target.running_cmdline(root),
-            "boot_id": now.get("boot_id"), **{k: now.get(k) for k in arrival.SAME_ON_EVERY_VISIT}}])
+            "boot_id": now.get("boot_id"), "mitigation_log": now["mitigation_log"],
+            **{k: now.get(k) for k in arrival.SAME_ON_EVERY_VISIT}}])
     return measure
+
+
+def dropped_stop(run: RunDir) -> Callable[[plan.Stop], bool]:
+    """Whether a stop has nothing left to measure: every instance of it dropped (a host switch that
+    changes nothing here: unchanged.py), so the engine need not boot it."""
+    def skip(stop: plan.Stop) -> bool:
+        return bool(stop.instances) and set(stop.instances) <= bench_plan.dropped(run.records())
+    return skip
 
 
 def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: kexec_mod.Kexec, ready: Prepared,
@@ -147,7 +165,7 @@ def go(root: HostRoot, cfg: RunConfig, run: RunDir, say: progress.Say, kexec: ke
         return ready.targets
 
     eng = engine.Engine(root, Store(root.base), kexec, ready.program, plan.stops(cfg), targets, measure,
-                        give_back, owner, say)
+                        give_back, owner, say, dropped_stop(run))
     try:
         outcome = eng.step(str(here))
     except BaseException:  # an error, a signal: the next boot must not start the run again by itself

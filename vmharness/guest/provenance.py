@@ -6,12 +6,12 @@ libvirt and the accelerator. One shell round trip per machine; a fact a machine 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from vmharness.cpus import parse_cpulist
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
+from vmharness.host.inspect import kernel_log
 from vmharness.host.libvirt import api
 from vmharness.system.machine import Machine
 
@@ -28,14 +28,14 @@ s dmi; { read -r v < /sys/class/dmi/id/sys_vendor && read -r p < /sys/class/dmi/
     && echo "$v $p"
 s meminfo; grep -E '^(MemTotal|HugePages_Total|HugePages_Free|Hugepagesize):' /proc/meminfo
 s nodes; grep -H . /sys/devices/system/node/node*/hugepages/*/*_hugepages 2>/dev/null
-s bootlog; dmesg 2>/dev/null | grep -iE 'mitigat|vulnerab|isolation|spectre|meltdown|retbleed|speculat'
+s bootlog; dmesg 2>/dev/null | grep -iE '@WORDS@'
 s vulnerabilities; cd /sys/devices/system/cpu/vulnerabilities 2>/dev/null && grep -H . * && cd /
 for d in /sys/class/net/*; do
     [ -e "$d/device" ] || continue
     s "nic ${d##*/}"; ethtool -i "${d##*/}" 2>/dev/null
 done
 s qemu; command -v qemu-system-x86_64 >/dev/null && qemu-system-x86_64 --version
-"""
+""".replace("@WORDS@", kernel_log.WORDS)
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -66,13 +66,6 @@ def _cpu_count(online: str) -> int | None:
         return None
 
 
-def _mitigation_log(lines: list[str]) -> list[str]:
-    """The boot log's lines on mitigations, without their timestamps and without the echoed command
-    line (it matches when it holds `mitigations=`, and the cmdline is reported on its own)."""
-    out = [re.sub(r"^\[[ 0-9.]+\] ", "", line) for line in lines]
-    return [line for line in out if "command line:" not in line.lower()]
-
-
 def parse(text: str) -> dict[str, Any]:
     """The facts script's output as a dict (unit-tested on recorded output)."""
     sec = _sections(text)
@@ -97,7 +90,7 @@ def parse(text: str) -> dict[str, Any]:
         "vulnerabilities": _pairs(sec.get("vulnerabilities", [])),
         "nics": {name[4:]: _pairs(lines) for name, lines in sec.items() if name.startswith("nic ")},
         "qemu": one("qemu"),
-        "mitigation_log": _mitigation_log(sec.get("bootlog", [])),
+        "mitigation_log": kernel_log.mitigation_lines(sec.get("bootlog", [])),
     }
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from vmharness.errors import HarnessError
 from vmharness.model import connections as conn_spec
+from vmharness.model.hoststudy import PREFIX as HOST_STUDIED
 from vmharness.rundir import record_check
 from vmharness.rundir.record_check import CONTRA, KEYED, Fault
 
@@ -101,13 +102,15 @@ def _dropped(rec: dict[str, Any], manifest: dict[str, Any], measured: dict[str, 
     plan offers none of their points again (experiment/runner.py): one measured after it contradicts it."""
     inst, it = rec.get("instance"), rec.get("iteration")
     study = manifest.get("config", {}).get("study")
-    if not isinstance(study, dict) or not study.get("switches") or not isinstance(inst, str) \
-            or not (inst.startswith(STUDIED) or inst == "all-off"):
+    switches = study.get("switches") if isinstance(study, dict) else None
+    hosts = study.get("host_switches") if isinstance(study, dict) else None
+    host = isinstance(inst, str) and isinstance(hosts, list) and inst in {f"{HOST_STUDIED}{h}" for h in hosts}
+    if not isinstance(inst, str) or not (host or (switches and (inst.startswith(STUDIED) or inst == "all-off"))):
         return f"the run has no study instance {str(inst)[:40]!r} to drop"
-    # the leave-one-out instance is dropped at its own boot, before measuring; a stand-in may have been
-    # measured earlier in the same iteration
-    after = [i for i in measured.get(inst, set()) if isinstance(it, int) and (i >= it if inst.startswith("no-")
-                                                                              else i > it)]
+    # the leave-one-out instance is dropped at its own boot (a host switch's at its own host boot), before
+    # measuring; a stand-in may have been measured earlier in the same iteration
+    own = inst.startswith(("no-", HOST_STUDIED))
+    after = [i for i in measured.get(inst, set()) if isinstance(it, int) and (i >= it if own else i > it)]
     if after:
         return f"{inst!r} was measured in iteration {max(after)}, after it was dropped in iteration {it}"
     return None

@@ -12,6 +12,8 @@ goes on from where the last one was:
   up to MAX_REDO times, then the run stops with the reason, never measuring under the wrong label.
 - past the last stop: home (the boot the run started in, checked like any arrival), then done: the
   state file is removed.
+- a stop whose instances were all dropped (a host switch that changes nothing here: unchanged.py) is
+  passed over: its host boot is not booted again.
 
 `kexec` (kexec.py) is the one way out of a host boot; the unit tests pass a fake."""
 
@@ -46,6 +48,7 @@ class Engine:
     give_back: Callable[[], None]  # everything the run took in this host boot
     owner: str  # the journal's owner of the kexec record
     say: Callable[[str], None]
+    skip: Callable[[Stop], bool] = lambda _: False  # a stop with nothing left to measure (unchanged.py): not booted
 
     def _goal(self, st: State) -> Target:
         """The target of stop `next` (home past the last), its files checked again."""
@@ -98,9 +101,13 @@ class Engine:
                 if st.next >= len(self.stops):
                     self.store.remove()
                     return "done"
+                here = self.stops[st.next].boot
                 self.measure(self.stops[st.next])
                 st.next, st.phase, st.redone = st.next + 1, "switch", 0
-                if st.next == len(self.stops) and self.stops[-1].boot == START:
+                while st.next < len(self.stops) and self.skip(self.stops[st.next]):
+                    self.say(f"{self.stops[st.next].label}: not booted, nothing of it is left to measure")
+                    st.next += 1
+                if st.next == len(self.stops) and here == START:
                     st.phase = "ready"  # home already
                 self.store.save(st)
             else:

@@ -1,0 +1,101 @@
+"""A study's host switch that changes nothing the host reports is dropped at its first host boot
+(experiment/hostboots/unchanged.py), its host boot is booted no more (engine.Engine.skip), and the
+answer says why it is left out (analysis/studies.py). Known answers and their negative controls: the
+same verdicts and log lines drop it; any difference, an unread log, a later round, or no visit of the
+reference before it keeps it measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.test_hostboot_engine import TOML, World
+from tests.unit.test_studies import _both_sides
+from vmharness.analysis import report, saturation
+from vmharness.experiment.hostboots import unchanged
+from vmharness.experiment.hostboots.plan import START, Stop
+from vmharness.host.inspect import kernel_log
+from vmharness.model import config, sections
+
+VULNS = {"spectre_v2": "Mitigation: Retpolines", "spec_store_bypass": "Not affected"}
+LOG = ["Spectre V2 : Mitigation: Retpolines", "Speculative Store Bypass: Not affected"]
+NO_SSBD = Stop(0, "host-no-spec_store_bypass_disable", ("host-no-spec_store_bypass_disable",))
+
+
+def _cfg() -> sections.RunConfig:
+    cfg = config.run_from_json({"instance": [{"name": "on"}], "sweep": {"iterations": 2},
+                                "study": {"host_switches": ["spectre_v2", "spec_store_bypass_disable"]}})
+    assert isinstance(cfg, sections.RunConfig)
+    return cfg
+
+
+def _visit(boot: str = START, **more: Any) -> dict[str, Any]:
+    return {"round": 0, "boot": boot, "instances": ["on"], "dropped": False, "vulnerabilities": dict(VULNS),
+            "mitigation_log": list(LOG), **more}
+
+
+def test_a_host_boot_that_reports_what_the_references_did_drops_its_switch() -> None:
+    why = unchanged.why(_cfg(), [_visit()], NO_SSBD, _visit(NO_SSBD.boot))
+    assert why == ("the host reports the same vulnerabilities and boot-log mitigation lines as in the boot the run "
+                   "started in: spec_store_bypass_disable changes nothing on this host")
+
+
+@pytest.mark.parametrize(("visits", "stop", "now"), [
+    ([_visit()], NO_SSBD, _visit(NO_SSBD.boot, vulnerabilities={**VULNS, "spec_store_bypass": "Vulnerable"})),
+    ([_visit()], NO_SSBD, _visit(NO_SSBD.boot, mitigation_log=[*LOG, "Speculative Store Bypass: Vulnerable"])),
+    ([_visit()], NO_SSBD, _visit(NO_SSBD.boot, mitigation_log=None)),  # the log could not be read
+    ([_visit(mitigation_log=None)], NO_SSBD, _visit(NO_SSBD.boot, mitigation_log=None)),
+    ([_visit(vulnerabilities={})], NO_SSBD, _visit(NO_SSBD.boot, vulnerabilities={})),  # nothing reported
+    ([], NO_SSBD, _visit(NO_SSBD.boot)),  # no visit of the reference's host boot before it
+    ([_visit()], Stop(1, NO_SSBD.boot, NO_SSBD.instances), _visit(NO_SSBD.boot)),  # not its first round
+    ([_visit()], Stop(0, START, ("on",)), _visit()),  # the reference's own host boot
+    ([_visit()], Stop(0, "elsewhere", ("x",)), _visit("elsewhere")),  # no host switch's host boot
+], ids=["verdict", "log-line", "log-unread", "both-unread", "no-verdicts", "no-reference", "round-2", "reference",
+        "not-a-switch"])
+def test_any_difference_or_anything_unknown_keeps_it_measured(visits: list[dict[str, Any]], stop: Stop,
+                                                               now: dict[str, Any]) -> None:
+    assert unchanged.why(_cfg(), visits, stop, now) is None
+
+
+def test_the_kernel_logs_lines_are_those_of_the_guests_filter_without_stamps_or_the_command_line() -> None:
+    lines = ["[    0.000000] Command line: BOOT_IMAGE=/vmlinuz mitigations=off", "[    0.1] Spectre V2 : Vulnerable",
+             "[    0.2] e1000e: Intel(R) PRO/1000", "[    0.3] Kernel/User page tables isolation: enabled"]
+    assert kernel_log.mitigation_lines(lines) == ["Spectre V2 : Vulnerable",
+                                                  "Kernel/User page tables isolation: enabled"]
+
+
+def test_a_dropped_stop_is_not_booted_again(tmp_path: Path) -> None:
+    """v2off's instance dropped at its first host boot: its second round is passed over, and the run goes
+    from the first round's v2off straight to the second round's own boot, then is home already."""
+    (tmp_path / "skip").mkdir()
+    (tmp_path / "keep").mkdir()
+    world = World(tmp_path / "skip", toml=TOML)
+    world.skip = lambda stop: stop.boot == "v2off" and stop.round > 0
+    world.run()
+    assert [(m[0], m[1]) for m in world.measured] == [(0, ""), (0, "v2off"), (1, "")]
+    assert world.host.boots == 1 + 2
+    control = World(tmp_path / "keep", toml=TOML)  # the negative control: nothing dropped, every stop booted
+    control.run()
+    assert [(m[0], m[1]) for m in control.measured] == [(0, ""), (0, "v2off"), (1, "v2off"), (1, "")]
+    assert control.host.boots == 1 + 3
+
+
+def test_the_answer_says_a_dropped_host_switch_is_left_out_and_why(tmp_path: Path) -> None:
+    a = saturation.analyse(_both_sides(tmp_path, host_dropped=True))
+    assert not [f for f, where in a.under.items() if where == "records"], a.under  # no record refused
+    assert a.study is not None and "host:spectre_v2" not in a.study.switches
+    assert a.study.left_out["host:spectre_v2"] == ("dropped before it was measured: its host boot reported the "
+                                                   "same mitigations")
+    assert "host:spectre_v2: left out: dropped before it was measured" in report.text(a)
+
+
+def test_a_host_switch_dropped_after_it_was_measured_is_refused_as_a_contradiction(tmp_path: Path) -> None:
+    """A forged or damaged record: the switch's instance measured in every round, then said dropped in
+    the first. The reader refuses the record and says so; the switch stays in the answer."""
+    run = _both_sides(tmp_path)
+    run.append({"kind": "dropped", "instance": "host-no-spectre_v2", "iteration": 0, "reason": "forged"})
+    a = saturation.analyse(run)
+    assert any("was measured in iteration" in f and "after it was dropped" in f for f in a.under), a.under
+    assert a.study is not None and "host:spectre_v2" in a.study.switches and not a.study.left_out

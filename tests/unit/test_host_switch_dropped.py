@@ -18,6 +18,7 @@ from vmharness.experiment.hostboots import unchanged
 from vmharness.experiment.hostboots.plan import START, Stop
 from vmharness.host.inspect import kernel_log
 from vmharness.model import config, sections
+from vmharness.system.root import HostRoot
 
 VULNS = {"spectre_v2": "Mitigation: Retpolines", "spec_store_bypass": "Not affected"}
 LOG = ["Spectre V2 : Mitigation: Retpolines", "Speculative Store Bypass: Not affected"]
@@ -99,3 +100,14 @@ def test_a_host_switch_dropped_after_it_was_measured_is_refused_as_a_contradicti
     a = saturation.analyse(run)
     assert any("was measured in iteration" in f and "after it was dropped" in f for f in a.under), a.under
     assert a.study is not None and "host:spectre_v2" in a.study.switches and not a.study.left_out
+
+
+def test_the_hosts_log_is_read_on_the_live_host_alone_and_none_where_dmesg_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    live = HostRoot("/")
+    assert isinstance(kernel_log.host_mitigation_lines(live), list)  # this machine's own dmesg, really run
+    (tmp_path / "snap/proc").mkdir(parents=True)
+    (tmp_path / "snap/sys").mkdir()
+    assert kernel_log.host_mitigation_lines(HostRoot(tmp_path / "snap")) is None  # a snapshot: never "the same"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dmesg to run
+    assert kernel_log.host_mitigation_lines(live) is None

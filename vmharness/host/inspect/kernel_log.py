@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from vmharness.errors import HarnessError
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
 
@@ -29,7 +30,10 @@ def host_mitigation_lines(root: HostRoot) -> list[str] | None:
     or a fake, dmesg refused or gone. None is never "the same" as anything."""
     if not root.live:
         return None
-    res = proc.run(["dmesg"], timeout=TIMEOUT, check=False)
+    try:
+        res = proc.run(["dmesg"], timeout=TIMEOUT, check=False)
+    except HarnessError:  # not installed, or past its time
+        return None
     if not res.ok:
         return None
     return mitigation_lines(res.stdout.splitlines())

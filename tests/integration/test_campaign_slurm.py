@@ -1,8 +1,9 @@
 """Campaigns for real: loopback benches (nginx and wrk on this machine) as cells of a Slurm job array on a
 one-machine cluster (tests/slurm_cluster.py: four slurmd nodes, two pairs by feature), waited for and
 gathered; a cancelled job, a failed cell, `submit` again running only the cells without a complete run;
-the local backend's run of the same campaign giving the same cells in its table; and a repeated cell's
-runs spread over both pairs, one job array per pair."""
+the local backend's run of the same campaign giving the same cells in its table; a repeated cell's
+runs spread over both pairs, one job array per pair; and cells whose client is the allocation's second
+node, reached over ssh by the name Slurm gives it."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.integration.netns_host import netns_host
 from tests.slurm_cluster import Cluster, cluster, isolated
 from vmharness.system import proc
+from vmharness.system.machine import SSH_CONFIG_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -186,3 +189,37 @@ def test_repetitions_spread_over_two_pairs(slurm: Cluster, tmp_path: Path) -> No
         (c, ["pair1", "pair2"]) for c in sorted({r["cell"] for r in got.values()})]
     assert all("too few repetitions" in e["note"] for e in rep["pair_effects"])
     assert "node pairs controlled" in rep["notes"][0]
+
+
+def test_a_cells_client_is_the_second_node_slurm_gave_it(slurm: Cluster, tmp_path: Path) -> None:
+    """`client = "node"`: every [[client]] of a cell becomes the allocation's second node, reached by the
+    name Slurm gives it. Here node2 is also a network namespace with an sshd of its own
+    (tests/integration/netns_host.py: `Host node2` in the harness's ssh config, VMHARNESS_SSH_CONFIG, which
+    the job inherits from `submit`), so each cell's wrk runs there, over ssh, and loads the server on
+    node1 (this machine's root namespace) across a veth: the client's own sampler counts packets on its
+    side of the wire, and the record names node2 as the machine that loaded it."""
+    port = 18744
+    with netns_host("node2", 236) as node2:
+        text = campaign(port, "slurm").replace('client = "config"', 'client = "node"').replace(
+            f'listen = "127.0.0.1:{port}"', f'listen = "{node2.root_address}:{port}"').replace(
+            f'url = "http://127.0.0.1:{port}/"', f'url = "http://{node2.root_address}:{port}/"')
+        (tmp_path / "c.toml").write_text(text)
+        out = tmp_path / "node"
+        env = {**slurm.env, SSH_CONFIG_ENV: str(node2.ssh_config)}
+        res = proc.run([sys.executable, "-m", "vmharness.cli", "campaign", "submit", str(tmp_path / "c.toml"),
+                        "--out", str(out)], timeout=120, check=False, env=env)
+        assert res.ok, res.stderr
+        got = wait(slurm, out)
+        assert {r["state"] for r in got.values()} == {"done"} and len(got) == 2, (got, slurm.log())
+        assert all((r["server"], r["client"]) == ("node1", "node2") for r in got.values()), got
+    for cell in got:
+        allocated = (out / "cells" / cell / "config-allocated.toml").read_text()
+        assert 'host = "node2"' in allocated, allocated
+        records = [json.loads(line) for line in (out / "runs" / cell / "records.jsonl").read_text().splitlines()]
+        points = [r for r in records if r["kind"] == "measurement"]
+        assert points and all(r["ok"] for r in points), points
+        for point in points:
+            assert [d["machine"] for d in point["client"]["clients_detail"]] == ["node2"], point["client"]
+            assert point["samples"]["node2"]["net"][node2.interface]["tx_packets_per_s"] > 0, point["samples"]
+    rows = report(slurm, out)["rows"]
+    assert rows and all(r["requests_per_s"] for r in rows), rows

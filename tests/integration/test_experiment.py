@@ -6,6 +6,7 @@ journal, every tuned value back."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import statistics
@@ -244,10 +245,20 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     assert not pti_grew or ("; grew most per request: " in pti_line
                             and "syscall_enter_from_user_mode (kernel) +" in pti_line), pti_line
     assert grown or "\n  control: no function of the guest's kernel grew per request" in text
-    # a profiled point's rate against its instance's plain points at that count in its boot: beside the rig a
-    # clean clone's baseline read +41% against all boots' points (their interval ±100% of their mean), and
-    # beside a load (stress-ng --cpu 2) +112%: the boots differed by more than the profiler costs
-    assert all(-1 < p["profiling_cost"] < 1 for p in prof["instances"].values()), prof["instances"]
+    # the profiler's cost, a profiled point's rate against its instance's plain points at that count in its
+    # boot, is said for each; what bounds it here is the plain points' own spread. One plain point can be held
+    # up by the machine's other work more than the profiler holds its neighbour: in a clean clone of 8836078
+    # no-pti's only plain point of its first boot ran while the rig's L1 booted beside it (600 requests/s,
+    # its vCPU waiting 20% of the time for a CPU), its profiled point served 1,348 and its other boots'
+    # points 930-1,575, so the cost read +125%. So the profiled rate is held to the spread of the plain points
+    # over the four boots: below two thirds of the slowest, or above 1.5 times the fastest, it fails
+    for name, p in prof["instances"].items():
+        plain = [m["client"]["requests_per_s"] for m in points
+                 if m["instance"] == name and m["connections"] == prof["connections"]]
+        (profiled,) = [r["client"]["requests_per_s"] for r in got if r["kind"] == "profile" and r["instance"] == name]
+        print(f"{name}: profiled {profiled:.0f} requests/s, plain {sorted(round(v) for v in plain)}, "
+              f"profiling cost {p['profiling_cost']:+.1%}")
+        assert math.isfinite(p["profiling_cost"]) and min(plain) / 1.5 <= profiled <= 1.5 * max(plain), (name, plain)
     # each variant's differential flame graph against the reference: no-pti's, blue where its time shrank
     # (inline, as a data: URI: the page fetches nothing; the file beside it for search and zoom)
     page = (run / "report" / "report.html").read_text()

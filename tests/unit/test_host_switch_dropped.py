@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from tests.hostboot_kit import BootingHost
 from tests.unit.test_hostboot_engine import TOML, World
 from tests.unit.test_studies import _both_sides
 from vmharness.analysis import report, saturation
-from vmharness.experiment.hostboots import unchanged
+from vmharness.experiment import hostrun, runfolder, runner
+from vmharness.experiment.hostboots import plan, unchanged
 from vmharness.experiment.hostboots.plan import START, Stop
 from vmharness.host.inspect import kernel_log
 from vmharness.model import config, sections
@@ -111,3 +113,46 @@ def test_the_hosts_log_is_read_on_the_live_host_alone_and_none_where_dmesg_fails
     assert kernel_log.host_mitigation_lines(HostRoot(tmp_path / "snap")) is None  # a snapshot: never "the same"
     monkeypatch.setenv("PATH", str(tmp_path))  # no dmesg to run
     assert kernel_log.host_mitigation_lines(live) is None
+
+
+def test_the_run_drops_it_in_its_host_boot_once_without_booting_a_guest(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """hostrun's measure of each stop on a fake host (tests/hostboot_kit.py: spectre_v2's verdict follows
+    its command line; its kernel log given here): the reference's visit, then the unchanged switch's host
+    boot dropped with no runner started, said once even where the stop is measured again after a kill; the
+    switch that changes the verdict goes to the runner."""
+    (tmp_path / "c.toml").write_text('[guest]\naccel = "tcg"\n[sweep]\niterations = 1\n[[instance]]\nname = "on"\n'
+                                     '[study]\nhost_switches = ["spectre_v2", "spec_store_bypass_disable"]\n')
+    cfg = config.load_run(tmp_path / "c.toml")
+    (tmp_path / "host").mkdir()
+    host = BootingHost(tmp_path / "host")
+    run = runfolder.new_run(cfg, tmp_path / "run", {})
+    monkeypatch.setattr(kernel_log, "host_mitigation_lines", lambda _root: ["Spectre V2 : Mitigation: Retpolines"])
+    started: list[str] = []  # the host boot a runner was started in
+    boot = [""]
+
+    class Runner:  # the guests' boots are not what is tested here
+        def __init__(self, *_: Any, keep: Any) -> None:
+            started.append(boot[0])
+
+        def execute(self, keep_host: bool) -> dict[str, int]:
+            return {"ok": 1, "failed": 0}
+
+    monkeypatch.setattr(runner, "Runner", Runner)
+    tally = {"ok": 0, "failed": 0}
+    measure = hostrun.measure_with(cfg, run, host.root, lambda _: None, tally)
+    ref, v2, ssbd = plan.stops(cfg)
+    for stop in (ref, ssbd, ssbd):  # ssbd's twice: killed after it was dropped, then resumed in the same boot
+        host.boot(host.release, host.cmdline + ("" if stop is ref else " spec_store_bypass_disable=off"))
+        boot[0] = stop.boot
+        measure(stop)
+    assert started == [ref.boot]
+    drops = [(r["instance"], r["iteration"]) for r in run.records() if r["kind"] == "dropped"]
+    assert drops == [("host-no-spec_store_bypass_disable", 0)]
+    assert [(v["boot"], v["dropped"]) for v in run.manifest["host_boots"]] == [
+        ("", False), (ssbd.boot, True), (ssbd.boot, True)]
+    host.boot(host.release, host.cmdline + " spectre_v2=off")  # the verdict differs: measured
+    boot[0] = v2.boot
+    measure(v2)
+    assert started == [ref.boot, v2.boot] and tally["ok"] == 2
+    assert hostrun.dropped_stop(run)(ssbd) and not hostrun.dropped_stop(run)(v2)

@@ -117,7 +117,8 @@ def measure_with(cfg: RunConfig, run: RunDir, root: HostRoot, say: progress.Say,
             got = runner.Runner(cfg, run, root, say, keep=points_of(cfg, stop)).execute(keep_host=False)
             for k in tally:
                 tally[k] += got[k]
-        for name in stop.instances if dropped else ():
+        gone = bench_plan.dropped(run.records())  # a stop resumed after a kill may have dropped it already
+        for name in [n for n in stop.instances if n not in gone] if dropped else ():
             say(f"{stop.label}: {name} dropped before it is measured: {dropped}")
             run.append({"kind": "dropped", "instance": name, "iteration": stop.round, "reason": dropped})
         run.update_manifest(host_boots=[*visits, {

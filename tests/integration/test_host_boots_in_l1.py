@@ -151,7 +151,7 @@ def reset_by_someone_else(rig: Rig) -> str:
     return rig.boot_id()
 
 
-def test_a_run_goes_round_two_host_boots_of_l1_with_kexec_and_comes_home(l1_that_reboots: Rig) -> None:
+def test_a_host_study_goes_round_l1s_host_boots_through_a_kill_and_a_reset_and_comes_home(l1_that_reboots: Rig) -> None:
     """Once more on a fresh L1 only where L1 wedged (tests/rig/rig.Wedged: the rig under TCG, not the run),
     which is printed with L1's console; a second wedge, or any other failure, is the test's."""
     try:

@@ -148,6 +148,7 @@ def reset_by_someone_else(rig: Rig) -> str:
     before = rig.boot_id()
     qmp.reset(rig.files.qmp, timeout=30)
     rig.await_boot(before, BOOT_TIMEOUT)
+    qmp.reboot_ends_qemu(rig.files.qmp, timeout=30)
     return rig.boot_id()
 
 

@@ -52,11 +52,17 @@ def quit_qemu(path: Path, timeout: float) -> None:
 
 def reset(path: Path, timeout: float) -> None:
     """Reset the machine, as a watchdog or someone at its console would. The rig runs QEMU with
-    -no-reboot (a reboot ends it), so the reboot action is `reset` until QEMU has made this one (its
-    RESET event), then `shutdown` again: QEMU 7.2 reads the action when it makes the reset, not when it
-    is asked, and ended at once where the action was put back right after the request."""
+    -no-reboot (a reboot ends it), so the reboot action is `reset` from here on, until `reboot_ends_qemu`
+    is called once the machine has booted again: QEMU 7.2 ended instead of resetting where the action was
+    put back right after the request, and once where it was put back at its RESET event (a clean clone of
+    aecf8ba: L1's console showed no second boot), so the boot after the reset runs under `reset` whole."""
     with _session(path, timeout) as qmp:
         qmp.execute("set-action", {"reboot": "reset"})
         qmp.execute("system_reset")
         qmp.await_event("RESET")
+
+
+def reboot_ends_qemu(path: Path, timeout: float) -> None:
+    """The rig's own reboot action again: a reboot (a panic with panic=-1) ends QEMU."""
+    with _session(path, timeout) as qmp:
         qmp.execute("set-action", {"reboot": "shutdown"})

@@ -169,14 +169,20 @@ def test_a_host_study_goes_round_l1s_host_boots_through_a_kill_and_a_reset_and_c
 
 def go_round(rig: Rig) -> None:
     began = time.monotonic()
+
+    def at(what: str) -> None:  # the test's timeline, for where its minutes go (docs/testing.md)
+        print(f"[{time.monotonic() - began:4.0f} s] {what}")
     set_up(rig)
     font_list(rig, MPL)
+    at("set up")
     rig.put_file(CONFIG, config(rig).encode())
     first_boot, first_line = rig.boot_id(), proc_cmdline(rig)
     hold_the_next_switch(rig)
     pid = started(rig, vmharness(rig, "run", CONFIG, "--allow-host-reboot", "--out", RUN), f"{RUNS}/1.log")
     killed_at_the_switch(rig, pid, f"{RUNS}/1.log")
+    at("stock measured, the run killed at its kexec -e, host-restore done")
     reset_boot = reset_by_someone_else(rig)
+    at("L1 reset and booted again")
     assert proc_cmdline(rig) == first_line  # the boot it started in: not the one the run's state asks for
     set_up(rig)
     pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/1b.log")
@@ -184,20 +190,20 @@ def go_round(rig: Rig) -> None:
     second_boot, second_line = rig.boot_id(), proc_cmdline(rig)
     assert second_line == f"{first_line} spectre_v2=off", second_line
     spectre_v2 = rig.read_file("/sys/devices/system/cpu/vulnerabilities/spectre_v2").decode().strip()
-    print(f"L1 came back in {V2_OFF} {to_v2_off:.0f} s after the run resumed: spectre_v2: {spectre_v2}")
+    at(f"L1 came back in {V2_OFF} {to_v2_off:.0f} s after the run resumed: spectre_v2: {spectre_v2}")
 
     set_up(rig)
     pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/2.log")
     to_same = switched(rig, second_boot, pid, f"{RUNS}/2.log")
     third_boot, third_line = rig.boot_id(), proc_cmdline(rig)
     assert third_line == f"{first_line} {UNAFFECTED}=off", third_line
-    print(f"L1 came back in {SAME} {to_same:.0f} s after the resumed run started")
+    at(f"L1 came back in {SAME} {to_same:.0f} s after the resumed run started")
 
     set_up(rig)
     pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/3.log")
     home = switched(rig, third_boot, pid, f"{RUNS}/3.log")
     assert proc_cmdline(rig) == first_line
-    print(f"L1 came home {home:.0f} s after the resumed run started")
+    at(f"L1 came home {home:.0f} s after the resumed run started")
 
     set_up(rig)
     last = in_l1(rig, *vmharness(rig, "run", "--resume", RUN), timeout=1200, env={"MPLCONFIGDIR": MPL})
@@ -207,7 +213,7 @@ def go_round(rig: Rig) -> None:
     # the reset's boot, said and switched away from, never measured (the visits below)
     assert f"round 1: {V2_OFF}: the host is not in the host boot asked for: its command line is" in log, log
     assert f"round 1: {SAME}: {SAME} dropped before it is measured: the host reports the same" in log, log
-    print(f"three host boots and home in {time.monotonic() - began:.0f} s")
+    at("the run ended at home with its report: three host boots and home")
 
     manifest: dict[str, Any] = json.loads(rig.read_file(f"{RUN}/manifest.json"))
     assert manifest["host_boots_done"] is True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import Self
 
 from tests.rig import initramfs, kernel, kexec_tools, l0_trees, leftovers, topology
 from tests.rig.paths import REPO, cache_dir
-from tests.rig.qga import GuestAgent
+from tests.rig.qga import AgentError, GuestAgent
 from tests.rig.qmp import quit_qemu
 from vmharness.errors import HarnessError
 from vmharness.system.proc import Result, spawn, stop
@@ -43,9 +44,11 @@ done
 
 
 class RigError(HarnessError):
-    """The rig could not be started or used; `crashed`: QEMU was killed by a signal while L1 booted."""
+    """The rig could not be started or used; `crashed`: QEMU was killed by a signal while L1 booted;
+    `stalled`: L1's kernel reported a stalled CPU (STALL) and its agent did not answer (STALLED_BOOT)."""
 
     crashed = False
+    stalled = False
 
 
 class Wedged(RigError):
@@ -56,6 +59,13 @@ class Wedged(RigError):
 
 
 WEDGED = 300.0  # seconds of an unanswering agent, while L1 should be up or booting, taken as Wedged
+# A boot of L1 whose kernel said a CPU stalled (RCU's report) and whose agent has not answered this long
+# after QEMU started (10-21 s on a quiet machine) is given up and booted once more, not waited on for
+# the whole boot timeout: the clean clone of b9491eb (2026-11-30) had one such boot, CPU 1 halted with its
+# timer's wake-up never delivered under TCG ("rcu_preempt kthread timer wakeup didn't happen"), its console
+# repeating the report every 21 s until the 180 s ran out.
+STALL = "rcu: INFO: rcu_preempt detected stalls"
+STALLED_BOOT = 60.0
 
 
 @dataclass(frozen=True)
@@ -119,10 +129,11 @@ class Rig:
         try:
             return cls._boot(timeout, host_boots)
         except RigError as exc:
-            if not exc.crashed:
+            if not (exc.crashed or exc.stalled):
                 raise
             print(f"the rig: L1's first boot failed, booting it once more: {exc}".splitlines()[0], file=sys.stderr)
-            log.warning("L1's QEMU crashed during boot; booting once more:\n%s", exc)
+            log.warning("L1's first boot failed (%s); booting once more:\n%s",
+                        "QEMU crashed" if exc.crashed else "a CPU stalled", exc)
         return cls._boot(timeout, host_boots)
 
     @classmethod
@@ -169,12 +180,18 @@ class Rig:
         """Run argv in L1, chrooted into L0's root; stdout/stderr are decoded text.
         A non-zero exit raises only with `check`; running past `timeout` always raises."""
         self._require_running()
-        result = self.agent.exec(
-            list(argv),
-            env={**GUEST_ENV, **(env or {})},
-            timeout=timeout,
-            input=None if input is None else input.encode(),
-        )
+        try:
+            result = self.agent.exec(
+                list(argv),
+                env={**GUEST_ENV, **(env or {})},
+                timeout=timeout,
+                input=None if input is None else input.encode(),
+            )
+        except AgentError as exc:
+            # L1 silent or past the command's time: what its console said then is the only trace of why
+            # (a nested run's L1 went silent in host-prepare's hugepage write, docs/testing.md)
+            failure = self._failure(f"{exc.message} (running {shlex.join(argv)[:300]})")
+            raise AgentError(failure.message, failure.hint) from None
         if check and not result.ok:
             raise result.failure("in L1: ")
         return result
@@ -287,6 +304,12 @@ class Rig:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._failure(f"the guest agent in L1 did not answer within {timeout:g} s")
+            waited = timeout - remaining
+            if waited > STALLED_BOOT and STALL in self.console_tail(lines=1000):
+                failure = self._failure(f"L1's kernel reported a stalled CPU and its agent did not answer "
+                                        f"within {waited:.0f} s")
+                failure.stalled = True
+                raise failure
             try:
                 # Short tries: an unanswered sync only leaves a stale reply to skip.
                 self.agent.sync(timeout=min(remaining, 0.5))

@@ -19,6 +19,7 @@ import pytest
 from tests.rig import rig as rig_module
 from tests.rig import topology
 from tests.rig.qga import AgentError, GuestAgent
+from vmharness.system.proc import Result
 
 
 @contextmanager
@@ -137,3 +138,86 @@ def test_an_agent_that_goes_quiet_under_going_decides_nothing_but_a_run_that_end
         qemu.kill()
         qemu.wait()
         rig._stopped = True
+
+
+class _SilentExec(_Answering):
+    def exec(self, argv: list[str], *, env: dict[str, str], timeout: float, input: bytes | None = None) -> None:
+        raise AgentError("the guest agent did not answer guest-exec-status within 300 s")
+
+
+@pytest.mark.parametrize("silent", [True, False], ids=["silent", "answering"])
+def test_a_command_whose_agent_goes_silent_fails_with_l1s_console(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, silent: bool) -> None:
+    """Rig.run: an agent that stops answering mid-command fails as an AgentError that carries the
+    command and L1's console tail, and the whole console is kept: the only trace of why L1 went quiet
+    (a nested run's host-prepare, docs/testing.md). An answering agent gives its result, no console."""
+    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path / "kept")
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "console.log").write_text("[  812.5] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!\n")
+    qemu = subprocess.Popen(["sleep", "60"])
+    try:
+        rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
+
+        class _Done(_Answering):
+            def exec(self, argv: list[str], **_: object) -> object:
+                return Result(tuple(argv), 0, "ok\n", "")
+        rig.agent = _SilentExec() if silent else _Done()  # type: ignore[assignment]
+        if silent:
+            said = r"(?s)within 300 s \(running vmharness host-prepare.*soft lockup"
+            with pytest.raises(AgentError, match=said) as exc:
+                rig.run(["vmharness", "host-prepare", "--hugepages", "384M"], timeout=600)
+            assert "last-failed-console.log" in exc.value.hint
+            assert "soft lockup" in (tmp_path / "kept" / "last-failed-console.log").read_text()
+        else:
+            assert rig.run(["true"], timeout=60).stdout == "ok\n"
+            assert not (tmp_path / "kept" / "last-failed-console.log").exists()
+    finally:
+        qemu.kill()
+        qemu.wait()
+        rig._stopped = True
+
+
+class _NeverSyncs(_Unanswered):
+    def connect(self, timeout: float) -> None:
+        pass
+
+
+@pytest.mark.parametrize("console", ["stalled", "booting"])
+def test_a_boot_whose_kernel_reports_a_stalled_cpu_is_given_up_early_and_booted_once_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, console: str) -> None:
+    """An L1 boot whose console has RCU's stall report and whose agent stays silent past STALLED_BOOT is
+    a `stalled` failure, long before the boot's timeout, and Rig.start boots once more (once); a boot
+    without the report waits for its whole timeout and is not booted again."""
+    monkeypatch.setattr(rig_module, "STALLED_BOOT", 0.5)
+    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path)
+    said = (f"[   24.578579] {rig_module.STALL} on CPUs/tasks:\n" if console == "stalled"
+            else "[    6.645502] Run /init as init process\n")
+    (tmp_path / "console.log").write_text(said)
+    qemu = subprocess.Popen(["sleep", "60"])
+    try:
+        rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
+        rig.agent = _NeverSyncs()  # type: ignore[assignment]
+        began = time.monotonic()
+        with pytest.raises(rig_module.RigError) as exc:
+            rig._wait_for_agent(began + 5.0, 5.0)
+        assert exc.value.stalled is (console == "stalled")
+        assert (time.monotonic() - began < 4.0) is (console == "stalled")
+    finally:
+        qemu.kill()
+        qemu.wait()
+        rig._stopped = True
+
+    boots: list[str] = []
+
+    def boot(timeout: float, host_boots: bool) -> str:
+        boots.append("boot")
+        if len(boots) == 1 or console == "booting":
+            raise exc.value
+        return "the second boot"
+    monkeypatch.setattr(rig_module.Rig, "_boot", boot)
+    if console == "stalled":
+        assert str(rig_module.Rig.start(timeout=5.0)) == "the second boot" and len(boots) == 2
+    else:
+        with pytest.raises(rig_module.RigError, match="did not answer within 5 s"):
+            rig_module.Rig.start(timeout=5.0)
+        assert len(boots) == 1

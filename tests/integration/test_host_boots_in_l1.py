@@ -6,12 +6,12 @@ boots: tests/rig/topology.py PERSIST_TAG).
 An attribution study of two host switches, one round: the reference `stock` measures an L2 under KVM in
 the boot L1 started in; `spectre_v2` turned off on L1's command line is a host boot of the same kernel,
 measuring an L2 in it; `spec_store_bypass_disable` turned off is a host boot whose L1 reports what the
-reference's did (L1's CPU is not affected: "Not affected" either way, no boot-log line), so its switch
-is dropped there, unmeasured; then home, to the boot L1 started in. L1 has no systemd, so after each
-boot the test does what docs/run.md says to do there: it runs `vmharness run --resume RUN_DIR` (after
-what L1's boot emptied is set up again: libvirt's settings, tun, kvm_amd). At the end L1 is in a boot
-with the command line it started with, and nothing of the run is left: no state file, no journal, no
-kernel loaded for kexec.
+reference's did (L1's CPU has no SSBD to turn on: under QEMU 10.0's `-cpu max` "Vulnerable" either way,
+under 7.2's "Not affected"; tests/rig/topology.l1_qemu), so its switch is dropped there, unmeasured;
+then home, to the boot L1 started in. L1 has no systemd, so after each boot the test does what
+docs/run.md says to do there: it runs `vmharness run --resume RUN_DIR` (after what L1's boot emptied is
+set up again: libvirt's settings, tun, kvm_amd). At the end L1 is in a boot with the command line it
+started with, and nothing of the run is left: no state file, no journal, no kernel loaded for kexec.
 
 On the way to the second host boot, two things go wrong on purpose. The run is SIGKILLed between its
 `kexec -l` and its `kexec -e` (L1's kexec holds the first `-e` until then: `hold_the_next_switch`):
@@ -45,7 +45,7 @@ STATE = "/var/lib/vmharness/hostboots/state.json"
 JOURNAL = "/run/vmharness/journal.jsonl"
 HOLD, HELD = "/run/rig-hold-kexec-e", "/run/rig-kexec-e-held"  # hold_the_next_switch's two marks
 L2_MIB = 384
-V2_OFF, UNAFFECTED = "host-no-spectre_v2", "spec_store_bypass_disable"  # L1's CPU is not affected by the second
+V2_OFF, UNAFFECTED = "host-no-spectre_v2", "spec_store_bypass_disable"  # the second changes nothing in L1
 SAME = f"host-no-{UNAFFECTED}"
 SWITCH = 900.0  # seconds from a command's start to L1's next boot: an L2 booted and measured, then kexec
 

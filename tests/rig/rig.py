@@ -45,7 +45,7 @@ done
 
 class RigError(HarnessError):
     """The rig could not be started or used; `crashed`: QEMU was killed by a signal while L1 booted;
-    `stalled`: L1's kernel reported a stalled CPU (STALL) and its agent did not answer (STALLED_BOOT)."""
+    `stalled`: L1's kernel reported a stalled CPU or task (STALLS) and its agent did not answer (STALLED_BOOT)."""
 
     crashed = False
     stalled = False
@@ -63,8 +63,10 @@ WEDGED = 300.0  # seconds of an unanswering agent, while L1 should be up or boot
 # after QEMU started (10-21 s on a quiet machine) is given up and booted once more, not waited on for
 # the whole boot timeout: the clean clone of b9491eb (2026-11-30) had one such boot, CPU 1 halted with its
 # timer's wake-up never delivered under TCG ("rcu_preempt kthread timer wakeup didn't happen"), its console
-# repeating the report every 21 s until the 180 s ran out.
-STALL = "rcu: INFO: rcu_preempt detected stalls"
+# repeating the report every 21 s until the 180 s ran out. The kernel's hung-task report is the same
+# verdict: a probe's boot of L1 under QEMU 10.0 (2026-12-01) printed a task's stack, in finit_module,
+# at 243 s and never answered.
+STALLS = ("rcu: INFO: rcu_preempt detected stalls", "blocked for more than")
 STALLED_BOOT = 60.0
 
 
@@ -165,7 +167,7 @@ class Rig:
             rig.stop()
             raise
         rig.boot_seconds = time.monotonic() - began
-        log.info("L1 is up after %.1f s (QEMU pid %d)", rig.boot_seconds, qemu.pid)
+        log.info("L1 is up after %.1f s (%s, pid %d)", rig.boot_seconds, argv[0], qemu.pid)
         return rig
 
     def run(
@@ -305,8 +307,8 @@ class Rig:
             if remaining <= 0:
                 raise self._failure(f"the guest agent in L1 did not answer within {timeout:g} s")
             waited = timeout - remaining
-            if waited > STALLED_BOOT and STALL in self.console_tail(lines=1000):
-                failure = self._failure(f"L1's kernel reported a stalled CPU and its agent did not answer "
+            if waited > STALLED_BOOT and any(said in self.console_tail(lines=1000) for said in STALLS):
+                failure = self._failure(f"L1's kernel reported a stalled CPU or task and its agent did not answer "
                                         f"within {waited:.0f} s")
                 failure.stalled = True
                 raise failure

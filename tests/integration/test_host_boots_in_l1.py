@@ -32,7 +32,7 @@ import pytest
 from tests.integration.conftest import BOOT_TIMEOUT
 from tests.integration.test_run_nested import font_list, in_l1, libvirt_in_l1, read_json_lines
 from tests.rig import Rig, l2root, qmp
-from tests.rig.rig import Wedged
+from tests.rig.failures import Wedged
 from vmharness.errors import HarnessError
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm, pytest.mark.slow]
@@ -153,7 +153,7 @@ def reset_by_someone_else(rig: Rig) -> str:
 
 
 def test_a_host_study_goes_round_l1s_host_boots_through_a_kill_and_a_reset_and_comes_home(l1_that_reboots: Rig) -> None:
-    """Once more on a fresh L1 only where L1 wedged (tests/rig/rig.Wedged: the rig under TCG, not the run),
+    """Once more on a fresh L1 only where L1 wedged (tests/rig/failures.Wedged: the rig under TCG, not the run),
     which is printed with L1's console; a second wedge, or any other failure, is the test's."""
     try:
         go_round(l1_that_reboots)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.rig import cpio, initramfs
-from tests.rig.paths import cache_dir
-from tests.rig.rig import Rig, RigError
+from tests.rig.failures import RigError, described
+from tests.rig.rig import Rig
 from vmharness.errors import HarnessError
 
 log = logging.getLogger("tests.rig.l2")
@@ -32,7 +32,6 @@ self-tests, the read-only remapping with its W+X check, and mitigation setup: ab
 sixth of L2's boot, and nothing this throwaway guest needs."""
 FIRST_SLOT = 2
 """The first passed-through function is at 0000:00:02.0 in L2, the next at 03.0, ..."""
-CONSOLE_LINES = 30
 GRACE = 30.0  # beyond `timeout`: QEMU's own `timeout` in L1 fires first, then rig.run's
 
 _RUN = 'exec "$@" 2>"$L2_STDERR"'
@@ -227,13 +226,5 @@ def _reap(rig: Rig, run_dir: str) -> None:
 
 
 def _failure(what: str, console: str, stderr: str) -> L2Error:
-    tail = "\n".join(console.splitlines()[-CONSOLE_LINES:]) or "(no console output)"
-    parts = [what, f"--- last {CONSOLE_LINES} lines of L2's console ---", tail]
-    parts += ["--- L2 QEMU's stderr ---", stderr.strip()[-3000:] or "(empty)"]
-    kept = cache_dir() / "last-failed-l2-console.log"
-    try:
-        if console:
-            kept.write_text(console)
-    except OSError:
-        return L2Error("\n".join(parts))
-    return L2Error("\n".join(parts), f"the whole console is kept in {kept}" if console else "")
+    extra = [("L2 QEMU's stderr", stderr.strip()[-3000:] or "(empty)")]
+    return L2Error(*described(what, "L2", console, extra, "last-failed-l2-console.log"))

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Self
 
 from tests.rig import initramfs, kernel, kexec_tools, l0_trees, leftovers, topology
+from tests.rig.failures import CONSOLE_LINES, STALLED_BOOT, STALLS, WEDGED, RigError, Wedged, described
 from tests.rig.paths import REPO, cache_dir
 from tests.rig.qga import AgentError, GuestAgent
 from tests.rig.qmp import quit_qemu
@@ -33,8 +34,6 @@ GUEST_ENV = {
 }
 """The environment of every command run in L1; `env=` entries are added on top."""
 
-CONSOLE_LINES = 30
-
 _DISCOVER = r"""
 for d in /sys/class/net/*; do
     [ -e "$d/device" ] || continue
@@ -43,31 +42,6 @@ done
 """
 
 
-class RigError(HarnessError):
-    """The rig could not be started or used; `crashed`: QEMU was killed by a signal while L1 booted;
-    `stalled`: L1's kernel reported a stalled CPU or task (STALLS) and its agent did not answer (STALLED_BOOT)."""
-
-    crashed = False
-    stalled = False
-
-
-class Wedged(RigError):
-    """L1's agent stopped answering while its QEMU ran on and no new boot came. Seen under TCG while an L2
-    ran under KVM in an L1 that may kexec: two in four whole runs of test_host_boots_in_l1.py on
-    2026-11-30, L1's QEMU at 170% of the two cores, its console silent, L1's run stopped between two of
-    its progress lines (docs/testing.md). The cause is not found; a test may start again on a fresh L1."""
-
-
-WEDGED = 300.0  # seconds of an unanswering agent, while L1 should be up or booting, taken as Wedged
-# A boot of L1 whose kernel said a CPU stalled (RCU's report) and whose agent has not answered this long
-# after QEMU started (10-21 s on a quiet machine) is given up and booted once more, not waited on for
-# the whole boot timeout: the clean clone of b9491eb (2026-11-30) had one such boot, CPU 1 halted with its
-# timer's wake-up never delivered under TCG ("rcu_preempt kthread timer wakeup didn't happen"), its console
-# repeating the report every 21 s until the 180 s ran out. The kernel's hung-task report is the same
-# verdict: a probe's boot of L1 under QEMU 10.0 (2026-12-01) printed a task's stack, in finit_module,
-# at 243 s and never answered.
-STALLS = ("rcu: INFO: rcu_preempt detected stalls", "blocked for more than")
-STALLED_BOOT = 60.0
 
 
 @dataclass(frozen=True)
@@ -338,16 +312,13 @@ class Rig:
             raise self._failure(f"nic0 {self.nic0.bdf} shares a bus with nic1 {one}")
 
     def _failure(self, what: str) -> RigError:
-        parts = [what, f"--- last {CONSOLE_LINES} lines of L1's console ---", self.console_tail()]
         try:
             qemu_out = self.files.qemu_log.read_text(errors="replace").strip()
         except OSError:
             qemu_out = ""
-        if qemu_out:
-            parts += ["--- QEMU's own output ---", qemu_out[-3000:]]
-        kept = cache_dir() / "last-failed-console.log"
         try:
-            shutil.copyfile(self.files.console, kept)
+            console = self.files.console.read_text(errors="replace")
         except OSError:
-            return RigError("\n".join(parts))
-        return RigError("\n".join(parts), f"the whole console is kept in {kept}")
+            console = ""
+        extra = [("QEMU's own output", qemu_out[-3000:])] if qemu_out else []
+        return RigError(*described(what, "L1", console, extra, "last-failed-console.log"))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.rig import failures, topology
 from tests.rig import rig as rig_module
-from tests.rig import topology
 from tests.rig.qga import AgentError, GuestAgent
 from vmharness.system.proc import Result
 
@@ -89,7 +89,7 @@ def test_an_l1_whose_agent_stays_silent_is_wedged_and_one_that_answers_is_not(
     """await_boot: an agent silent for WEDGED seconds while QEMU runs is Wedged (said with L1's console),
     long before the boot's own timeout; one that answers from the same boot runs into that timeout."""
     monkeypatch.setattr(rig_module, "WEDGED", 1.0)
-    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
     (tmp_path / "console.log").write_text("[   18.99] hrtimer: interrupt took 13725530 ns\n")
     qemu = subprocess.Popen(["sleep", "60"])
     try:
@@ -98,12 +98,12 @@ def test_an_l1_whose_agent_stays_silent_is_wedged_and_one_that_answers_is_not(
         monkeypatch.setattr(rig, "boot_id", lambda timeout=60.0: "the same boot")
         began = time.monotonic()
         if silent:
-            with pytest.raises(rig_module.Wedged, match=r"(?s)not answered for 1 s.*hrtimer"):
+            with pytest.raises(failures.Wedged, match=r"(?s)not answered for 1 s.*hrtimer"):
                 rig.await_boot("the same boot", timeout=4.0)
         else:
-            with pytest.raises(rig_module.RigError, match="did not boot again within 4 s") as exc:
+            with pytest.raises(failures.RigError, match="did not boot again within 4 s") as exc:
                 rig.await_boot("the same boot", timeout=4.0)
-            assert not isinstance(exc.value, rig_module.Wedged)
+            assert not isinstance(exc.value, failures.Wedged)
         assert time.monotonic() - began < 30
     finally:
         qemu.kill()
@@ -117,7 +117,7 @@ def test_an_agent_that_goes_quiet_under_going_decides_nothing_but_a_run_that_end
     """await_boot: kexec can come between the boot id and `going`'s own question, whose agent then does
     not answer: that is not the run's end, and the next round finds the new boot. `going`'s
     AssertionError (the run ended without a reboot) still ends the wait."""
-    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
     qemu = subprocess.Popen(["sleep", "60"])
     boots = iter(["the same boot", "the same boot", "a new boot"])
     try:
@@ -151,7 +151,7 @@ def test_a_command_whose_agent_goes_silent_fails_with_l1s_console(
     """Rig.run: an agent that stops answering mid-command fails as an AgentError that carries the
     command and L1's console tail, and the whole console is kept: the only trace of why L1 went quiet
     (a nested run's host-prepare, docs/testing.md). An answering agent gives its result, no console."""
-    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path / "kept")
+    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path / "kept")
     (tmp_path / "kept").mkdir()
     (tmp_path / "console.log").write_text("[  812.5] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!\n")
     qemu = subprocess.Popen(["sleep", "60"])
@@ -189,7 +189,7 @@ def test_a_boot_whose_kernel_reports_a_stall_is_given_up_early_and_booted_once_m
     silent past STALLED_BOOT is a `stalled` failure, long before the boot's timeout, and Rig.start boots
     once more (once); a boot without either report waits for its whole timeout and is not booted again."""
     monkeypatch.setattr(rig_module, "STALLED_BOOT", 0.5)
-    monkeypatch.setattr(rig_module, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
     said = {"stalled": "[   24.578579] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n",
             "hung": "[  242.912105] INFO: task modprobe:97 blocked for more than 120 seconds.\n",
             "booting": "[    6.645502] Run /init as init process\n"}[console]
@@ -199,7 +199,7 @@ def test_a_boot_whose_kernel_reports_a_stall_is_given_up_early_and_booted_once_m
         rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
         rig.agent = _NeverSyncs()  # type: ignore[assignment]
         began = time.monotonic()
-        with pytest.raises(rig_module.RigError) as exc:
+        with pytest.raises(failures.RigError) as exc:
             rig._wait_for_agent(began + 5.0, 5.0)
         assert exc.value.stalled is (console != "booting")
         assert (time.monotonic() - began < 4.0) is (console != "booting")
@@ -219,6 +219,6 @@ def test_a_boot_whose_kernel_reports_a_stall_is_given_up_early_and_booted_once_m
     if console != "booting":
         assert str(rig_module.Rig.start(timeout=5.0)) == "the second boot" and len(boots) == 2
     else:
-        with pytest.raises(rig_module.RigError, match="did not answer within 5 s"):
+        with pytest.raises(failures.RigError, match="did not answer within 5 s"):
             rig_module.Rig.start(timeout=5.0)
         assert len(boots) == 1

@@ -1,0 +1,56 @@
+"""What a failed L1 or L2 is, and what its error says: the console's last lines, QEMU's own output,
+and the whole console kept in the rig's cache (the next run overwrites it) for whoever reads the log."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tests.rig.paths import cache_dir
+from vmharness.errors import HarnessError
+
+CONSOLE_LINES = 30
+
+
+class RigError(HarnessError):
+    """The rig could not be started or used; `crashed`: QEMU was killed by a signal while L1 booted;
+    `stalled`: L1's kernel reported a stalled CPU or task (STALLS) and its agent did not answer (STALLED_BOOT)."""
+
+    crashed = False
+    stalled = False
+
+
+class Wedged(RigError):
+    """L1's agent stopped answering while its QEMU ran on and no new boot came. Seen under TCG while an L2
+    ran under KVM in an L1 that may kexec: two in four whole runs of test_host_boots_in_l1.py on
+    2026-11-30, L1's QEMU at 170% of the two cores, its console silent, L1's run stopped between two of
+    its progress lines (docs/testing.md). The cause is not found; a test may start again on a fresh L1."""
+
+
+WEDGED = 300.0  # seconds of an unanswering agent, while L1 should be up or booting, taken as Wedged
+# A boot of L1 whose kernel said a CPU stalled (RCU's report) and whose agent has not answered this long
+# after QEMU started (10-21 s on a quiet machine) is given up and booted once more, not waited on for
+# the whole boot timeout: the clean clone of b9491eb (2026-11-30) had one such boot, CPU 1 halted with its
+# timer's wake-up never delivered under TCG ("rcu_preempt kthread timer wakeup didn't happen"), its console
+# repeating the report every 21 s until the 180 s ran out. The kernel's hung-task report is the same
+# verdict: a probe's boot of L1 under QEMU 10.0 (2026-12-01) printed a task's stack, in finit_module,
+# at 243 s and never answered.
+STALLS = ("rcu: INFO: rcu_preempt detected stalls", "blocked for more than")
+STALLED_BOOT = 60.0
+
+
+def described(what: str, machine: str, console: str, extra: Sequence[tuple[str, str]], keep_as: str) -> tuple[str, str]:
+    """The message and hint of `machine`'s failure: `what`, its console's last CONSOLE_LINES lines and each
+    (title, text) of `extra`; the whole console is written to the rig's cache as `keep_as` (the hint says
+    where), unless it is empty or cannot be written."""
+    tail = "\n".join(console.splitlines()[-CONSOLE_LINES:]) or "(no console output)"
+    parts = [what, f"--- last {CONSOLE_LINES} lines of {machine}'s console ---", tail]
+    for title, text in extra:
+        parts += [f"--- {title} ---", text]
+    if not console:
+        return "\n".join(parts), ""
+    kept = cache_dir() / keep_as
+    try:
+        kept.write_text(console)
+    except OSError:
+        return "\n".join(parts), ""
+    return "\n".join(parts), f"the whole console is kept in {kept}"

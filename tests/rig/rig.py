@@ -42,8 +42,6 @@ done
 """
 
 
-
-
 @dataclass(frozen=True)
 class Nic:
     name: str  # nic0 ... nic3: the QEMU device id

@@ -7,14 +7,12 @@ evaluation is made of: guest kernels and their command lines."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_experiment import assert_nothing_left
-from vmharness.system import proc
+from tests.integration.test_experiment import assert_nothing_left, vmh
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
@@ -50,10 +48,6 @@ key = "instance.0.cmdline"
 values = ["pti=on", "pti=off"]
 names = ["pti-on", "pti-off"]
 """
-
-
-def vmh(*args: str) -> proc.Result:
-    return proc.run([sys.executable, "-m", "vmharness.cli", *args], timeout=1500, check=False)
 
 
 def test_two_run_cells_boot_their_guests_and_are_gathered_into_one_table(daemon: None, tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ WEDGED = 300.0  # seconds of an unanswering agent, while L1 should be up or boot
 # timer's wake-up never delivered under TCG ("rcu_preempt kthread timer wakeup didn't happen"), its console
 # repeating the report every 21 s until the 180 s ran out. The kernel's hung-task report is the same
 # verdict: a probe's boot of L1 under QEMU 10.0 (2026-12-01) printed a task's stack, in finit_module,
-# at 243 s and never answered.
+# at 243 s and never answered (which report printed it is not known: its console was not kept).
 STALLS = ("rcu: INFO: rcu_preempt detected stalls", "blocked for more than")
 STALLED_BOOT = 60.0
 

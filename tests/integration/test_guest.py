@@ -157,7 +157,8 @@ def test_qemu_killed_mid_boot_leaves_nothing(built: image.Image) -> None:
     _, err = p.communicate(timeout=120)
     text = err.decode()
     assert p.returncode == 2, text
-    assert "error: the guest stopped while booting" in text
+    assert "error: the guest stopped while booting (libvirt: its QEMU ended unexpectedly" in text
+    assert "its QEMU's log ends with:" in text and "reason=crashed" in text, text
     assert "Traceback" not in text
     assert_nothing_left("ikill")
 

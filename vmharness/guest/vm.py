@@ -37,8 +37,8 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
     looked = started
     while time.monotonic() - started < timeout:
         if not dom.isActive():
-            raise HarnessError("the guest stopped while booting; its console ends with:\n"
-                               + _indent(console_tail(log, machine)),
+            raise HarnessError(f"the guest stopped while booting ({_why_stopped(dom)}); its console ends with:\n"
+                               + _indent(console_tail(log, machine)) + _qemu_log_tail(dom, machine),
                                "check the kernel and cmdline; the whole console log is " + log)
         if agent.ping(dom, timeout=3):
             return time.monotonic() - started
@@ -54,6 +54,43 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
     raise HarnessError(f"the guest agent did not answer within {timeout:g} s; the console ends with:\n"
                        + _indent(console_tail(log, machine)),
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
+
+
+# libvirt's reason for a domain it has stopped. Every lifecycle event of the harness's domains is
+# "destroy" (domain.py), so a guest that resets (a reboot, a panic with panic=N, a triple fault) is
+# stopped too, as libvirt reports it: "shutdown" through QEMU's -no-reboot, "destroyed" where libvirt
+# handles the reset itself.
+_SHUTOFF = {
+    libvirt.VIR_DOMAIN_SHUTOFF_SHUTDOWN: "libvirt: shut down, by the guest's power-off or reset",
+    libvirt.VIR_DOMAIN_SHUTOFF_DESTROYED: "libvirt: destroyed, on the guest's reset or from outside",
+    libvirt.VIR_DOMAIN_SHUTOFF_CRASHED: "libvirt: its QEMU ended unexpectedly (killed, or crashed)",
+    libvirt.VIR_DOMAIN_SHUTOFF_FAILED: "libvirt: its QEMU failed to start",
+    libvirt.VIR_DOMAIN_SHUTOFF_DAEMON: "libvirt: stopped by the daemon",
+}
+
+
+def _why_stopped(dom: libvirt.virDomain) -> str:
+    try:
+        state, reason = dom.state()
+    except libvirt.libvirtError as exc:
+        return f"libvirt did not say why: {str(exc).strip()}"
+    if state != libvirt.VIR_DOMAIN_SHUTOFF:
+        return f"libvirt: state {state}, reason {reason}"
+    return _SHUTOFF.get(reason, f"libvirt: shut off, reason {reason}")
+
+
+# Where libvirt's system daemon keeps each domain's QEMU log: what QEMU printed to its stderr, and the
+# daemon's line on why it stopped it ("shutting down, reason=..."; "terminating on signal ...").
+QEMU_LOGS = "/var/log/libvirt/qemu"
+
+
+def _qemu_log_tail(dom: libvirt.virDomain, machine: Machine, lines: int = 6) -> str:
+    """The log's last lines past the QEMU command line libvirt wrote at the start (its lines end in a
+    backslash, the last one is `-msg ...`)."""
+    res = machine.run(["tail", "-n", "40", f"{QEMU_LOGS}/{dom.name()}.log"], timeout=30, check=False)
+    said = [line[:300] for line in res.stdout.replace("\r", "").splitlines()
+            if line.strip() and not line.endswith("\\") and not line.startswith("-")] if res.ok else []
+    return "\nits QEMU's log ends with:\n" + _indent("\n".join(said[-lines:])) if said else ""
 
 
 def _indent(text: str) -> str:

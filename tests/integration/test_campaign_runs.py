@@ -1,8 +1,14 @@
-"""A campaign of whole runs for real: `command = "run"` on the local backend, two cells that differ in the
-guest's command line (pti forced on, and off), each the real `vmharness run` booting its guest under
-libvirt (TCG) into a run folder of its own; then `campaign status` and `campaign report` over them. What
-the Slurm tests (test_campaign_slurm.py) show for loopback benches, shown here for the cells a lab's
-evaluation is made of: guest kernels and their command lines."""
+"""A campaign of whole runs for real, on Slurm: `command = "run"`, two cells that differ in the guest's
+command line (pti forced on, and off), queued as one job array on the one-machine cluster of
+tests/slurm_cluster.py, each element the real `vmharness run` booting its guest under libvirt (TCG) into a
+run folder of its own; then `campaign status` and `campaign report` over them. What test_campaign_slurm.py
+shows for loopback benches, shown here for the cells a lab's evaluation is made of: guest kernels and
+their command lines.
+
+The cluster's nodes are this machine, and their jobs share its libvirtd: the campaign asks for `pair1`
+(node1 and node2), whose elements each hold both nodes whole, so the two runs boot their guests one after
+the other, as they would on one real pair. The local backend runs cells through the same code
+(campaign/runner.py `run_cell`), which test_campaign_slurm.py runs locally with bench cells."""
 
 from __future__ import annotations
 
@@ -12,13 +18,19 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_experiment import assert_nothing_left, vmh
+from tests.integration.test_campaign_slurm import cli, report, wait
+from tests.integration.test_experiment import assert_nothing_left
+from tests.slurm_cluster import cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
 CAMPAIGN = """[campaign]
 command = "run"
-backend = "local"
+backend = "slurm"
+
+[slurm]
+client = "config"
+constraint = "pair1"
 
 [base.guest]
 vcpus = 1
@@ -50,16 +62,24 @@ names = ["pti-on", "pti-off"]
 """
 
 
-def test_two_run_cells_boot_their_guests_and_are_gathered_into_one_table(daemon: None, tmp_path: Path) -> None:
+def test_two_run_cells_on_slurm_boot_their_guests_and_are_gathered_into_one_table(daemon: None, tmp_path: Path) -> None:
     spec = tmp_path / "kernels.toml"
     spec.write_text(CAMPAIGN)
     out = tmp_path / "campaign"
-    submitted = vmh("campaign", "submit", str(spec), "--out", str(out))
-    print(submitted.stdout[-3000:], submitted.stderr[-3000:], sep="\n")
-    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    cells = ["0000-cmdline-pti-on", "0001-cmdline-pti-off"]
+    with cluster(tmp_path / "slurm") as slurm:
+        submitted = cli(slurm, "submit", str(spec), "--out", str(out))
+        assert submitted.returncode == 0 and "submitted job" in submitted.stdout, submitted.stderr[-3000:]
+        got = wait(slurm, out, timeout=900)
+        logs = "\n".join((out / "cells" / c / "log.txt").read_text(errors="replace")[-2000:]
+                         for c in cells if (out / "cells" / c / "log.txt").exists())
+        assert {r["state"] for r in got.values()} == {"done"}, (got, slurm.log(), logs)
+        assert all((r["server"], r["client"]) == ("node1", "node2") for r in got.values()), got
+        assert sorted(got) == cells
+        rows = {r["run"]: r for r in report(slurm, out)["rows"]}
+        text = cli(slurm, "report", str(out))
     assert_nothing_left()
 
-    cells = ["0000-cmdline-pti-on", "0001-cmdline-pti-off"]
     for cell, line in zip(cells, ("pti=on", "pti=off"), strict=True):
         run = out / "runs" / cell
         manifest: dict[str, Any] = json.loads((run / "manifest.json").read_text())
@@ -71,14 +91,9 @@ def test_two_run_cells_boot_their_guests_and_are_gathered_into_one_table(daemon:
         assert [(r["instance"], r["connections"], r["ok"]) for r in measured] == [("nginx", 4, True)], measured
         assert measured[0]["client"]["requests"] > 0
         assert (run / "report" / "report.txt").exists()
+        nodes = json.loads((out / "cells" / cell / "nodes.json").read_text())
+        assert (nodes["server"], nodes["client"]) == ("node1", "node2") and nodes["job"], nodes
 
-    status = vmh("campaign", "status", str(out), "--json")
-    assert status.returncode == 0, status.stderr
-    assert {r["run"]: r["state"] for r in json.loads(status.stdout)["cells"]} == dict.fromkeys(cells, "done")
-
-    report = vmh("campaign", "report", str(out), "--json")
-    assert report.returncode == 0, report.stderr
-    rows = {r["run"]: r for r in json.loads(report.stdout)["rows"]}
     assert set(rows) == set(cells) and all((r["state"], r["instance"]) == ("done", "nginx") for r in rows.values())
     base, off = rows[cells[0]], rows[cells[1]]
     assert base["requests_per_s"] > 0 and off["requests_per_s"] > 0 and base["throughput_change"] is None
@@ -87,6 +102,5 @@ def test_two_run_cells_boot_their_guests_and_are_gathered_into_one_table(daemon:
     ratio = off["requests_per_s"] / base["requests_per_s"] - 1
     assert off["throughput_change"] == pytest.approx(ratio, rel=1e-3), (off, base)
     print(f"pti=off against pti=on, one point each: {off['throughput_change']:+.1%}")
-    assert off["server"] == base["server"] != ""  # both ran here: one node pair
-    text = vmh("campaign", "report", str(out))
+    assert off["server"] == base["server"] == "node1"  # both on one pair
     assert text.returncode == 0 and cells[1] in text.stdout, text.stdout

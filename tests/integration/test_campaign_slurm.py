@@ -77,9 +77,9 @@ def status(c: Cluster, folder: Path) -> dict[str, dict[str, Any]]:
     return {r["run"]: r for r in json.loads(res.stdout)["cells"]}
 
 
-def wait(c: Cluster, folder: Path, pair: str | None = None) -> dict[str, dict[str, Any]]:
-    """Until no run (of `pair`, if given) is queued or running."""
-    deadline = time.monotonic() + WAIT
+def wait(c: Cluster, folder: Path, pair: str | None = None, timeout: float = WAIT) -> dict[str, dict[str, Any]]:
+    """Until no run (of `pair`, if given) is queued or running, for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
     while True:
         got = status(c, folder)
         if not any(r["state"] in ("pending", "running", "configuring", "completing") for r in got.values()

@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rig: uses the nested-VM rig (tests/streams.py runs these beside the rest)")
 
 
-RIGS = ("l1", "l1_that_reboots")  # the fixtures that boot a rig: the tests that use one are `rig`'s
+RIGS = ("l1", "l1_that_reboots", "own_rigs")  # the fixtures that boot a rig: the tests that use one are `rig`'s
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -63,6 +63,16 @@ def l1() -> Iterator[Rig]:
         pytest.skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
     with _rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT) as rig:
         yield rig
+
+
+@pytest.fixture()
+def own_rigs() -> Iterator[None]:
+    """For a test that boots rigs of its own (Rig.start with another kernel, another command line): the
+    rig's lock held meanwhile, as `l1`'s is."""
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+    with _rig_lock(fcntl.LOCK_SH):
+        yield
 
 
 @pytest.fixture()

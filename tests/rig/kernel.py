@@ -10,6 +10,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import zstandard
+
 from tests.rig.paths import cache_lock
 from vmharness.errors import HarnessError
 from vmharness.system.proc import run
@@ -55,9 +57,9 @@ def obtain(meta: str = META_PACKAGE) -> Kernel:
         store.mkdir(exist_ok=True)
         package = _resolve(meta)
         if package is not None:
-            cached = _load(store / package)
+            cached = load(store / package)
             if cached is not None:
-                _unpack_vmlinux(cached)
+                unpack_vmlinux(cached)
                 return cached
         else:
             newest = _newest_cached(store)
@@ -77,7 +79,7 @@ def obtain(meta: str = META_PACKAGE) -> Kernel:
                     f"apt-cache cannot resolve {meta} even after apt-get update",
                     "check /etc/apt/sources.list for a bookworm main entry",
                 ) from first
-            return _load(store / package) or _fetch(cache, store, package)
+            return load(store / package) or _fetch(cache, store, package)
 
 
 def _resolve(meta: str) -> str | None:
@@ -92,7 +94,12 @@ def _resolve(meta: str) -> str | None:
     return None
 
 
-def _load(tree: Path) -> Kernel | None:
+def mark_done(tree: Kernel) -> None:
+    """Say that the tree is whole (written last: a tree without it is unfinished)."""
+    (tree.root / _DONE).write_text(f"{tree.release} {tree.version}\n")
+
+
+def load(tree: Path) -> Kernel | None:
     try:
         release, version = (tree / _DONE).read_text().split()
     except (OSError, ValueError):
@@ -101,7 +108,7 @@ def _load(tree: Path) -> Kernel | None:
 
 
 def _newest_cached(store: Path) -> Kernel | None:
-    trees = [k for k in (_load(p) for p in store.iterdir()) if k is not None]
+    trees = [k for k in (load(p) for p in store.iterdir()) if k is not None]
     return max(trees, key=lambda k: k.root.stat().st_mtime, default=None)
 
 
@@ -130,10 +137,10 @@ def _fetch(cache: Path, store: Path, package: str) -> Kernel:
             raise HarnessError(f"{deb.name} holds {len(releases)} module trees, expected one")
         release = releases[0]
         # Debian generates modules.dep in postinst, so the package does not ship it.
-        run([_sbin("depmod"), "-b", staging, release], timeout=300)
+        run([sbin("depmod"), "-b", staging, release], timeout=300)
         shutil.rmtree(staging / "usr", ignore_errors=True)
-        _unpack_vmlinux(Kernel(package, version, release, staging))
-        (staging / _DONE).write_text(f"{release} {version}\n")
+        unpack_vmlinux(Kernel(package, version, release, staging))
+        mark_done(Kernel(package, version, release, staging))
         final = store / package
         staging.rename(final)
     except BaseException:
@@ -144,29 +151,36 @@ def _fetch(cache: Path, store: Path, package: str) -> Kernel:
     return Kernel(package, version, release, final)
 
 
-def _sbin(tool: str) -> str:
+def sbin(tool: str) -> str:
     """`tool` from PATH, or from the sbin directories a non-login PATH may lack."""
     return shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin") or tool
 
 
-def _unpack_vmlinux(kernel: Kernel) -> None:
-    """Write the ELF kernel held xz-compressed inside the bzImage, if the kernel can be
-    entered through PVH; otherwise leave the bzImage as the boot image."""
+def unpack_vmlinux(kernel: Kernel) -> None:
+    """Write the ELF kernel held compressed inside the bzImage (xz, as bookworm's; zstd, as trixie's),
+    if the kernel can be entered through PVH; otherwise leave the bzImage as the boot image."""
     if kernel.vmlinux.is_file():
         return
     config = kernel.root / "boot" / f"config-{kernel.release}"
     if not config.is_file() or "CONFIG_PVH=y" not in config.read_text().splitlines():
         return
-    image = kernel.vmlinuz.read_bytes()
-    start = image.find(b"\xfd7zXZ\x00")
-    if start < 0:
-        return
-    try:
-        elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(image[start:])
-    except lzma.LZMAError:
-        return
+    elf = _embedded_elf(kernel.vmlinuz.read_bytes())
     if elf[:4] != b"\x7fELF":
         return
     partial = kernel.vmlinux.with_name(kernel.vmlinux.name + ".part")
     partial.write_bytes(elf)
     partial.rename(kernel.vmlinux)
+
+
+def _embedded_elf(image: bytes) -> bytes:
+    """The first compressed stream in a bzImage, decompressed (what follows it, the bzImage's trailer,
+    left alone); b"" where there is none it can read."""
+    xz, zstd = image.find(b"\xfd7zXZ\x00"), image.find(b"\x28\xb5\x2f\xfd")
+    try:
+        if xz >= 0 and (zstd < 0 or xz < zstd):
+            return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(image[xz:])
+        if zstd >= 0:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(image[zstd:])
+    except (lzma.LZMAError, zstandard.ZstdError):
+        pass
+    return b""

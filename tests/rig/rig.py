@@ -89,7 +89,8 @@ class Rig:
         return self.nics["nic3"]
 
     @classmethod
-    def start(cls, timeout: float = 180.0, host_boots: bool = False) -> Self:
+    def start(cls, timeout: float = 180.0, host_boots: bool = False, kern: kernel.Kernel | None = None,
+              append: str = "") -> Self:
         """Boot L1 and return once its agent answers and its NICs are found. `timeout`
         covers the boot; fetching and building the kernel and initramfs have their own.
         `host_boots`: an L1 that the harness may reboot with kexec (a folder it keeps across boots,
@@ -99,20 +100,21 @@ class Rig:
         crashed so once on the development machine (SIGSEGV, a read at address 0xc0 in QEMU, while L1's
         kernel probed the e1000e behind the second node's root port), which failed every rig test of
         that run; the four boots after it came up in 16-21 s. A second crash, or any other failure, is
-        the test's."""
+        the test's. `kern`: another kernel than bookworm's (kernel_index.py); `append`: more of L1's
+        command line."""
         try:
-            return cls._boot(timeout, host_boots)
+            return cls._boot(timeout, host_boots, kern, append)
         except RigError as exc:
             if not (exc.crashed or exc.stalled):
                 raise
             print(f"the rig: L1's first boot failed, booting it once more: {exc}".splitlines()[0], file=sys.stderr)
             log.warning("L1's first boot failed (%s); booting once more:\n%s",
                         "QEMU crashed" if exc.crashed else "a CPU stalled", exc)
-        return cls._boot(timeout, host_boots)
+        return cls._boot(timeout, host_boots, kern, append)
 
     @classmethod
-    def _boot(cls, timeout: float, host_boots: bool) -> Self:
-        kern = kernel.obtain()
+    def _boot(cls, timeout: float, host_boots: bool, kern: kernel.Kernel | None, append: str) -> Self:
+        kern = kern or kernel.obtain()
         initrd = initramfs.build(kern)
         kexec = kexec_tools.obtain() if host_boots else None
         l0_trees.compile_package()
@@ -121,8 +123,8 @@ class Rig:
         if host_boots:
             l0_trees.fill_persist(files.persist, kern, initrd)
         cached = l0_trees.cached_trees()
-        append = topology.cmdline(kern.modules, keep=(REPO, cache_dir()), cached=cached, kexec=kexec)
-        argv = topology.qemu_argv(kern.boot_image, initrd, append, files, persist=host_boots)
+        line = topology.cmdline(kern.modules, keep=(REPO, cache_dir()), cached=cached, kexec=kexec)
+        argv = topology.qemu_argv(kern.boot_image, initrd, f"{line} {append}".strip(), files, persist=host_boots)
         argv += ["-pidfile", str(files.tmp / leftovers.QEMU_PID)]
         began = time.monotonic()
         try:

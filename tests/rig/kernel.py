@@ -173,14 +173,22 @@ def unpack_vmlinux(kernel: Kernel) -> None:
 
 
 def _embedded_elf(image: bytes) -> bytes:
-    """The first compressed stream in a bzImage, decompressed (what follows it, the bzImage's trailer,
-    left alone); b"" where there is none it can read."""
-    xz, zstd = image.find(b"\xfd7zXZ\x00"), image.find(b"\x28\xb5\x2f\xfd")
-    try:
-        if xz >= 0 and (zstd < 0 or xz < zstd):
-            return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(image[xz:])
-        if zstd >= 0:
-            return zstandard.ZstdDecompressor().decompressobj().decompress(image[zstd:])
-    except (lzma.LZMAError, zstandard.ZstdError):
-        pass
+    """The ELF in a bzImage's compressed stream, xz or zstd (what follows the stream, the bzImage's
+    trailer, left alone); b"" where none is found. Each format's magic is tried where it first appears,
+    the earlier first: a magic's bytes met by chance before the real stream read as no ELF."""
+    def xz(data: bytes) -> bytes:
+        return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data)
+
+    def zstd(data: bytes) -> bytes:
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+
+    found = sorted((image.find(magic), unpack) for magic, unpack in ((b"\xfd7zXZ\x00", xz), (b"\x28\xb5\x2f\xfd", zstd))
+                   if image.find(magic) >= 0)
+    for start, unpack in found:
+        try:
+            elf = unpack(image[start:])
+        except (lzma.LZMAError, zstandard.ZstdError):
+            continue
+        if elf[:4] == b"\x7fELF":
+            return elf
     return b""

@@ -82,6 +82,11 @@ def test_the_elf_is_found_in_a_bzimage_compressed_either_way(packed: bytes) -> N
     assert kernel._embedded_elf(image) == ELF
 
 
+def test_a_magic_met_by_chance_before_the_stream_is_passed_over() -> None:
+    image = b"MZ" + b"\x28\xb5\x2f\xfd not zstd" + lzma.compress(ELF, format=lzma.FORMAT_XZ) + b"\x00" * 8
+    assert kernel._embedded_elf(image) == ELF
+
+
 def test_a_bzimage_without_a_stream_it_can_read_gives_nothing() -> None:
     assert kernel._embedded_elf(b"MZ" + b"\x00" * 100) == b""
     assert kernel._embedded_elf(b"MZ\xfd7zXZ\x00 broken") == b""

@@ -62,7 +62,7 @@ def obtain(meta: str = META_PACKAGE) -> Kernel:
                 unpack_vmlinux(cached)
                 return cached
         else:
-            newest = _newest_cached(store)
+            newest = newest_cached(store)
             if newest is not None:
                 log.info("apt cannot resolve %s; reusing cached %s", meta, newest.package)
                 return newest
@@ -107,7 +107,7 @@ def load(tree: Path) -> Kernel | None:
     return Kernel(tree.name, version, release, tree)
 
 
-def _newest_cached(store: Path) -> Kernel | None:
+def newest_cached(store: Path) -> Kernel | None:
     trees = [k for k in (load(p) for p in store.iterdir()) if k is not None]
     return max(trees, key=lambda k: k.root.stat().st_mtime, default=None)
 

@@ -39,12 +39,21 @@ TIMEOUT = 600  # seconds for one download
 
 def obtain(suite: str = SUITE, meta: str = kernel.META_PACKAGE) -> Kernel:
     """The kernel `meta` names in `suite`, unpacked into the rig's cache unless a tree of that package
-    (its ABI name) and version is there already."""
+    (its ABI name) and version is there already; where the index cannot be fetched, the newest tree
+    cached (as kernel.obtain falls back where apt cannot resolve)."""
     mirror = host_mirror(suite.split("-")[0])
     with cache_lock() as cache:
         store = cache / f"kernel-{suite}"  # apart from kernel.py's, whose newest tree is its fallback
         store.mkdir(exist_ok=True)
-        index = packages(_index_text(f"{mirror}/dists/{suite}/main/binary-amd64/Packages.xz"))
+        try:
+            index = packages(_index_text(f"{mirror}/dists/{suite}/main/binary-amd64/Packages.xz"))
+        except OSError as exc:  # the mirror out of reach: the tree fetched last, if there is one
+            newest = kernel.newest_cached(store)
+            if newest is None:
+                raise HarnessError(f"{suite}'s index could not be fetched from {mirror}: {exc}",
+                                   "check the network; nothing of that suite is cached") from exc
+            log.info("%s's index could not be fetched (%s); reusing cached %s", suite, exc, newest.package)
+            return newest
         image = _depends_on(index, meta, "linux-image-")
         cached = kernel.load(store / image)
         if cached is not None and cached.version == index[image]["Version"]:

@@ -5,7 +5,10 @@ tests/integration/test_second_host_kernel.py's."""
 
 from __future__ import annotations
 
+import contextlib
 import lzma
+import urllib.error
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,25 @@ def test_the_meta_package_leads_to_the_kernel_and_its_three_parts() -> None:
         kernel_index._depends_on(index, "linux-image-cloud-amd64", "linux-image-")
     with pytest.raises(HarnessError, match="depends on no linux-image-"):
         kernel_index._depends_on(index, "linux-binary-7.3.4+deb13-amd64", "linux-image-")
+
+
+def test_without_the_index_the_tree_fetched_last_is_used_or_why_not_said(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    @contextlib.contextmanager
+    def cache_lock() -> Iterator[Path]:
+        yield tmp_path
+
+    def unreachable(url: str) -> str:
+        raise urllib.error.URLError("Temporary failure in name resolution")
+
+    monkeypatch.setattr(kernel_index, "cache_lock", cache_lock)
+    monkeypatch.setattr(kernel_index, "_index_text", unreachable)
+    with pytest.raises(HarnessError, match=r"index could not be fetched .*name resolution"):
+        kernel_index.obtain()
+    tree = tmp_path / f"kernel-{kernel_index.SUITE}" / "linux-image-7.3.4+deb13-amd64"
+    tree.mkdir(parents=True)
+    kernel.mark_done(kernel.Kernel(tree.name, "7.3.4-1~bpo13+1", "7.3.4+deb13-amd64", tree))
+    assert kernel_index.obtain() == kernel.Kernel(tree.name, "7.3.4-1~bpo13+1", "7.3.4+deb13-amd64", tree)
 
 
 def test_the_7x_layout_is_moved_into_the_rigs(tmp_path: Path) -> None:

@@ -14,20 +14,14 @@ has not yet kexec'd into: a study across two host kernels is still to come."""
 from __future__ import annotations
 
 import json
-import shlex
 
 import pytest
 
 from tests.integration.conftest import BOOT_TIMEOUT
+from tests.integration.test_kvm_rig import IMAGES, _rig_image, sh
 from tests.rig import Rig, commands, kernel_index
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
-
-IMAGES = "/tmp/kvm-probe-images"  # in L1's own /tmp: one "image" holding 7.3's ELF
-
-
-def sh(rig: Rig, script: str, timeout: float = 120) -> str:
-    return rig.run(["sh", "-c", script], timeout=timeout, check=True).stdout
 
 
 def attack_vectors(rig: Rig) -> set[str]:
@@ -53,8 +47,7 @@ def test_l1_under_trixies_kernel_takes_the_attack_vector_switch_and_runs_kvm(own
         assert "guest_host" not in switched and {"user_kernel", "guest_guest"} <= switched, switched
         switched_vulns = vulnerabilities(rig)
         with rig.kvm():
-            image = shlex.quote(str(kern.boot_image))
-            sh(rig, f"mkdir -p {IMAGES}/k && cp {image} {IMAGES}/k/vmlinux && echo '{{}}' > {IMAGES}/k/image.json")
+            _rig_image(rig)  # the rig's kernel, 7.3 here, as the probe's guest's
             res = commands.vmharness(rig, "host-check", "--json", timeout=900, env={"VMHARNESS_IMAGE_DIR": IMAGES})
             rows = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
             assert rows["KVM usable"]["status"] == "PASS", rows["KVM usable"]

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from vmharness.analysis import profiles
+from vmharness.analysis.variants import WAIT_LIMIT
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
@@ -258,14 +259,22 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # its four boots (-62%), the others within their bounds. In the clean clone of 3dd8826 (the client 94% busy
     # beside the rig) no-pti's profiled point served 357 against plain points of 581-750 (-48.5%), on's 186
     # against 235-591 (-50.2%): perf under TCG can halve any instance's rate on a busy machine, so every
-    # instance is held to a third of its slowest plain point, and to 1.5 times its fastest
+    # instance is held to a third of its slowest plain point, and to 1.5 times its fastest. CI's run of 32dccfc
+    # (the rig's host-boot test beside it, 1,309 s there) had no-pti's profiled point serve 105 against its
+    # boot's plain 615 (-83%), its other boots' 349-1,011: there the bound is waived only where the report
+    # said the cost was not to be judged, with the wait it measured (a vCPU thread held off its CPU by other
+    # work, WAIT_LIMIT percent of the time or more)
+    costs = next(line for line in text.splitlines() if line.startswith("  profiling changed throughput"))
     for name, p in prof["instances"].items():
         plain = [m["client"]["requests_per_s"] for m in points
                  if m["instance"] == name and m["connections"] == prof["connections"]]
         (profiled,) = [r["client"]["requests_per_s"] for r in got if r["kind"] == "profile" and r["instance"] == name]
         print(f"{name}: profiled {profiled:.0f} requests/s, plain {sorted(round(v) for v in plain)}, "
-              f"profiling cost {p['profiling_cost']:+.1%}")
-        assert math.isfinite(p["profiling_cost"]) and min(plain) / 3 <= profiled <= 1.5 * max(plain), (name, plain)
+              f"profiling cost {p['profiling_cost']:+.1%}, vCPU wait {p['vcpu_wait_percent']}%")
+        assert math.isfinite(p["profiling_cost"]) and p["vcpu_wait_percent"] is not None, p
+        contended = not p["profiling_cost_judged"] and p["vcpu_wait_percent"] >= WAIT_LIMIT and \
+            f"{name} {p['profiling_cost']:+.1%} (not to be judged: a vCPU thread waited " in costs
+        assert contended or min(plain) / 3 <= profiled <= 1.5 * max(plain), (name, plain, costs)
     # each variant's differential flame graph against the reference: no-pti's, blue where its time shrank
     # (inline, as a data: URI: the page fetches nothing; the file beside it for search and zoom)
     page = (run / "report" / "report.html").read_text()

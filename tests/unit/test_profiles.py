@@ -117,6 +117,36 @@ def test_the_profilers_cost_is_set_beside_the_unprofiled_points(tmp_path: Path) 
                                                   "us_per_request": 300.0, "share": 0.375}
 
 
+@pytest.mark.parametrize(("profiled", "plain", "judged"), [(35.0, 2.0, False), (2.0, 12.5, False), (9.9, 9.0, True),
+                                                        (None, None, True)])
+def test_a_profiling_cost_beside_other_work_is_given_with_its_wait_and_not_judged(
+        tmp_path: Path, profiled: float | None, plain: float | None, judged: bool) -> None:
+    """Where a vCPU thread of the profiled point, or of a plain point it is set beside, waited for a host CPU
+    WAIT_LIMIT percent of the time or more, the cost is other work's as much as the profiler's: said so with
+    the most that waited (a profiled point beside a rig's boot served a sixth of its boot's plain one)."""
+    rec = fx.write(tmp_path, "base", dict(fx.BASE), 1000, 100.0)
+    m = fx.measurement("base", 8, 0, 600.0)
+    for r, w in ((rec, profiled), (m, plain)):
+        if w is not None:
+            r["host"] = {"vcpu_busy_percent": [90.0, 40.0], "vcpu_wait_percent": [w, 1.0]}
+    v = profiles.view([rec, m], "base", tmp_path)
+    assert v is not None and v.profiles[0].cost == pytest.approx(100 / 600 - 1)
+    (line,) = [x for x in profiles.lines(v) if x.startswith("  profiling changed throughput")]
+    most = max(w for w in (profiled, plain, 1.0) if w is not None) if profiled is not None else None
+    said = f" (not to be judged: a vCPU thread waited {most or 0:.0f}% of the time for a host CPU other work held)"
+    assert (said in line) is not judged and ("not to be judged" in line) is not judged, line
+    got = profiles.to_json(v)
+    assert got is not None and got["instances"]["base"]["profiling_cost_judged"] is judged
+    assert got["instances"]["base"]["vcpu_wait_percent"] == most
+
+
+@pytest.mark.parametrize("wait", [["many"], [-1.0], [float("nan")], "35"])
+def test_a_damaged_wait_names_its_record(tmp_path: Path, wait: Any) -> None:
+    rec = fx.write(tmp_path, "pti", dict(fx.BASE), 10000, 900.0)
+    rec["host"] = {"vcpu_wait_percent": wait}
+    _damaged(tmp_path, rec, r"records.jsonl: the profile record 'pti/profile/0' is damaged")
+
+
 def test_an_unprofiled_baseline_compares_nothing(tmp_path: Path) -> None:
     rec = fx.write(tmp_path, "pti", dict(fx.BASE), 10000, 900.0)
     v = profiles.view([rec, {**rec, "ok": False, "instance": "base"}], "base", tmp_path)

@@ -19,7 +19,10 @@ profiles cannot tell a mitigation's cost from noise at this size.
 
 The profiler costs the server something: the profiled point's throughput is set beside the same
 instance's unprofiled points at that count in the same boot (in any boot, where that one has none),
-never into the sweep's statistics."""
+never into the sweep's statistics. Where a vCPU thread of any of those points waited WAIT_LIMIT percent of
+the time or more for a host CPU, other work set those rates as much as the profiler did (beside a rig's
+boot a profiled point served a sixth of its boot's plain one): the cost is given with that wait and said
+not to be judged, as the positive control is."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import numpy as np
 
 from vmharness.analysis import folded
 from vmharness.analysis.loadcurve import damaged
+from vmharness.analysis.variants import WAIT_LIMIT
 from vmharness.rundir.store import RECORDS
 
 GREW = 0.01  # of the work: a function's share must rise by this much (one percentage point; the test is what
@@ -61,6 +65,12 @@ class Profile:
     idle_ns: int
     background_ns: int  # the other processes' (samplers, agent, perf)
     cost: float | None  # its throughput against the mean of the unprofiled points at its count (its boot's)
+    waited: float | None = None  # the most a vCPU thread of this point or of those waited for a host CPU, percent
+
+    @property
+    def judged(self) -> bool:
+        """Whether the cost is the profiler's: no point of the comparison was held off its CPUs by other work."""
+        return self.waited is None or self.waited < WAIT_LIMIT
 
     @property
     def leaves(self) -> dict[str, int]:
@@ -145,7 +155,7 @@ def _profile(r: dict[str, Any], run: Path, where: Path, measured: dict[tuple[obj
             raise ValueError(over)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise damaged(where, "profile", r.get("key"), exc) from exc
-    plain = []
+    plain, waits = [], _waits(r, where)
     # those of its own boot where it has any: a run's boots differ by more than the profiler costs (beside
     # a load a demo's profiled baseline read +112% against the mean of all four boots' points)
     same_boot = [m for m in measured.get((name, conns), []) if m.get("iteration") == r.get("iteration")]
@@ -154,11 +164,30 @@ def _profile(r: dict[str, Any], run: Path, where: Path, measured: dict[tuple[obj
             plain.append(float(m["client"]["requests_per_s"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise damaged(where, "measurement", m.get("key"), exc) from exc
+        waits += _waits(m, where)
     mean = statistics.fmean(plain) if plain else 0.0
     work = {s: ns for s, ns in stacks.items() if folded.served(s)}
     idle = sum(ns for s, ns in stacks.items() if folded.idle(s))
     return Profile(name, path, conns, requests, 1e9 / frequency, work, idle,
-                   sum(stacks.values()) - sum(work.values()) - idle, rps / mean - 1 if mean > 0 else None)
+                   sum(stacks.values()) - sum(work.values()) - idle, rps / mean - 1 if mean > 0 else None,
+                   max(waits) if waits else None)
+
+
+def _waits(r: dict[str, Any], where: Path) -> list[float]:
+    """The shares a point's vCPU threads waited for a host CPU (percent; none where the host was not read)."""
+    host = r.get("host")
+    got = host.get("vcpu_wait_percent") if isinstance(host, dict) else None
+    if got is None:
+        return []
+    try:
+        if not isinstance(got, list):
+            raise TypeError("its vCPUs' waits are not a list")
+        out = [float(w) for w in got]
+    except (TypeError, ValueError) as exc:
+        raise damaged(where, str(r.get("kind")), r.get("key"), exc) from exc
+    if not all(math.isfinite(w) and w >= 0 for w in out):
+        raise damaged(where, str(r.get("kind")), r.get("key"), ValueError("a vCPU's wait is not a share"))
+    return out
 
 
 def _more_than_could(r: dict[str, Any], ns: float) -> str | None:
@@ -238,7 +267,9 @@ def lines(v: View | None) -> list[str]:
     for name, grew in v.growers.items():
         said = ", ".join(said_grower(g) for g in grew[:SHOWN])
         out.append(f"  {name}: " + (f"grew most per request: {said}" if grew else "nothing grew"))
-    costs = [f"{p.instance} {p.cost:+.1%}" for p in v.profiles if p.cost is not None]
+    costs = [f"{p.instance} {p.cost:+.1%}" + ("" if p.judged else f" (not to be judged: a vCPU thread waited "
+                                                  f"{p.waited:.0f}% of the time for a host CPU other work held)")
+             for p in v.profiles if p.cost is not None]
     if costs:
         out.append(f"  profiling changed throughput against the unprofiled points at that count: {', '.join(costs)} "
                    "(kept out of every other figure)")
@@ -260,7 +291,8 @@ def _instance_json(p: Profile) -> dict[str, Any]:
     """An instance's profile: its work and idle time per request, and its dearest functions' own time."""
     work = sum(p.work.values())
     top = sorted(p.leaves.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
-    return {"file": p.file.name, "requests": p.requests, "profiling_cost": p.cost,
+    return {"file": p.file.name, "requests": p.requests, "profiling_cost": p.cost, "profiling_cost_judged": p.judged,
+            "vcpu_wait_percent": None if p.waited is None else round(p.waited, 1),
             "work_us_per_request": round(p.us(work), 4), "idle_us_per_request": round(p.us(p.idle_ns), 4),
             "background_us_per_request": round(p.us(p.background_ns), 4),
             "top": [{"function": folded.shown(f), "kernel": folded.kernel(f), "us_per_request": round(p.us(ns), 4),

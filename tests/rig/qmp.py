@@ -1,7 +1,8 @@
-"""Just enough QMP to ask QEMU to quit, or to reset L1 as someone else would."""
+"""Just enough QMP to ask QEMU to quit, to reset L1 as someone else would, or to say where L1's vCPUs are."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,13 +17,15 @@ class _Session:
     def __init__(self, sock: JsonSocket, deadline: float) -> None:
         self.sock, self.deadline = sock, deadline
 
-    def execute(self, name: str, arguments: dict[str, Any] | None = None) -> None:
-        """Run `name`; HarnessError if QEMU refuses it (events that come meanwhile are passed over)."""
+    def execute(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        """Run `name` and return what it returns; HarnessError if QEMU refuses it (events that come
+        meanwhile are passed over)."""
         self.sock.send({"execute": name, **({"arguments": arguments} if arguments else {})})
         while not {"return", "error"} & (reply := self.sock.receive(self.deadline)).keys():
             pass
         if "error" in reply:
             raise HarnessError(f"QMP {name}: {reply['error']}", "see QEMU's log in the rig's folder")
+        return reply["return"]
 
     def await_event(self, name: str) -> None:
         while self.sock.receive(self.deadline).get("event") != name:
@@ -66,3 +69,34 @@ def reboot_ends_qemu(path: Path, timeout: float) -> None:
     """The rig's own reboot action again: a reboot (a panic with panic=-1) ends QEMU."""
     with _session(path, timeout) as qmp:
         qmp.execute("set-action", {"reboot": "shutdown"})
+
+
+_CPU = re.compile(r"^CPU#(\d+)\r?$", re.MULTILINE)
+_RIP = re.compile(r"[RE]IP=([0-9a-f]+)")
+_HLT = re.compile(r"HLT=(\d)")
+
+
+def where_cpus(path: Path, timeout: float) -> str:
+    """Each vCPU's instruction pointer and whether it is halted, from QEMU's register dump (HMP `info
+    registers -a`), in one line: a guest that hangs with every vCPU halted waits for an interrupt that
+    does not come; one that spins shows where."""
+    with _session(path, timeout) as qmp:
+        return described_cpus(str(qmp.execute("human-monitor-command", {"command-line": "info registers -a"})))
+
+
+def sysrq(path: Path, key: str, timeout: float) -> None:
+    """Magic SysRq `key` sent to the guest as Alt-SysRq-KEY through QEMU's PS/2 keyboard (HMP sendkey),
+    for a guest whose serial console takes no input."""
+    if not re.fullmatch(r"[a-z0-9]", key):
+        raise ValueError(f"not a sysrq key: {key!r}")
+    with _session(path, timeout) as qmp:
+        qmp.execute("human-monitor-command", {"command-line": f"sendkey alt-sysrq-{key}"})
+
+
+def described_cpus(dump: str) -> str:
+    parts = _CPU.split(dump)[1:]
+    said = []
+    for cpu, regs in zip(parts[::2], parts[1::2], strict=True):
+        rip, hlt = _RIP.search(regs), _HLT.search(regs)
+        said.append(f"cpu{cpu} RIP={rip.group(1) if rip else '?'}{' halted' if hlt and hlt.group(1) == '1' else ''}")
+    return "; ".join(said) or "no vCPU in QEMU's register dump"

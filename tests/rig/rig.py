@@ -21,7 +21,7 @@ from tests.rig import initramfs, kernel, kexec_tools, l0_trees, leftovers, topol
 from tests.rig.failures import CONSOLE_LINES, STALLED_BOOT, STALLS, WEDGED, RigError, Wedged, described
 from tests.rig.paths import REPO, cache_dir
 from tests.rig.qga import AgentError, GuestAgent
-from tests.rig.qmp import quit_qemu
+from tests.rig.qmp import quit_qemu, sysrq, where_cpus
 from vmharness.errors import HarnessError
 from vmharness.system.proc import Result, spawn, stop
 
@@ -50,6 +50,9 @@ class Nic:
     bdf: str  # PCI address as L1 sees it, e.g. 0000:81:00.1
     ifname: str  # L1's interface name while e1000e drives it
 
+
+SYSRQ_WAIT = 3.0  # seconds for L1's kernel to print what a sysrq key asked for
+SYSRQ_LINES = 80  # of it, in the failure's message (the whole console is kept)
 
 class Rig:
     """Use `Rig.start()`, as a context manager or with `stop()` in a `finally`."""
@@ -202,11 +205,16 @@ class Rig:
         that took. While L1 still answers from `before`, `going` is called now and then: it raises
         once what was to reboot L1 has ended without doing so; a HarnessError of its own (the agent gone
         quiet while it asked, as when kexec comes between the boot id and its question) decides nothing.
-        An agent silent for WEDGED seconds raises Wedged (a kexec'd L1 answers again within a minute)."""
+        An agent silent for WEDGED seconds raises Wedged (a kexec'd L1 answers again within a minute), and so
+        does one that never answered within `timeout` (L1 reset, its boot hung: on 2026-12-01 one stopped in
+        e1000e's probe with every vCPU halted); where it answered, from the old boot, the switch did not come."""
         began = answered = time.monotonic()
         while True:
             self._require_running()
             if time.monotonic() - began > timeout:
+                if answered == began:
+                    failure = self._failure(f"L1 did not boot again within {timeout:g} s, its agent silent throughout")
+                    raise Wedged(failure.message, failure.hint)
                 raise self._failure(f"L1 did not boot again within {timeout:g} s")
             try:
                 self.agent.sync(timeout=2.0)  # replies a request sent while L1 rebooted got are skipped
@@ -316,9 +324,30 @@ class Rig:
             qemu_out = self.files.qemu_log.read_text(errors="replace").strip()
         except OSError:
             qemu_out = ""
+        extra = [("QEMU's own output", qemu_out[-3000:])] if qemu_out else []
+        if self.qemu.poll() is None and self.files.qmp.exists():
+            extra += self._where_l1_waits()
         try:
             console = self.files.console.read_text(errors="replace")
         except OSError:
             console = ""
-        extra = [("QEMU's own output", qemu_out[-3000:])] if qemu_out else []
         return RigError(*described(what, "L1", console, extra, "last-failed-console.log"))
+
+    def _where_l1_waits(self) -> list[tuple[str, str]]:
+        """A running L1 that failed: where its vCPUs are (all halted: it waits for something that does not
+        come; else where they spin), and its kernel's blocked tasks with their stacks (sysrq w, sent as a
+        key through QEMU's keyboard: L1 boots with sysrq_always_enabled), which its console then holds. An
+        L1 boot that hung in e1000e's probe with every vCPU halted and no hung-task report is what this is
+        for (docs/testing.md)."""
+        try:
+            cpus = where_cpus(self.files.qmp, timeout=10)
+            before = self.files.console.stat().st_size if self.files.console.exists() else 0
+            sysrq(self.files.qmp, "w", timeout=10)
+            time.sleep(SYSRQ_WAIT)
+            with self.files.console.open("rb") as f:
+                f.seek(before)
+                said = f.read().decode(errors="replace").strip()
+        except (HarnessError, OSError) as exc:
+            return [("L1's vCPUs and blocked tasks", f"not read: {exc}")]
+        return [("L1's vCPUs (QEMU's registers)", cpus),
+                ("L1's blocked tasks (sysrq w)", "\n".join(said.splitlines()[-SYSRQ_LINES:]) or "(nothing said)")]

@@ -96,6 +96,8 @@ def cmdline(modules_on_l0: Path, keep: Sequence[Path] = (), cached: Sequence[Pat
             "console=ttyS0",
             "intel_iommu=on",
             "panic=-1",  # with -no-reboot a panic ends QEMU instead of hanging
+            # every Magic SysRq key, for the rig's failures: the blocked tasks of an L1 that hangs (rig.py)
+            "sysrq_always_enabled",
             # One 1 GiB page on node 1, reserved at boot as a real host would (test_hugepages_1g.py):
             # at run time none could be had in L1, with 1.5 or 2.5 GiB on node 1, after dropping
             # caches and compacting (some unmovable page sits in every 1 GiB-aligned block). The 2M

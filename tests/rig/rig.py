@@ -54,6 +54,7 @@ class Nic:
 SYSRQ_WAIT = 3.0  # seconds for L1's kernel to print what a sysrq key asked for
 SYSRQ_LINES = 80  # of it, in the failure's message (the whole console is kept)
 
+
 class Rig:
     """Use `Rig.start()`, as a context manager or with `stop()` in a `finally`."""
 

@@ -18,17 +18,12 @@ cost lies outside the guest, so no function of the guest's kernel should grow, a
 profiles cannot tell a mitigation's cost from noise at this size.
 
 The profiler costs the server something: the profiled point's throughput is set beside the same
-instance's unprofiled points at that count in the same boot (in any boot, where that one has none),
-never into the sweep's statistics. Where a vCPU thread of any of those points waited WAIT_LIMIT percent of
-the time or more for a host CPU, other work set those rates as much as the profiler did (beside a rig's
-boot a profiled point served a sixth of its boot's plain one): the cost is given with that wait and said
-not to be judged, as the positive control is."""
+instance's unprofiled points, never into the sweep's statistics (profiling_cost.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from vmharness.analysis import folded
+from vmharness.analysis import folded, profiling_cost
 from vmharness.analysis.loadcurve import damaged
-from vmharness.analysis.variants import WAIT_LIMIT
 from vmharness.rundir.store import RECORDS
 
 GREW = 0.01  # of the work: a function's share must rise by this much (one percentage point; the test is what
@@ -69,8 +63,7 @@ class Profile:
 
     @property
     def judged(self) -> bool:
-        """Whether the cost is the profiler's: no point of the comparison was held off its CPUs by other work."""
-        return self.waited is None or self.waited < WAIT_LIMIT
+        return profiling_cost.judged(self.waited)
 
     @property
     def leaves(self) -> dict[str, int]:
@@ -155,39 +148,11 @@ def _profile(r: dict[str, Any], run: Path, where: Path, measured: dict[tuple[obj
             raise ValueError(over)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise damaged(where, "profile", r.get("key"), exc) from exc
-    plain, waits = [], _waits(r, where)
-    # those of its own boot where it has any: a run's boots differ by more than the profiler costs (beside
-    # a load a demo's profiled baseline read +112% against the mean of all four boots' points)
-    same_boot = [m for m in measured.get((name, conns), []) if m.get("iteration") == r.get("iteration")]
-    for m in same_boot or measured.get((name, conns), []):
-        try:
-            plain.append(float(m["client"]["requests_per_s"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise damaged(where, "measurement", m.get("key"), exc) from exc
-        waits += _waits(m, where)
-    mean = statistics.fmean(plain) if plain else 0.0
+    cost, waited = profiling_cost.of(r, rps, measured.get((name, conns), []), where)
     work = {s: ns for s, ns in stacks.items() if folded.served(s)}
     idle = sum(ns for s, ns in stacks.items() if folded.idle(s))
     return Profile(name, path, conns, requests, 1e9 / frequency, work, idle,
-                   sum(stacks.values()) - sum(work.values()) - idle, rps / mean - 1 if mean > 0 else None,
-                   max(waits) if waits else None)
-
-
-def _waits(r: dict[str, Any], where: Path) -> list[float]:
-    """The shares a point's vCPU threads waited for a host CPU (percent; none where the host was not read)."""
-    host = r.get("host")
-    got = host.get("vcpu_wait_percent") if isinstance(host, dict) else None
-    if got is None:
-        return []
-    try:
-        if not isinstance(got, list):
-            raise TypeError("its vCPUs' waits are not a list")
-        out = [float(w) for w in got]
-    except (TypeError, ValueError) as exc:
-        raise damaged(where, str(r.get("kind")), r.get("key"), exc) from exc
-    if not all(math.isfinite(w) and w >= 0 for w in out):
-        raise damaged(where, str(r.get("kind")), r.get("key"), ValueError("a vCPU's wait is not a share"))
-    return out
+                   sum(stacks.values()) - sum(work.values()) - idle, cost, waited)
 
 
 def _more_than_could(r: dict[str, Any], ns: float) -> str | None:

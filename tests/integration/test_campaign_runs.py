@@ -97,10 +97,13 @@ def test_two_run_cells_on_slurm_boot_their_guests_and_are_gathered_into_one_tabl
     assert set(rows) == set(cells) and all((r["state"], r["instance"]) == ("done", "nginx") for r in rows.values())
     base, off = rows[cells[0]], rows[cells[1]]
     assert base["requests_per_s"] > 0 and off["requests_per_s"] > 0 and base["throughput_change"] is None
-    # one point on each side: the change is the ratio of the two cells' figures, read from two run folders
-    # (the rows' figures are rounded to 0.1 req/s: a few hundred here, within 1e-3 of the ratio)
+    # one point on each side: the change is the ratio of the two cells' figures, read from two run folders.
+    # The rows' figures are rounded to 0.1 req/s, so the ratio of the rounded ones is off by at most half of
+    # that over each figure (a clean clone of 9504543 read 0.17019 against 0.16997 from 319 and 373 req/s,
+    # beyond the relative 1e-3 this held to before)
     ratio = off["requests_per_s"] / base["requests_per_s"] - 1
-    assert off["throughput_change"] == pytest.approx(ratio, rel=1e-3), (off, base)
+    rounding = (1 + ratio) * (0.05 / off["requests_per_s"] + 0.05 / base["requests_per_s"])
+    assert off["throughput_change"] == pytest.approx(ratio, abs=rounding * 1.01), (off, base)
     print(f"pti=off against pti=on, one point each: {off['throughput_change']:+.1%}")
     assert off["server"] == base["server"] == "node1"  # both on one pair
     assert text.returncode == 0 and cells[1] in text.stdout, text.stdout

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from vmharness.analysis import folded, profiling_cost
+from vmharness.analysis import folded, profiling_cost, variants
 from vmharness.analysis.loadcurve import damaged
 from vmharness.rundir.store import RECORDS
 
@@ -63,7 +63,8 @@ class Profile:
 
     @property
     def judged(self) -> bool:
-        return profiling_cost.judged(self.waited)
+        """Whether the cost is the profiler's: no point of the comparison was held off its CPUs by other work."""
+        return variants.unheld(self.waited)
 
     @property
     def leaves(self) -> dict[str, int]:

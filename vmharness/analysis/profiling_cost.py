@@ -5,7 +5,7 @@ demo's profiled baseline read +112% against the mean of all four boots' points),
 statistics. Where a vCPU thread of any of those points waited WAIT_LIMIT percent of the time or more for
 a host CPU, other work set those rates as much as the profiler did (in CI's run of 32dccfc a profiled
 point beside the rig's kexec test served a sixth of its boot's plain one): the cost is given with that
-wait and said not to be judged, as the positive control is (analysis/variants.py)."""
+wait and said not to be judged, by the positive control's rule (variants.unheld)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from vmharness.analysis.loadcurve import damaged
-from vmharness.analysis.variants import WAIT_LIMIT
 
 
 def of(r: dict[str, Any], rps: float, plain_points: list[dict[str, Any]], where: Path
@@ -33,11 +32,6 @@ def of(r: dict[str, Any], rps: float, plain_points: list[dict[str, Any]], where:
         waits += waited(m, where)
     mean = statistics.fmean(plain) if plain else 0.0
     return (rps / mean - 1 if mean > 0 else None), (max(waits) if waits else None)
-
-
-def judged(wait: float | None) -> bool:
-    """Whether a cost is the profiler's: no point of the comparison was held off its CPUs by other work."""
-    return wait is None or wait < WAIT_LIMIT
 
 
 def waited(r: dict[str, Any], where: Path) -> list[float]:

@@ -63,11 +63,17 @@ class Control:
     @property
     def judged(self) -> bool:
         """Whether a miss can be told: the baseline's vCPU threads had their CPUs (or nobody knows)."""
-        return self.waited is None or self.waited < WAIT_LIMIT
+        return unheld(self.waited)
 
 
 HELD_BELOW = 2.0  # percentage points under its cap at which a control's vCPU thread was held back
 WAIT_LIMIT = 10.0  # percent of the time a baseline vCPU thread waited for a host CPU: the control cannot be judged
+
+
+def unheld(waited: float | None) -> bool:
+    """Whether vCPU threads that waited `waited` percent of the time for a host CPU (the most of them; None:
+    not read) had their CPUs, so that what they measured is the guest's, not the other work's."""
+    return waited is None or waited < WAIT_LIMIT
 
 
 def expected_change(cap: int, base_vcpus: list[float] | None, idle: list[float] | None = None,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rig import Rig
+from tests.rig import Rig, kernel_index
 from vmharness.errors import HarnessError
 from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.journal import journal
@@ -78,10 +78,12 @@ def own_rigs() -> Iterator[None]:
 @pytest.fixture()
 def l1_that_reboots() -> Iterator[Rig]:
     """An L1 of the test's own that the harness may reboot with kexec (Rig.start's `host_boots`): the
-    session's `l1` keeps the state the other rig tests set up, which a boot would empty."""
+    session's `l1` keeps the state the other rig tests set up, which a boot would empty. The second host
+    kernel (kernel_index.py) is in its /boot with the rig's initramfs for it, for a host boot to name."""
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
-    with _rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT, host_boots=True) as rig:
+    also = (kernel_index.obtain(),)
+    with _rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT, host_boots=True, also=also) as rig:
         yield rig
 
 

@@ -3,22 +3,26 @@ with kexec. Nothing here reboots the machine the tests run on: kexec runs inside
 the test's own, `l1_that_reboots`, with kexec-tools unpacked for it and a folder it keeps across
 boots: tests/rig/topology.py PERSIST_TAG).
 
-An attribution study of two host switches, one round: the reference `stock` measures an L2 under KVM in
-the boot L1 started in; `spectre_v2` turned off on L1's command line is a host boot of the same kernel,
-measuring an L2 in it; `spec_store_bypass_disable` turned off is a host boot whose L1 reports what the
+An attribution study of two host switches and a second host kernel, one round: the reference `stock`
+measures an L2 under KVM in the boot L1 started in (bookworm's 6.1); `k73` is a host boot of another
+kernel, Debian's trixie-backports (7.3 in December 2026, tests/rig/kernel_index.py) with its
+attack-vector switch `mitigations=auto,no_guest_host`, measuring the same L2 under that kernel's KVM;
+`spectre_v2` turned off on L1's command line is a host boot of the kernel the run started in, measuring
+an L2 in it; `spec_store_bypass_disable` turned off is a host boot whose L1 reports what the
 reference's did (L1's CPU has no SSBD to turn on: under QEMU 10.0's `-cpu max` "Vulnerable" either way,
 under 7.2's "Not affected"; tests/rig/topology.l1_qemu), so its switch is dropped there, unmeasured;
-then home, to the boot L1 started in. L1 has no systemd, so after each boot the test does what
-docs/run.md says to do there: it runs `vmharness run --resume RUN_DIR` (after what L1's boot emptied is
-set up again: libvirt's settings, tun, kvm_amd). At the end L1 is in a boot with the command line it
+then home, from 6.1 with spectre_v2=off, to the boot L1 started in. L1 has no systemd, so after each
+boot the test does what docs/run.md says to do there: it runs `vmharness run --resume RUN_DIR` (after
+what L1's boot emptied is set up again: libvirt's settings, tun, kvm_amd, from the running kernel's
+modules). At the end L1 is in a boot with the command line it
 started with, and nothing of the run is left: no state file, no journal, no kernel loaded for kexec.
 
 On the way to the second host boot, two things go wrong on purpose. The run is SIGKILLed between its
 `kexec -l` and its `kexec -e` (L1's kexec holds the first `-e` until then: `hold_the_next_switch`):
 the loaded kernel is journaled, and `host-restore` unloads it. Then L1 is reset from QEMU, as by
 someone else or a watchdog, and comes back in the boot it started in: the resumed run finds the host
-in another host boot than the one it asked for, says so, and switches again; nothing is measured
-under the wrong label."""
+in another kernel than the one it asked for, says so, and switches again; nothing is measured under
+the wrong label."""
 
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import pytest
 
 from tests.integration.conftest import BOOT_TIMEOUT
 from tests.integration.test_run_nested import font_list, in_l1, libvirt_in_l1, read_json_lines
-from tests.rig import Rig, l2root, qmp
+from tests.rig import Rig, kernel, kernel_index, l2root, qmp
 from tests.rig.failures import Wedged
 from vmharness.errors import HarnessError
 
@@ -47,14 +51,21 @@ HOLD, HELD = "/run/rig-hold-kexec-e", "/run/rig-kexec-e-held"  # hold_the_next_s
 L2_MIB = 384
 V2_OFF, UNAFFECTED = "host-no-spectre_v2", "spec_store_bypass_disable"  # the second changes nothing in L1
 SAME = f"host-no-{UNAFFECTED}"
+K73, VECTORS = "k73", "mitigations=auto,no_guest_host"  # the second kernel's host boot, and its switch
 SWITCH = 900.0  # seconds from a command's start to L1's next boot: an L2 booted and measured, then kexec
 
 
-def config(rig: Rig) -> str:
+def config(rig: Rig, other: kernel.Kernel) -> str:
     # no tuning on either side: each knob costs L1 and L2 seconds, and the host boots are what is tested
+    guest = ('cmdline = "quiet cryptomgr.notests rodata=off mitigations=off"\n'
+             f'profile = "none"\nkernel = "{rig.kernel.boot_image}"\ninitrd = "{l2root.build(rig.kernel)}"\n')
     return (f'[guest]\nmemory = {L2_MIB}\nvcpus = 1\ninit = "minimal"\nboot_timeout = 900\naccel = "kvm"\n'
-            '[[instance]]\nname = "stock"\ncmdline = "quiet cryptomgr.notests rodata=off mitigations=off"\n'
-            f'profile = "none"\nkernel = "{rig.kernel.boot_image}"\ninitrd = "{l2root.build(rig.kernel)}"\n'
+            f'[[instance]]\nname = "stock"\n{guest}'
+            f'[[instance]]\nname = "{K73}"\nhost_boot = "{K73}"\n{guest}'
+            # the rig's initramfs for 7.3 in L1's /boot (Rig.start's `also`); its modules' tree on L0 is
+            # named as the rig names its own, added to the running command line, where the last one counts
+            f'[[host_boot]]\nname = "{K73}"\nkernel = "/boot/vmlinuz-{other.release}"\n'
+            f'initrd = "/boot/initrd.img-{other.release}"\ncmdline = "rig_modules={other.modules} {VECTORS}"\n'
             f'[study]\nhost_switches = ["spectre_v2", "{UNAFFECTED}"]\n'
             '[[client]]\nhost = "local"\nthreads = 1\n'
             '[sweep]\nconnections = "4"\niterations = 1\nduration = 3\nwarmup = 0\nwait = 0\n'
@@ -155,19 +166,28 @@ def reset_by_someone_else(rig: Rig) -> str:
 def test_a_host_study_goes_round_l1s_host_boots_through_a_kill_and_a_reset_and_comes_home(l1_that_reboots: Rig) -> None:
     """Once more on a fresh L1 only where L1 wedged (tests/rig/failures.Wedged: the rig under TCG, not the run),
     which is printed with L1's console; a second wedge, or any other failure, is the test's."""
+    other = kernel_index.obtain()  # l1_that_reboots has it in L1's /boot
     try:
-        go_round(l1_that_reboots)
+        go_round(l1_that_reboots, other)
     except Wedged as exc:
         print(f"L1 wedged; the whole test once more on a fresh L1:\n{exc.message}\n{exc.hint}")
         # in the log's warnings summary, also where the test passes (pytest drops a passing test's prints)
         warnings.warn(f"L1 wedged, the test went round once more on a fresh L1: {exc.message.splitlines()[0]}",
                       stacklevel=1)
         l1_that_reboots.stop()
-        with Rig.start(timeout=BOOT_TIMEOUT, host_boots=True) as fresh:
-            go_round(fresh)
+        with Rig.start(timeout=BOOT_TIMEOUT, host_boots=True, also=(other,)) as fresh:
+            go_round(fresh, other)
 
 
-def go_round(rig: Rig) -> None:
+def attack_vectors(lines: list[str]) -> set[str]:
+    """The attack vectors a 6.17-or-later kernel's log says it mitigates ("mitigations: Enabled attack
+    vectors: a, b, ... SMT mitigations: auto"); none for an older kernel, which prints no such line."""
+    said = [x.split("Enabled attack vectors:", 1)[1] for x in lines if "Enabled attack vectors:" in x]
+    assert len(said) <= 1, said
+    return {v.strip() for v in said[0].split("SMT mitigations")[0].split(",") if v.strip()} if said else set()
+
+
+def go_round(rig: Rig, other: kernel.Kernel) -> None:
     began = time.monotonic()
 
     def at(what: str) -> None:  # the test's timeline, for where its minutes go (docs/testing.md)
@@ -175,7 +195,7 @@ def go_round(rig: Rig) -> None:
     set_up(rig)
     font_list(rig, MPL)
     at("set up")
-    rig.put_file(CONFIG, config(rig).encode())
+    rig.put_file(CONFIG, config(rig, other).encode())
     first_boot, first_line = rig.boot_id(), proc_cmdline(rig)
     hold_the_next_switch(rig)
     pid = started(rig, vmharness(rig, "run", CONFIG, "--allow-host-reboot", "--out", RUN), f"{RUNS}/1.log")
@@ -186,11 +206,20 @@ def go_round(rig: Rig) -> None:
     assert proc_cmdline(rig) == first_line  # the boot it started in: not the one the run's state asks for
     set_up(rig)
     pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/1b.log")
-    to_v2_off = switched(rig, reset_boot, pid, f"{RUNS}/1b.log")
+    to_k73 = switched(rig, reset_boot, pid, f"{RUNS}/1b.log")
+    k73_boot, k73_line = rig.boot_id(), proc_cmdline(rig)
+    assert rig.read_file("/proc/sys/kernel/osrelease").decode().strip() == other.release
+    assert k73_line == f"{first_line} rig_modules={other.modules} {VECTORS}", k73_line
+    at(f"L1 came back in {K73} ({other.release}) {to_k73:.0f} s after the run resumed")
+
+    set_up(rig)  # kvm_amd from 7.3's modules
+    pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/1c.log")
+    to_v2_off = switched(rig, k73_boot, pid, f"{RUNS}/1c.log")
     second_boot, second_line = rig.boot_id(), proc_cmdline(rig)
     assert second_line == f"{first_line} spectre_v2=off", second_line
+    assert rig.read_file("/proc/sys/kernel/osrelease").decode().strip() == rig.kernel.release
     spectre_v2 = rig.read_file("/sys/devices/system/cpu/vulnerabilities/spectre_v2").decode().strip()
-    at(f"L1 came back in {V2_OFF} {to_v2_off:.0f} s after the run resumed: spectre_v2: {spectre_v2}")
+    at(f"L1 came back in {V2_OFF} {to_v2_off:.0f} s after the resumed run started: spectre_v2: {spectre_v2}")
 
     set_up(rig)
     pid = started(rig, vmharness(rig, "run", "--resume", RUN), f"{RUNS}/2.log")
@@ -211,26 +240,34 @@ def go_round(rig: Rig) -> None:
     print(log[-4000:], last.stdout[-2000:], last.stderr[-2000:], sep="\n")
     assert last.returncode == 0, last.stderr[-3000:]
     # the reset's boot, said and switched away from, never measured (the visits below)
-    assert f"round 1: {V2_OFF}: the host is not in the host boot asked for: its command line is" in log, log
+    assert (f"round 1: {K73}: the host is not in the host boot asked for: the host runs the kernel "
+            f"{rig.kernel.release!r}, not {other.release!r}") in log, log
     assert f"round 1: {SAME}: {SAME} dropped before it is measured: the host reports the same" in log, log
-    at("the run ended at home with its report: three host boots and home")
+    at("the run ended at home with its report: four host boots and home")
 
     manifest: dict[str, Any] = json.loads(rig.read_file(f"{RUN}/manifest.json"))
     assert manifest["host_boots_done"] is True
     visits = [(b["boot"], b["instances"], b["cmdline"], b["dropped"]) for b in manifest["host_boots"]]
-    assert visits == [("", ["stock"], first_line, False), (V2_OFF, [V2_OFF], second_line, False),
-                      (SAME, [SAME], third_line, True)], visits
-    # each host boot's facts, as the arrival check read them: three boots, and what each said of spectre_v2
-    (start, v2_off, same) = manifest["host_boots"]
-    assert [b["boot_id"].strip() for b in (start, v2_off, same)] == [first_boot, second_boot, third_boot]
-    assert reset_boot not in (first_boot, second_boot, third_boot)
+    assert visits == [("", ["stock"], first_line, False), (K73, [K73], k73_line, False),
+                      (V2_OFF, [V2_OFF], second_line, False), (SAME, [SAME], third_line, True)], visits
+    # each host boot's facts, as the arrival check read them: four boots, and what each said of spectre_v2
+    (start, k73, v2_off, same) = manifest["host_boots"]
+    boots = (first_boot, k73_boot, second_boot, third_boot)
+    assert [b["boot_id"].strip() for b in (start, k73, v2_off, same)] == list(boots)
+    assert reset_boot not in boots
+    assert [b["release"] for b in (start, k73, v2_off, same)] == [rig.kernel.release, other.release,
+                                                                  rig.kernel.release, rig.kernel.release]
+    # 7.3 names the attack vectors it mitigates, without guest_host under its switch; 6.1 prints no such line
+    vectors = attack_vectors(k73["mitigation_log"])
+    assert "guest_host" not in vectors and {"user_kernel", "guest_guest"} <= vectors, k73["mitigation_log"]
+    assert attack_vectors(start["mitigation_log"]) == set(), start["mitigation_log"]
     assert v2_off["vulnerabilities"]["spectre_v2"].strip() == spectre_v2
     assert same["vulnerabilities"] == start["vulnerabilities"] and same["mitigation_log"] == start["mitigation_log"]
     assert any("Spectre V2 : Mitigation" in line for line in start["mitigation_log"]), start["mitigation_log"]
     print(f"spectre_v2 in L1: {start['vulnerabilities']['spectre_v2']!r}, with spectre_v2=off {spectre_v2!r}")
     records = read_json_lines(rig, f"{RUN}/records.jsonl")
     points = [r for r in records if r["kind"] == "measurement"]
-    assert sorted(r["instance"] for r in points) == [V2_OFF, "stock"]
+    assert sorted(r["instance"] for r in points) == [V2_OFF, K73, "stock"]
     assert all(r["ok"] and r["client"]["requests"] > 0 for r in points), points
     assert [(r["instance"], r["iteration"]) for r in records if r["kind"] == "dropped"] == [(SAME, 0)]
     answer = rig.read_file(f"{RUN}/report/report.txt").decode()
@@ -238,4 +275,4 @@ def go_round(rig: Rig) -> None:
     assert in_l1(rig, "test", "-e", STATE).returncode == 1  # the state file went with the run
     assert in_l1(rig, "test", "-e", JOURNAL).returncode == 1
     assert rig.read_file("/sys/kernel/kexec_loaded").decode().strip() == "0"
-    assert rig.boot_id() not in (first_boot, second_boot, third_boot, reset_boot)
+    assert rig.boot_id() not in (*boots, reset_boot)

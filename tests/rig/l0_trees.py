@@ -6,6 +6,7 @@ from __future__ import annotations
 import compileall
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.rig import kernel
@@ -34,12 +35,14 @@ def compile_package() -> None:
         sys.pycache_prefix = prefix
 
 
-def fill_persist(folder: Path, kern: kernel.Kernel, initrd: Path) -> None:
+def fill_persist(folder: Path, boots: Sequence[tuple[kernel.Kernel, Path]]) -> None:
     """The folder L1 keeps across boots: the host boots' state, the runs and libvirt's cache (empty), and
-    the kernel and initrd it comes home to (its /boot: the bzImage, since kexec loads one, and the rig's
-    initramfs). tests/rig/l1-init.sh binds each into place."""
+    in its /boot each kernel L1 may boot with the rig's initramfs for it (`boots`: the kernel L1 starts
+    in, which it comes home to, then any other a host boot names; the bzImage, since kexec loads one).
+    tests/rig/l1-init.sh binds each into place and copies the kernels into L1's /boot."""
     for sub in ("boot", "hostboots", "runs", "libvirt-cache"):
         (folder / sub).mkdir(mode=0o755, parents=True)
     folder.chmod(0o755)
-    shutil.copyfile(kern.vmlinuz, folder / "boot" / f"vmlinuz-{kern.release}")
-    shutil.copyfile(initrd, folder / "boot" / f"initrd.img-{kern.release}")
+    for kern, initrd in boots:
+        shutil.copyfile(kern.vmlinuz, folder / "boot" / f"vmlinuz-{kern.release}")
+        shutil.copyfile(initrd, folder / "boot" / f"initrd.img-{kern.release}")

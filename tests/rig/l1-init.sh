@@ -22,6 +22,12 @@ must() { "$@" || fatal "failed: $*"; }
 must mount -t proc proc /proc
 must mount -t sysfs sysfs /sys
 must mount -t devtmpfs devtmpfs /dev
+# L1's kernel started on one CPU (maxcpus=1): bring up the others now (topology.ONE_CPU_AT_BOOT).
+for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    if [ -e "$c/online" ] && [ "$(cat "$c/online")" = 0 ]; then
+        echo 1 > "$c/online" || fatal "could not bring ${c##*/} online"
+    fi
+done
 
 for m in @MODULES@; do
     must insmod "/lib/modules/@RELEASE@/$m"
@@ -99,7 +105,8 @@ must mount -o bind,ro "/host$rig_modules" "$libdir/modules/@RELEASE@"
 
 # A rig whose L1 reboots (kexec: the harness's host boots) keeps a folder of L0's across its boots
 # (topology.PERSIST_TAG): the host boots' state and the run folder are bound from it into place, and
-# the kernel and initrd L1 comes home to are copied from it into a /boot of L1's own. libvirt's cache
+# the kernels L1 may boot, each with its initrd (the one it comes home to, and any other a host boot
+# names), are copied from it into a /boot of L1's own. libvirt's cache
 # of what each QEMU binary can do is kept there too, as a host's /var/cache is across its boots
 # (libvirt probes the binary again where the kernel, QEMU or libvirtd changed; the probe takes 8-15 s
 # in L1). Its kexec is the rig's unpacked kexec-tools (rig_kexec=), put into /usr/sbin through an overlay.
@@ -111,7 +118,11 @@ if [ -n "$rig_persist" ]; then
         must mount -o bind "/persist/${pair%%:*}" "/host/var/${pair#*:}"
     done
     must mount -t tmpfs -o mode=755 tmpfs /host/boot
-    must cp /persist/boot/vmlinuz-@RELEASE@ /persist/boot/initrd.img-@RELEASE@ /host/boot/
+    for f in /persist/boot/vmlinuz-* /persist/boot/initrd.img-*; do
+        must cp "$f" /host/boot/
+    done
+    [ -f /host/boot/vmlinuz-@RELEASE@ ] && [ -f /host/boot/initrd.img-@RELEASE@ ] || \
+        fatal "rig_persist: no vmlinuz-@RELEASE@ or initrd.img-@RELEASE@ to come home to in its boot folder"
     [ -x "/host$rig_kexec/sbin/kexec" ] || fatal "rig_kexec: no sbin/kexec in $rig_kexec"
     sbin=/host$(chroot /host readlink -f /usr/sbin)
     mkdir -p /run/sbin-overlay

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -78,10 +78,15 @@ _HLT = re.compile(r"HLT=(\d)")
 
 def where_cpus(path: Path, timeout: float) -> str:
     """Each vCPU's instruction pointer and whether it is halted, from QEMU's register dump (HMP `info
-    registers -a`), in one line: a guest that hangs with every vCPU halted waits for an interrupt that
-    does not come; one that spins shows where."""
+    registers -a`), and what its local APIC holds in service, with its timer's mode (HMP `info lapic`),
+    in one line: a guest that hangs with every vCPU halted waits for an interrupt that does not come; one
+    that spins shows where. A vector left in service blocks every interrupt of its class and below (L1's
+    hangs under QEMU 10.0's threaded TCG: the timer's, topology.ONE_CPU_AT_BOOT)."""
     with _session(path, timeout) as qmp:
-        return described_cpus(str(qmp.execute("human-monitor-command", {"command-line": "info registers -a"})))
+        dump = str(qmp.execute("human-monitor-command", {"command-line": "info registers -a"}))
+        apics = {cpu: str(qmp.execute("human-monitor-command", {"command-line": f"info lapic {cpu}"}))
+                 for cpu in _CPU.findall(dump)}
+        return described_cpus(dump, apics)
 
 
 def sysrq(path: Path, key: str, timeout: float) -> None:
@@ -93,10 +98,25 @@ def sysrq(path: Path, key: str, timeout: float) -> None:
         qmp.execute("human-monitor-command", {"command-line": f"sendkey alt-sysrq-{key}"})
 
 
-def described_cpus(dump: str) -> str:
+def described_cpus(dump: str, apics: Mapping[str, str] | None = None) -> str:
+    """`dump`: HMP's `info registers -a`; `apics`: HMP's `info lapic N` by CPU number, where read."""
     parts = _CPU.split(dump)[1:]
     said = []
     for cpu, regs in zip(parts[::2], parts[1::2], strict=True):
         rip, hlt = _RIP.search(regs), _HLT.search(regs)
-        said.append(f"cpu{cpu} RIP={rip.group(1) if rip else '?'}{' halted' if hlt and hlt.group(1) == '1' else ''}")
+        said.append(f"cpu{cpu} RIP={rip.group(1) if rip else '?'}{' halted' if hlt and hlt.group(1) == '1' else ''}"
+                    f"{described_apic((apics or {}).get(cpu, ''))}")
     return "; ".join(said) or "no vCPU in QEMU's register dump"
+
+
+_ISR = re.compile(r"^ISR\s+(.*?)\s*$", re.MULTILINE)
+_TIMER_MODE = re.compile(r"^LVTT\s.*?\b(one-shot|periodic|tsc-deadline)\b", re.MULTILINE)
+
+
+def described_apic(lapic: str) -> str:
+    """What one vCPU's local APIC holds in service and its timer's mode, from HMP's `info lapic`."""
+    isr, mode = _ISR.search(lapic), _TIMER_MODE.search(lapic)
+    if not isr:
+        return ""
+    held = isr.group(1)
+    return f" (APIC in service: {'none' if held == '(none)' else held}{f', timer {mode.group(1)}' if mode else ''})"

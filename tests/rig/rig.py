@@ -94,7 +94,7 @@ class Rig:
 
     @classmethod
     def start(cls, timeout: float = 180.0, host_boots: bool = False, kern: kernel.Kernel | None = None,
-              append: str = "") -> Self:
+              append: str = "", also: tuple[kernel.Kernel, ...] = ()) -> Self:
         """Boot L1 and return once its agent answers and its NICs are found. `timeout`
         covers the boot; fetching and building the kernel and initramfs have their own.
         `host_boots`: an L1 that the harness may reboot with kexec (a folder it keeps across boots,
@@ -105,19 +105,21 @@ class Rig:
         kernel probed the e1000e behind the second node's root port), which failed every rig test of
         that run; the four boots after it came up in 16-21 s. A second crash, or any other failure, is
         the test's. `kern`: another kernel than bookworm's (kernel_index.py); `append`: more of L1's
-        command line."""
+        command line; `also`, with `host_boots`: the kernels L1 may kexec into besides its own, each in
+        its /boot with the rig's initramfs for it (a host boot's `rig_modules=` names its modules)."""
         try:
-            return cls._boot(timeout, host_boots, kern, append)
+            return cls._boot(timeout, host_boots, kern, append, also)
         except RigError as exc:
             if not (exc.crashed or exc.stalled):
                 raise
             print(f"the rig: L1's first boot failed, booting it once more: {exc}".splitlines()[0], file=sys.stderr)
             log.warning("L1's first boot failed (%s); booting once more:\n%s",
                         "QEMU crashed" if exc.crashed else "a CPU stalled", exc)
-        return cls._boot(timeout, host_boots, kern, append)
+        return cls._boot(timeout, host_boots, kern, append, also)
 
     @classmethod
-    def _boot(cls, timeout: float, host_boots: bool, kern: kernel.Kernel | None, append: str) -> Self:
+    def _boot(cls, timeout: float, host_boots: bool, kern: kernel.Kernel | None, append: str,
+              also: tuple[kernel.Kernel, ...]) -> Self:
         kern = kern or kernel.obtain()
         initrd = initramfs.build(kern)
         kexec = kexec_tools.obtain() if host_boots else None
@@ -125,7 +127,7 @@ class Rig:
         leftovers.reap()
         files = topology.Files(leftovers.new_dir())
         if host_boots:
-            l0_trees.fill_persist(files.persist, kern, initrd)
+            l0_trees.fill_persist(files.persist, [(kern, initrd), *((k, initramfs.build(k)) for k in also)])
         cached = l0_trees.cached_trees()
         line = topology.cmdline(kern.modules, keep=(REPO, cache_dir()), cached=cached, kexec=kexec)
         argv = topology.qemu_argv(kern.boot_image, initrd, f"{line} {append}".strip(), files, persist=host_boots)

@@ -98,6 +98,7 @@ def cmdline(modules_on_l0: Path, keep: Sequence[Path] = (), cached: Sequence[Pat
             "panic=-1",  # with -no-reboot a panic ends QEMU instead of hanging
             # every Magic SysRq key, for the rig's failures: the blocked tasks of an L1 that hangs (rig.py)
             "sysrq_always_enabled",
+            ONE_CPU_AT_BOOT,  # the others come up in l1-init.sh
             # One 1 GiB page on node 1, reserved at boot as a real host would (test_hugepages_1g.py):
             # at run time none could be had in L1, with 1.5 or 2.5 GiB on node 1, after dropping
             # caches and compacting (some unmovable page sits in every 1 GiB-aligned block). The 2M
@@ -121,6 +122,20 @@ def l1_qemu() -> str:
     `spec_store_bypass_disable=off`, which the host-boot test relies on."""
     found = qemu_10()
     return str(found) if found else "qemu-system-x86_64"
+
+
+ONE_CPU_AT_BOOT = "maxcpus=1"
+"""L1's kernel boots on cpu0 alone; l1-init.sh brings cpus 1-3 up once init runs. Booted on all four,
+one of them sometimes kept the timer's vector in service in its local APIC after taking its interrupt:
+the end of interrupt never reached it, so that vCPU took no timer interrupt again, and every timer of
+its kernel (a sleep, a timeout, RCU's) never expired, with the vCPU halted. That was the hang of L1 read
+in the rig (docs/testing.md, 2026-12-01): a boot stopped in e1000e's probe, which sleeps on a CPU of
+the NIC's node. It is a race of QEMU's TCG with a thread per vCPU (10.0's here), in the kernel's first seconds,
+while each CPU's tick is still periodic. Counted on the development machine 25 s into cold boots (QEMU's
+`info lapic`: vector 236 in service, the timer still periodic): 21 boots of 53 had such a vCPU, whatever
+else was changed (`tsc=reliable`, SMM off, no vAPIC ROM, no x2APIC, CPU model qemu64); none of 25 with
+one TCG thread for all vCPUs, which took L2 under KVM in L1 past ten minutes; none of 11 under QEMU
+7.2 (which crashed once in those, and lost such a boot in two clean clones before); none of 11 booted so."""
 
 
 def qemu_argv(kernel: Path, initrd: Path, append: str, files: Files, persist: bool = False) -> list[str]:

@@ -213,7 +213,7 @@ def test_a_boot_whose_kernel_reports_a_stall_is_given_up_early_and_booted_once_m
 
     boots: list[str] = []
 
-    def boot(timeout: float, host_boots: bool, kern: object, append: str) -> str:
+    def boot(timeout: float, host_boots: bool, kern: object, append: str, also: object) -> str:
         boots.append("boot")
         if len(boots) == 1 or console == "booting":
             raise exc.value

@@ -18,9 +18,27 @@ HALTED = ("\r\nCPU#0\r\nRAX=0000000000000000 RBX=ffffffff82a0c940\r\nRIP=fffffff
           "II=0 A20=1 SMM=0 HLT=1\r\n")
 
 
+# `info lapic` of two of L1's vCPUs in one of its hangs (2026-12-01): cpu1 took its timer's interrupt and the
+# end of interrupt never came, so vector 236 stays in service and its timer periodic, as it was set at boot
+STUCK = ("dumping local APIC state for CPU 1 \r\n\r\nLVT0\t 0x00010700 active-hi edge  masked                      "
+         "ExtINT (vec 0)\r\nLVTT\t 0x000200ec active-hi edge                 periodic     Fixed  (vec 236)\r\n"
+         "Timer\t DCR=0x3 (divide by 16) initial_count = 250018 current_count = 104697\r\nISR\t 236 \r\n"
+         "IRR\t 33 34 236 \r\n\r\nAPR 0x01 TPR 0x10 DFR 0x0f LDR 0x02 PPR 0xe0\r\n")
+WELL = ("dumping local APIC state for CPU 0 \r\n\r\nLVTT\t 0x000000ec active-hi edge                 one-shot     "
+        "Fixed  (vec 236)\r\nISR\t (none)\r\nIRR\t (none)\r\n\r\nAPR 0x00 TPR 0x10 DFR 0x0f LDR 0x01 PPR 0x10\r\n")
+
+
 def test_a_dump_of_halted_vcpus_says_each_is_halted_and_where() -> None:
     assert qmp.described_cpus(HALTED) == "cpu0 RIP=ffffffff81f8e6ab halted; cpu1 RIP=ffffffff81f8e6ab halted"
     assert qmp.described_cpus("no registers here") == "no vCPU in QEMU's register dump"
+
+
+def test_a_vector_left_in_service_is_said_with_the_timers_mode() -> None:
+    said = qmp.described_cpus(HALTED, {"0": WELL, "1": STUCK})
+    assert said == ("cpu0 RIP=ffffffff81f8e6ab halted (APIC in service: none, timer one-shot); "
+                    "cpu1 RIP=ffffffff81f8e6ab halted (APIC in service: 236, timer periodic)")
+    # an answer that is no APIC's dump (an older QEMU, an error's text) adds nothing rather than a guess
+    assert qmp.described_cpus(HALTED, {"0": "unknown command", "1": ""}) == qmp.described_cpus(HALTED)
 
 
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86_64 is not installed")
@@ -38,5 +56,6 @@ def test_a_real_qemu_held_at_its_reset_vector_is_read(tmp_path: Path) -> None:
     finally:
         qemu.kill()
         qemu.wait()
-    assert said.startswith("cpu0 RIP=0000fff0; cpu1 RIP="), said  # real mode: the dump names it EIP
+    # real mode: the dump names it EIP; the APICs as reset left them
+    assert said.startswith("cpu0 RIP=0000fff0 (APIC in service: none, timer one-shot); cpu1 RIP="), said
     assert "halted" not in said.split(";")[0], said

@@ -20,6 +20,7 @@ import pytest
 
 from vmharness.analysis import profiles
 from vmharness.analysis.variants import WAIT_LIMIT
+from vmharness.bench import syscalls
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
@@ -208,7 +209,19 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # fractions to several, most where fewest requests were served: the capped control read 17% more)
     assert 3 < calls["on"]["per_request"] < 30 and calls["on"]["top"], calls
     assert all(x >= 0.9 and abs(x - round(x)) < 0.1 for x in calls["on"]["top"].values()), calls
-    assert all(abs(calls[n]["change"]["change"]) < 0.05 for n in ("no-pti", "control")), calls
+    # no-pti and the control make the reference's calls by the report's own rule (syscalls.same_calls): a
+    # change told from none, or within 5%. A point figure alone was asked to be within 5% before, and a CI
+    # run beside the rig read the control's +5.9% over four boots, its interval reaching +32%: noise, not a change
+    assert all(calls[n]["same_calls"] is True for n in ("no-pti", "control")), calls
+    # every boot is read for its clocksource before and after its points; a counted point whose server read
+    # the time by system calls (its guest left the TSC: that CI run's on and control, which share a boot,
+    # read clock_gettime 0.5 and 1.9 per request in boot 2 and none elsewhere) comes with the warning that
+    # names its boot
+    clocks = [r for r in got if r["kind"] == "clock"]
+    assert {r["instance"] for r in clocks} == {"on", "no-pti"} and all(r["at_start"] for r in clocks), clocks
+    by_time = [r["iteration"] for r in counted if (syscalls.per_request(r) or (0, {}))[1].get("clock_gettime", 0) > 0.2]
+    assert all(any(f"iteration {it}: the guest's clocksource went from" in w for w in report["warnings"])
+               for it in by_time), (by_time, clocks)
     why = study["why"]
     explained = why.get("pti", {}).get("verdict") == "each call costs more, which explains the cost"
     assert (not found or explained) and set(why) <= {"pti"}, why

@@ -179,14 +179,6 @@ def test_a_host_study_goes_round_l1s_host_boots_through_a_kill_and_a_reset_and_c
             go_round(fresh, other)
 
 
-def attack_vectors(lines: list[str]) -> set[str]:
-    """The attack vectors a 6.17-or-later kernel's log says it mitigates ("mitigations: Enabled attack
-    vectors: a, b, ... SMT mitigations: auto"); none for an older kernel, which prints no such line."""
-    said = [x.split("Enabled attack vectors:", 1)[1] for x in lines if "Enabled attack vectors:" in x]
-    assert len(said) <= 1, said
-    return {v.strip() for v in said[0].split("SMT mitigations")[0].split(",") if v.strip()} if said else set()
-
-
 def go_round(rig: Rig, other: kernel.Kernel) -> None:
     began = time.monotonic()
 
@@ -258,9 +250,9 @@ def go_round(rig: Rig, other: kernel.Kernel) -> None:
     assert [b["release"] for b in (start, k73, v2_off, same)] == [rig.kernel.release, other.release,
                                                                   rig.kernel.release, rig.kernel.release]
     # 7.3 names the attack vectors it mitigates, without guest_host under its switch; 6.1 prints no such line
-    vectors = attack_vectors(k73["mitigation_log"])
+    vectors = kernel.attack_vectors(k73["mitigation_log"])
     assert "guest_host" not in vectors and {"user_kernel", "guest_guest"} <= vectors, k73["mitigation_log"]
-    assert attack_vectors(start["mitigation_log"]) == set(), start["mitigation_log"]
+    assert kernel.attack_vectors(start["mitigation_log"]) == set(), start["mitigation_log"]
     assert v2_off["vulnerabilities"]["spectre_v2"].strip() == spectre_v2
     assert same["vulnerabilities"] == start["vulnerabilities"] and same["mitigation_log"] == start["mitigation_log"]
     assert any("Spectre V2 : Mitigation" in line for line in start["mitigation_log"]), start["mitigation_log"]

@@ -8,8 +8,8 @@ control: the line changes with the switch, not by itself). Under it KVM works in
 
 What L1's CPU reports does not change with the switch: its vulnerability files read the same both
 ways (under QEMU 10.0's `-cpu max`, spectre_v2 "Mitigation: Retpolines", nothing guest-to-host
-specific in effect), as 6.1's do. This is the kernel the host-boot study (test_host_boots_in_l1.py)
-has not yet kexec'd into: a study across two host kernels is still to come."""
+specific in effect), as 6.1's do. The host-boot study (test_host_boots_in_l1.py) kexecs into the same kernel
+with the same switch and reads the same line from its run's mitigation log."""
 
 from __future__ import annotations
 
@@ -19,18 +19,13 @@ import pytest
 
 from tests.integration.conftest import BOOT_TIMEOUT
 from tests.integration.test_kvm_rig import IMAGES, _rig_image, sh
-from tests.rig import Rig, commands, kernel_index
+from tests.rig import Rig, commands, kernel, kernel_index
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
 
 def attack_vectors(rig: Rig) -> set[str]:
-    """The attack vectors L1's kernel says it mitigates ("mitigations: Enabled attack vectors: a, b, ...
-    SMT mitigations: auto")."""
-    lines = [x for x in sh(rig, "dmesg").splitlines() if "Enabled attack vectors:" in x]
-    assert len(lines) == 1, lines
-    named = lines[0].split("Enabled attack vectors:", 1)[1].split("SMT mitigations")[0]
-    return {v.strip() for v in named.split(",") if v.strip()}
+    return kernel.attack_vectors(sh(rig, "dmesg").splitlines())
 
 
 def vulnerabilities(rig: Rig) -> str:

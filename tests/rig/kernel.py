@@ -192,3 +192,12 @@ def _embedded_elf(image: bytes) -> bytes:
         if elf[:4] == b"\x7fELF":
             return elf
     return b""
+
+
+def attack_vectors(log_lines: list[str]) -> set[str]:
+    """The attack vectors a kernel's log says it mitigates ("mitigations: Enabled attack vectors: a, b, ...
+    SMT mitigations: auto"), from dmesg or a run's mitigation log; none for a kernel before 6.17, which
+    prints no such line."""
+    said = [x.split("Enabled attack vectors:", 1)[1] for x in log_lines if "Enabled attack vectors:" in x]
+    assert len(said) <= 1, said
+    return {v.strip() for v in said[0].split("SMT mitigations")[0].split(",") if v.strip()} if said else set()

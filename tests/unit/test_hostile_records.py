@@ -145,6 +145,8 @@ DAMAGED: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("profile-size-negative", lines({**counted(), "kind": "profile", "key": "a/profile/0", "syscalls": None,
                                      "profile": {"file": "profiles/a-0.folded", "sha256": "0" * 64, "bytes": -1,
                                                  "frequency": 999}}), "", ("profile.bytes -1 is below 1",)),
+    ("clock-iteration-beyond-any", lines({"kind": "clock", "instance": "a", "iteration": 5000, "at_start": "tsc",
+                                          "at_end": "hpet"}), "", ("iteration 5000 is above 999",)),
     ("four-at-once", lines(point(rps=math.nan), {"kind": "x"}, point("a", 1, 1, 9.0), point(rps=-1.0)), "",
      ("4 damaged records", "2 with a number out of range", "1 of an unknown kind", "1 repeating", "and 1 more")),
 ]
@@ -217,6 +219,10 @@ def _cases() -> list[Case]:
         Case("escape-session-error", ("report", "rd", "--full"), ("measured nothing", "\\x1b[2J\\x0d\\x07\\x9b"),
              _folder(lines({"kind": "session", "instance": "a", "iteration": 2, "ok": False, "error": f"boom{ESC}"})),
              code=0),
+        # a boot's clocksource as its guest wrote it: a name of a clock is said, anything else is not
+        Case("escape-clock-name", ("report", "rd", "--full"), ("clocksource went from tsc to an unreadable clock",),
+             _folder(lines({"kind": "clock", "instance": "a", "iteration": 1, "at_start": "tsc",
+                            "at_end": f"hpet{ESC}"})), code=0),
         Case("escape-in-a-left-out-key", ("report", "rd", "--full"), ("left out", "\\x1b]0;pwned\\x07"),
              _folder("", lines(point("\x1b]0;pwned\x07", 2, 0, rps=-1.0))), code=0),
         Case("escape-folder-name", ("compare", "rd", f"r{ESC}d", "--full"), ("vs rd/a", "r\\x1b[2J\\x0d\\x07\\x9bd/a"),

@@ -138,7 +138,8 @@ def test_calls_per_request_their_change_and_the_counting_cost(tmp_path: Path) ->
     assert text[0].startswith("system calls per request in the server at 8 connections (counted in one extra "
                               "point per boot; counting changed base's throughput -2.0% [")
     assert text[1].startswith("  base: 5.01 over 3 boot(s): writev 2.5")
-    assert json.loads(json.dumps(view_of.to_json(v)))["instances"]["pti"]["change"]["n"] == 3
+    said = json.loads(json.dumps(view_of.to_json(v)))["instances"]
+    assert said["pti"]["change"]["n"] == 3 and said["pti"]["same_calls"] is True and said["base"]["same_calls"] is None
 
 
 def test_a_variant_that_makes_more_calls_shows_the_change(tmp_path: Path) -> None:
@@ -265,6 +266,9 @@ def test_why_sets_the_work_per_request_beside_the_measured_cost(tmp_path: Path) 
     slight += [_counted("pti", it, 700.0, 5.05 + 0.01 * it) for it in range(3)]
     found = view_of.reasons(view_of.view(slight, "base", tmp_path / "records.jsonl"), work, {"pti": -0.30})
     assert [r.reading.split(";")[0] for r in found] == ["the same system calls per request (+1.0%)"]
+    # the JSON report says the same verdict, and the opposite for 20% more
+    said = view_of.to_json(v)["instances"]  # type: ignore[index]
+    assert said["capped"]["same_calls"] is True and said["chatty"]["same_calls"] is False
     # nothing is explained rather than guessed: without the vCPU times (a bench), or without a cost
     assert view_of.reasons(v, {**work, "base": None}, {"pti": -0.30}) == []
     assert view_of.reasons(v, work, {"pti": 0.01}) == []

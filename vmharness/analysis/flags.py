@@ -1,28 +1,43 @@
-"""The reasons not to trust an analysis's answer, which the report lists first: guests that did not boot
-or were not pinned, failed points, a server that was not saturated or a guest whose vCPU threads were
-not what limited it, a peak at the edge of the sweep or not distinct, too few iterations or too much
-noise, errors, packets per request that do not fit the configuration, a machine shared between sides,
-no KVM. Each says the figure it rests on."""
+"""The reasons not to trust an analysis's answer, which the report lists first: guests that did not boot,
+were not pinned or changed their clock, failed points, a server that was not saturated or a guest whose
+vCPU threads were not what limited it, a peak at the edge of the sweep or not distinct, too few
+iterations or too much noise, errors, packets per request that do not fit the configuration, a machine
+shared between sides, no KVM. Each says the figure it rests on."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from vmharness.analysis import packets, sides
 from vmharness.analysis.cells import Cell, server_busy, vcpu_means
 from vmharness.analysis.sides import SATURATED
+from vmharness.rundir.cross_check import instance_names
 from vmharness.rundir.store import RunDir
 from vmharness.stats import LEVEL, Interval
 
 ERROR_SHARE = 0.01
+CLOCK_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")  # tsc, hpet, acpi_pm, kvm-clock
 NOISY = 0.10  # relative half-width of the throughput interval
 
 
 def session_flags(run: RunDir, prefix: str = "") -> list[str]:
     """`vmharness run`'s guests that did not boot or could not serve, each with why, and those whose
-    QEMU threads were not held to the planned CPUs."""
-    out = []
+    QEMU threads were not held to the planned CPUs, and boots whose guest changed its clocksource while
+    it was measured (the `clock` record the runner writes)."""
+    out, riders, known = [], {}, instance_names(run.manifest)
     for r in run.records():
+        if r.get("kind") == "session" and r.get("ok") and isinstance(r.get("riders"), list):
+            riders[(r["instance"], r["iteration"])] = [n for n in r["riders"] if n in known]
+        if r.get("kind") == "clock" and None not in (r.get("at_start"), r.get("at_end")) \
+                and r.get("at_start") != r.get("at_end"):
+            also = riders.get((r["instance"], r["iteration"]))
+            rode = f" (with {', '.join(also)}, on its boot)" if also else ""
+            was, now = _clock(r.get("at_start")), _clock(r.get("at_end"))
+            out.append(f"{prefix}{r['instance']} iteration {r['iteration']}{rode}: the guest's clocksource went from "
+                       f"{was} to {now} while it was measured (its kernel judged {was} unstable, as a guest under "
+                       f"TCG on a loaded host judges the TSC): its points after the change read the time from "
+                       f"{now}, by a system call each where that is hpet or acpi_pm, which the vDSO cannot read")
         if r.get("kind") != "session":
             continue
         where = f"{prefix}{r['instance']} iteration {r['iteration']}"
@@ -33,6 +48,11 @@ def session_flags(run: RunDir, prefix: str = "") -> list[str]:
             out.append(f"not pinned: {where}'s vCPU threads ran on CPUs {pins['vcpus']} and its emulator on "
                        f"{pins['emulator']!r}, planned {pins['planned_vcpus']} and {pins['planned_emulator']}")
     return out
+
+
+def _clock(name: Any) -> str:
+    """A clocksource's name as a guest wrote it, said only if it is one (the record is data)."""
+    return name if isinstance(name, str) and CLOCK_NAME.fullmatch(name) else "an unreadable clock"
 
 
 def peak_flags(manifests: list[dict[str, Any]], peak: int, cell: Cell, curve: dict[int, Interval],

@@ -124,6 +124,13 @@ def lines(v: View | None) -> list[str]:
     return out
 
 
+def same_calls(c: Change) -> bool:
+    """Whether an instance makes the baseline's calls per request: no change told from none, or one within
+    SAME_CALLS (a slower server wakes for fewer requests at a time: the demo's pti and control make
+    0.5-1.9% more). The one rule for the reasons below and the JSON report's `same_calls`."""
+    return c.bounded and (c.low <= 0 <= c.high or abs(c.change) <= SAME_CALLS)
+
+
 @dataclass(frozen=True)
 class Reason:
     """What explains one variant's cost (reasons): the readings, and the verdict in a few words."""
@@ -148,9 +155,7 @@ def reasons(v: View | None, work_us: Mapping[str, float | None], throughput: Map
         us, base_us, measured = work_us.get(r.instance), work_us.get(base.instance), throughput.get(r.instance)
         if r.change is None or not r.change.bounded or not us or not base_us or measured is None or measured >= 0:
             continue
-        # the same calls: no change told from none, or one within SAME_CALLS (a slower server wakes for
-        # fewer requests at a time: the demo's pti and control make 0.5-1.9% more)
-        same = r.change.low <= 0 <= r.change.high or abs(r.change.change) <= SAME_CALLS
+        same = same_calls(r.change)
         predicted = base_us / us - 1
         calls = (f"the same system calls per request ({r.change.change:+.1%})" if same
                  else f"{r.change.change:+.1%} system calls per request")
@@ -175,4 +180,5 @@ def to_json(v: View | None) -> dict[str, Any] | None:
     return {"connections": v.connections, "left_out": v.left_out, "instances": {
         r.instance: {"per_request": round(r.per_request, 4), "boots": r.boots,
                      "top": {k: round(x, 4) for k, x in r.top}, "change": change_json(r.change),
+                     "same_calls": None if r.change is None else same_calls(r.change),
                      "counting_cost": change_json(r.cost)} for r in v.rows}}

@@ -194,6 +194,7 @@ class Runner:
                                  "pinning": b.pinning, "tuning": tuned, "host_irqs": irqs,
                                  "qemu": {**self.run.manifest.get("qemu", {}).get(s.instance, {}), "exe": b.emulator},
                                  **({"host_knobs": b.knobs.report} if b.knobs and b.knobs.report else {})})
+                clock = provenance.clocksource(b.machine)  # after tuning, which may set it
                 cap_for, cap_booted = self._capper(b, s.instance)
                 got = sweep.Sweep(cfg, self.run, self.root, self.say, self.owner, server_on=b.machine,
                                   local_cpus=self._off_vcpus(b),
@@ -204,6 +205,8 @@ class Runner:
                                   before_point=cap_for, as_booted=cap_booted, shares=rides(self.cfg),
                                   idle_of=self._idle_of(s)).execute(list(s.points), self._more(s),
                                                                                         self._loads(s))
+                self.run.append({"kind": "clock", "instance": s.instance, "iteration": s.iteration,
+                                 "at_start": clock, "at_end": provenance.clocksource(b.machine)})
             self.tally["ok"] += got["ok"]
             self.tally["failed"] += got["failed"]
         except HarnessError as exc:

@@ -115,6 +115,21 @@ def libvirt_versions(uri: str) -> dict[str, str]:
         conn.close()
 
 
+CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
+
+
+def clocksource(machine: Machine) -> str | None:
+    """The clocksource the machine's kernel keeps time with now; None where it cannot be read. A kernel
+    that judges its TSC unstable (its watchdog saw it drift from another clock: a guest under TCG on a
+    loaded host) moves to a clock the vDSO cannot read, and each time-of-day call becomes a system call."""
+    try:
+        res = machine.run(["cat", CLOCKSOURCE], timeout=30, check=False)
+    except HarnessError:
+        return None
+    name = res.stdout.strip()
+    return name if res.ok and name else None
+
+
 MITIGATION_FACTS = ("vulnerabilities", "mitigation_log", "cpu_flags")  # what a guest says of its mitigations
 
 

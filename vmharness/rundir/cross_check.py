@@ -34,7 +34,7 @@ POINTS = (*KEYED, "load_target")  # the records of one connection count
 STUDIED = ("no-", "only-")  # the prefixes of a study's instances (model/derived.py), and "all-off"
 
 
-def _names(manifest: dict[str, Any]) -> list[str]:
+def instance_names(manifest: dict[str, Any]) -> list[str]:
     return [i["name"] for i in manifest.get("config", {}).get("instance", [])]  # checked by store.manifest
 
 
@@ -118,7 +118,7 @@ def _dropped(rec: dict[str, Any], manifest: dict[str, Any], measured: dict[str, 
 
 def faults(manifest: dict[str, Any], kept: Kept) -> list[tuple[int, Fault]]:
     """The kept records that contradict the run, by line number."""
-    names, counts = _names(manifest), _counts(manifest)
+    names, counts = instance_names(manifest), _counts(manifest)
     measured: dict[str, set[int]] = {}
     for _, r in kept:
         if r.get("kind") in KEYED and r.get("ok") is True and isinstance(r.get("iteration"), int):
@@ -141,7 +141,7 @@ def missing(manifest: dict[str, Any], kept: Kept) -> list[str]:
     if isinstance(ok, int) and not isinstance(ok, bool) and ok > done:  # a resumed run's tally counts its last part
         out.append(f"manifest.json's tally counts {ok} points measured, and the records hold {done}: "
                    f"{ok - done} missing (deleted or cut); the figures are those of the points left")
-    control, names = manifest.get("config", {}).get("control"), _names(manifest)
+    control, names = manifest.get("config", {}).get("control"), instance_names(manifest)
     if isinstance(manifest.get("guest"), dict) and isinstance(control, dict) and control.get("cap") and names:
         base = names[0]
         boots = sorted({r["iteration"] for _, r in kept if r.get("kind") == "session" and r.get("instance") == base

@@ -94,6 +94,7 @@ RULES: dict[str, list[Rule]] = {
              (("window_s",), 0, DAY, NUM), *_EVENTS],
     "session": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE), (("boot_seconds",), 0, DAY, NUM)],
     "warmup": [],
+    "clock": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a boot's clocksource before and after its points
     "dropped": [(("iteration",), 0, MAX_ITERATIONS - 1, WHOLE)],  # a study's switch that changed nothing
     "syscalls": _POINT + _CLIENT + _SIDES + [
         (("syscalls", "*"), 0, MOST_COUNT, WHOLE), (("syscalls", "by_call", "*"), 0, MOST_COUNT, WHOLE),

@@ -15,13 +15,15 @@ from vmharness.host.inspect import kernel_log
 from vmharness.host.libvirt import api
 from vmharness.system.machine import Machine
 
+CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"  # the facts' and clocksource()'s
+
 # Few processes: on a guest under TCG every fork and exec costs a good part of a second.
 _FACTS = r"""
 s() { printf '@%s\n' "$1"; }
 s version; read -r line < /proc/version; echo "$line"
 s cmdline; read -r line < /proc/cmdline; echo "$line"
 s online; read -r line < /sys/devices/system/cpu/online; echo "$line"
-s clocksource; read -r line < /sys/devices/system/clocksource/clocksource0/current_clocksource; echo "$line"
+s clocksource; read -r line < @CLOCKSOURCE@; echo "$line"
 s os; . /etc/os-release; echo "$PRETTY_NAME"
 s cpuinfo; grep -m 3 -E '^(model name|microcode|flags)[[:space:]]*:' /proc/cpuinfo
 s dmi; { read -r v < /sys/class/dmi/id/sys_vendor && read -r p < /sys/class/dmi/id/product_name; } 2>/dev/null \
@@ -35,7 +37,7 @@ for d in /sys/class/net/*; do
     s "nic ${d##*/}"; ethtool -i "${d##*/}" 2>/dev/null
 done
 s qemu; command -v qemu-system-x86_64 >/dev/null && qemu-system-x86_64 --version
-""".replace("@WORDS@", kernel_log.WORDS)
+""".replace("@WORDS@", kernel_log.WORDS).replace("@CLOCKSOURCE@", CLOCKSOURCE)
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -113,9 +115,6 @@ def libvirt_versions(uri: str) -> dict[str, str]:
         return {"libvirt": dotted(conn.getLibVersion()), "hypervisor": dotted(conn.getVersion()), "uri": uri}
     finally:
         conn.close()
-
-
-CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
 
 
 def clocksource(machine: Machine) -> str | None:

@@ -186,8 +186,14 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # the guest's kernel events per request at the peak, from its sampler's stream, paired against the reference
     events = report["kernel_events"]
     assert {"on", "no-pti", "control"} <= set(events), events
-    assert all(e["per_request"]["context switches"] > 0 and e["per_request"]["interrupts"] > 0 and
-               e["per_request"]["page faults"] >= 0 for e in events.values())
+    # the uncapped instances switch and take interrupts well above what their guest does without load (a
+    # CI run's: 580-680 context switches a second against 281); an event a point had no more of than the
+    # idle reading has no figure for its instance, and is named (a CI run's capped control: 240 against 281,
+    # once read as 0 per request)
+    assert all(events[n]["per_request"]["context switches"] > 0 and events[n]["per_request"]["interrupts"] > 0
+               for n in ("on", "no-pti")), events
+    assert all((e["per_request"].get(k, 0) > 0) != (k in e["under_idle"]) for e in events.values()
+               for k in ("context switches", "interrupts")), events
     assert "context switches" in events["no-pti"]["changes"] and not events["on"]["changes"]
     assert "kernel events per request on the server at the peak" in text
     # why, from one more point per instance and boot with the server's system calls counted: the reference

@@ -70,7 +70,8 @@ def config(rig: Rig, other: kernel.Kernel) -> str:
             '[[client]]\nhost = "local"\nthreads = 1\n'
             '[sweep]\nconnections = "4"\niterations = 1\nduration = 3\nwarmup = 0\nwait = 0\n'
             '[load]\npercents = []\ncapacity = 0\n'
-            '[samplers]\ninterval = 5.0\n[tuning]\nprofile = "none"\n')
+            '[samplers]\ninterval = 5.0\n[tuning]\nprofile = "none"\n'
+            '[report]\nfigures = false\n')  # as test_run_nested: drawing costs L1 minutes
 
 
 def set_up(rig: Rig) -> None:

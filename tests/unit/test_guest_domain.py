@@ -189,8 +189,9 @@ def test_under_tcg_the_timer_check_is_skipped_before_the_researchers_words(tmp_p
     req = instance.VmRequest(name="t", image_dir=str(tmp_path / "images"), cmdline="mitigations=auto")
     tcg = instance.plan(root, instance.VmRequest(**{**req.__dict__, "accel": "tcg"}), for_print=True)
     kvm = instance.plan(root, instance.VmRequest(**{**req.__dict__, "accel": "kvm"}), for_print=True)
-    assert tcg.spec.cmdline.split()[-2:] == [instance.TCG_CMDLINE, "mitigations=auto"]
-    assert instance.TCG_CMDLINE not in kvm.spec.cmdline.split() and kvm.spec.cmdline.endswith(" mitigations=auto")
+    assert tcg.spec.cmdline.split()[-3:] == ["no_timer_check", "tsc=reliable", "mitigations=auto"]
+    assert not {"no_timer_check", "tsc=reliable"} & set(kvm.spec.cmdline.split())
+    assert kvm.spec.cmdline.endswith(" mitigations=auto")
 
 
 def test_bad_names_are_refused() -> None:

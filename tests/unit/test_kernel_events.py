@@ -195,11 +195,66 @@ def test_what_the_guest_does_without_load_is_left_out_of_each_request(tmp_path: 
         assert got["slow"].means[key] == pytest.approx(want, rel=0.02) == got["base"].means[key], key
         assert abs(got["slow"].changes[key].change) < 0.02 and not got["slow"].changes[key].significant, key
     assert got["dear"].changes["context switches"].change == pytest.approx(0.5, abs=0.02)
-    assert got["base"].means["softirq TIMER"] == 0.0  # the timer's 50/s are all background
+    # the timer's 50/s are all background: not told from it, so no figure, and said
+    assert "softirq TIMER" not in got["base"].means and got["base"].under_idle == {"softirq TIMER": 4}
     said = [line for line in report.answer(a) if line.startswith("kernel events")]
     assert said == ["kernel events per request on the server at the peak (8 connections), less what its kernel does "
                     "each second without load, each against the baseline paired by block:"]
     assert report.to_json(a)["kernel_events"]["slow"]["idle_per_s_left_out"]["page faults"] == 400.0
+    assert report.to_json(a)["kernel_events"]["slow"]["under_idle"] == {"softirq TIMER": 4}
+
+
+def _quieter(run: RunDir, instance: str, iterations: set[int], factor: float) -> RunDir:
+    """`instance`'s points in `iterations` with the background at `factor` of the idle reading's (a vCPU
+    that ran less than when the idle reading was taken), its work per request the same."""
+    path = run.path / "records.jsonl"
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in kept:
+        if r["kind"] == "measurement" and r["instance"] == instance and r["iteration"] in iterations:
+            for key in ("context_switches_per_s", "interrupts_per_s", "page_faults_per_s"):
+                background = BACKGROUND[key]
+                assert isinstance(background, float)
+                r["samples"]["guest"][key] -= background * (1 - factor)
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return RunDir.open(run.path)
+
+
+def test_an_event_a_capped_guest_had_less_of_than_without_load_gets_no_figure_and_is_said(tmp_path: Path) -> None:
+    # a CI run's capped control: 58 requests a second, 240 context switches against an idle 281. Its
+    # background shrank with its vCPU's share: less the idle reading, it read 0 per request, where the
+    # truth is more than 0. Here "capped" serves 50 requests a second with 0.1 context switches each
+    # and half the background: 105 a second against the idle 200
+    rps, work = {"base": 1000.0, "capped": 50.0}, {"base": BASE, "capped": {**BASE, "ctxt": 0.1, "irq": 0.5}}
+    run = _quieter(_loaded(tmp_path, rps, work, idle=True), "capped", {0, 1, 2, 3}, 0.5)
+    a = saturation.analyse(run)
+    got = {v.instance: v for v in a.events}
+    # context switches (105 against 200) and page faults (225 against 400) are not told from the
+    # background; interrupts (75 against 100) neither. No 0 stands in for them, and no change is drawn
+    assert got["capped"].under_idle == {"context switches": 4, "interrupts": 4, "page faults": 4, "softirq TIMER": 4}
+    told = set(got["capped"].means) | set(got["capped"].changes)
+    assert not {"context switches", "interrupts", "page faults"} & told
+    assert got["capped"].means["softirq NET_RX"] == pytest.approx(1.5)  # no background: told
+    text = "\n".join(report.answer(a))
+    assert ("  capped: no figure for context switches (in 4 of 4 point(s)), interrupts (in 4 of 4 point(s)), page "
+            "faults (in 4 of 4 point(s)), softirqs of kind TIMER: no more each second than without load") in text
+    # the negative control: the baseline, its background as in the idle reading, keeps every figure but the timer's
+    assert got["base"].means["context switches"] == pytest.approx(2.0)
+    assert got["base"].under_idle == {"softirq TIMER": 4}
+
+
+def test_an_event_under_the_idle_reading_in_one_point_is_left_out_of_every_point(tmp_path: Path) -> None:
+    # one boot of "slow" with a quieter background: kept in the other three alone, its mean would rest on
+    # the boots that happened to read more; so it has no figure at all, and its change is not drawn
+    rps, work = {"base": 1000.0, "slow": 100.0}, {"base": BASE, "slow": {**BASE, "ctxt": 0.2}}
+    run = _quieter(_loaded(tmp_path, rps, work, idle=True), "slow", {2}, 0.5)
+    got = {v.instance: v for v in saturation.analyse(run).events}
+    assert got["slow"].under_idle == {"context switches": 1, "page faults": 1, "softirq TIMER": 4}
+    assert got["slow"].points == 4  # at the peak, one a boot
+    assert "context switches" not in got["slow"].means and "context switches" not in got["slow"].changes
+    # interrupts stayed above the idle reading (200 a second, and 150 in the quieter boot, against 100), so
+    # they keep a figure: the quieter boot's 0.5 per request against the others' 1.0 is a bias this rule
+    # cannot see (it sees only a background below the idle reading's), and the interval shows the spread
+    assert got["slow"].means["interrupts"] == pytest.approx(0.875)
 
 
 def test_a_damaged_idle_reading_is_an_error_naming_its_record(tmp_path: Path) -> None:

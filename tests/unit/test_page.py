@@ -132,6 +132,24 @@ def test_each_flame_graph_is_inline_as_an_image_that_runs_no_script(tmp_path: Pa
     assert "<h3>What grew per request in the profiles</h3>" in why and "flame-pti.svg beside this page" in why
 
 
+def test_a_report_without_figures_writes_every_text_form_and_draws_nothing(tmp_path: Path) -> None:
+    # `[report] figures = false`: the same records, every form but the drawings; the negative control
+    # draws them (the figures and, this run having profiles, its flame graphs)
+    assert flame.found() is not None, INFERNO
+    a = saturation.analyse(profiled_run(tmp_path))
+    bare = publish.publish(a, tmp_path / "bare", "profiled", figures=False)
+    drawn = publish.publish(a, tmp_path / "drawn", "profiled")
+    figures = (".svg", ".png", ".pdf")
+    assert [p.name for p in bare] == [p.name for p in drawn if p.suffix not in figures]
+    made = sorted(p.name for p in (tmp_path / "bare").iterdir() if p.name != ".vmharness")  # the folder's marker
+    assert made == sorted(p.name for p in bare)
+    assert {"flame-pti.svg", "forest.png", "forest.pdf"} < {p.name for p in drawn}
+    for name in ("report.txt", "report.json", "report.csv", "report.md"):
+        assert (tmp_path / "bare" / name).read_bytes() == (tmp_path / "drawn" / name).read_bytes(), name
+    page = (tmp_path / "bare" / "report.html").read_text()
+    assert "<svg" not in page and "<img" not in page and "<svg" in (tmp_path / "drawn" / "report.html").read_text()
+
+
 def _chromium(page: Path, tmp_path: Path) -> dict[str, object]:
     """The page opened by headless Chromium at 1280×800, offline, in a profile of its own: the measures
     its copy's appended script wrote into the DOM. Chromium is stopped by its id at the end."""

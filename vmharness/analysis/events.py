@@ -27,6 +27,9 @@ class View:
     iterations: int
     changes: dict[str, Change]  # against the baseline, paired by block (none for the baseline itself)
     idle: dict[str, float]  # each second without load, left out of `means` ({}: no idle reading)
+    # events some point had no more of than the idle reading, with how many: no figure for the instance
+    under_idle: dict[str, int]
+    points: int  # the points sampled
 
 
 def views(table: dict[str, dict[int, Cell]], peak: int, baseline: str, block: str) -> list[View]:
@@ -37,12 +40,15 @@ def views(table: dict[str, dict[int, Cell]], peak: int, baseline: str, block: st
         cell = table[name].get(peak)
         if cell is None or not cell.events:
             continue
-        names = sorted({k for _, row in cell.events for k in row})
+        # an event one point could not tell from the background is left out of every point of the
+        # instance: kept in the others alone, its mean would rest on the points that happened to read more
+        names = sorted({k for _, row in cell.events for k in row} - set(cell.events_under_idle))
         means = {k: statistics.fmean(row[k] for _, row in cell.events if k in row) for k in names}
         changes = {} if name == baseline or base is None else {
             k: ratio_change(_by_block(base, k), _by_block(cell, k), block, LEVEL) for k in names
-            if _by_block(base, k)}
-        out.append(View(name, means, len({b for b, _ in cell.events}), changes, cell.idle_events))  # blocks
+            if _by_block(base, k) and k not in base.events_under_idle}
+        out.append(View(name, means, len({b for b, _ in cell.events}), changes, cell.idle_events,  # blocks
+                        dict(sorted(cell.events_under_idle.items())), len(cell.events)))
     return out
 
 
@@ -84,12 +90,26 @@ def lines(found: list[View], peak: int) -> list[str]:
         kinds = sorted((k for k in v.means if k.startswith("softirq ")), key=lambda k: -v.means[k])[:3]
         shown = [_figure(v, k) for k in SHOWN if k in v.means]
         if kinds:
-            shown.append("of which " + ", ".join(f"{k.removeprefix('softirq ')} {v.means[k]:.3g}" for k in kinds))
-        out.append(f"  {v.instance}: {'; '.join(shown)} over {v.iterations} iteration(s)")
+            lead = "of which " if "softirqs" in v.means else "softirqs by kind: "
+            shown.append(lead + ", ".join(f"{k.removeprefix('softirq ')} {v.means[k]:.3g}" for k in kinds))
+        if shown:
+            out.append(f"  {v.instance}: {'; '.join(shown)} over {v.iterations} iteration(s)")
+        if v.under_idle:
+            out.append(f"  {v.instance}: no figure for {_under(v)}: no more each second than without load, so "
+                       "not told from the background (a vCPU that ran less than in the idle reading: capped, "
+                       "or held off a loaded host's CPUs)")
     return out
+
+
+def _under(v: View) -> str:
+    """The events of `v` that some point could not tell from the background, each with how many points."""
+    named = [f"{k} (in {n} of {v.points} point(s))" for k, n in v.under_idle.items() if not k.startswith("softirq ")]
+    kinds = [k.removeprefix("softirq ") for k in v.under_idle if k.startswith("softirq ")]
+    return ", ".join(named + ([f"softirqs of kind {', '.join(kinds)}"] if kinds else []))
 
 
 def to_json(found: list[View]) -> dict[str, Any]:
     return {v.instance: {"per_request": {k: round(x, 5) for k, x in v.means.items()}, "iterations": v.iterations,
                          "idle_per_s_left_out": {k: round(x, 3) for k, x in v.idle.items()},
+                         "under_idle": v.under_idle, "points": v.points,
                          "changes": {k: change_json(c) for k, c in v.changes.items()}} for v in found}

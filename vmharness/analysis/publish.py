@@ -14,6 +14,7 @@ through a link."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from vmharness.analysis import flame, latex, loadcurve, markdown, page, report, summary
 from vmharness.analysis.saturation import Analysis
@@ -48,8 +49,10 @@ def preflight(out: Path, flag: str, force: bool = False, more: list[str] | None 
             folder.check(name, replacing=True)
 
 
-def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool = False) -> list[Path]:
-    """Every form of the report in `out` (`flag` names it in errors); returns the files written."""
+def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool = False,
+            figures: bool = True) -> list[Path]:
+    """Every form of the report in `out` (`flag` names it in errors), its drawings unless `figures` is
+    false; returns the files written."""
     # every target is checked before the first write (the marker's too): a link or a folder at the last one
     # would otherwise leave a report half rewritten
     preflight(out, flag, force, flame.names(a.profiles, a.switch_why))
@@ -64,17 +67,22 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             forms.append(("report-load.csv", report.csv_text(loadcurve.rows(a.load))))
         for name, content in forms:
             written.append(folder.write(name, content.encode()))
-        # matplotlib: only where figures are drawn, not for a report's text
-        from vmharness.analysis import forest, plots
-
-        figures = forest.draw(told, folder) + plots.throughput(a, folder)
-        if a.peak is not None:
-            figures += plots.latency(a, folder) + plots.ccdf(a, folder) + plots.waterfall(a, folder)
-        if a.load is not None and a.load.rows:
-            figures += plots.latency_vs_load(a.load, folder)
-        flames = flame.draw(a.profiles, folder, a.switch_why)  # extra files, only of a run with profiles
-        html = folder.write("report.html", page.render(a, title, figures, flames).encode())
+        drawn, flames = _draw(a, told, folder) if figures else ([], [])
+        html = folder.write("report.html", page.render(a, title, drawn, flames).encode())
     except OSError as exc:
         raise HarnessError(f"{flag} {out}: cannot write there: {exc.strerror}",
                            "name a folder you can write to, on a disk with space") from exc
-    return [*written, *figures, *flames, html]
+    return [*written, *drawn, *flames, html]
+
+
+def _draw(a: Analysis, told: dict[str, Any], folder: owned.Folder) -> tuple[list[Path], list[Path]]:
+    """The figures (matplotlib: imported only where they are drawn, not for a report's text) and the
+    flame graphs, only of a run with profiles."""
+    from vmharness.analysis import forest, plots
+
+    figures = forest.draw(told, folder) + plots.throughput(a, folder)
+    if a.peak is not None:
+        figures += plots.latency(a, folder) + plots.ccdf(a, folder) + plots.waterfall(a, folder)
+    if a.load is not None and a.load.rows:
+        figures += plots.latency_vs_load(a.load, folder)
+    return figures, flame.draw(a.profiles, folder, a.switch_why)

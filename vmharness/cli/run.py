@@ -123,13 +123,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             tally = {"failed": len(_failed(run))}
     analysis = saturation.analyse(run)
-    written = publish.publish(analysis, run.path / REPORT, title=f"vmharness run: {run.path.name}", flag="the report")
+    written = publish.publish(analysis, run.path / REPORT, title=f"vmharness run: {run.path.name}", flag="the report",
+                              figures=cfg.report.figures)
     if args.json:
         print(json.dumps({"run_dir": str(run.path), **report.to_json(analysis)}, indent=2, sort_keys=True))
     else:
         print(report.short(analysis, [f"records: {run.path}/records.jsonl; failed points: {tally['failed']}",
                                       f"the full text: {written[0]}",
-                                      f"report: {written[-1]} (and report.md, .csv, .json and the figures beside it)"]))
+                                      f"report: {written[-1]} (and report.md, .csv, .json and the figures beside it)"
+                                      if cfg.report.figures else
+                                      f"report: {written[-1]} (and report.md, .csv, .json beside it; [report] figures "
+                                      f"= false: `vmharness report {run.path} --out DIR` draws them)"]))
     return 1 if tally["failed"] or analysis.peak is None else 0
 
 

@@ -201,6 +201,16 @@ class ExplainSection:
 
 
 @dataclass(frozen=True)
+class ReportSection:
+    """The report `vmharness run` writes into its folder at its end. `figures = false`: its text, tables
+    and page without the drawings (matplotlib's figures, the flame graphs), which a slow machine spends
+    minutes on (a rig's nested host under TCG: about 250 s of a report's 300); `vmharness report RUN
+    --out DIR` draws them later from the same records."""
+
+    figures: bool = True
+
+
+@dataclass(frozen=True)
 class GuestSection:
     """The guest that `vmharness run` boots for each instance and iteration."""
 
@@ -264,6 +274,7 @@ class RunConfig(BenchConfig):
     control: ControlSection = field(default_factory=ControlSection)
     study: StudySection = field(default_factory=StudySection)
     explain: ExplainSection = field(default_factory=ExplainSection)
+    report: ReportSection = field(default_factory=ReportSection)
     host_boot: tuple[HostBootSection, ...] = ()  # host kernels and command lines (model/hostboots.py)
 
     def to_json(self) -> dict[str, Any]:

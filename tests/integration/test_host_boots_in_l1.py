@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from typing import Any
 
 import pytest
@@ -36,7 +35,7 @@ import pytest
 from tests.integration.conftest import BOOT_TIMEOUT
 from tests.integration.test_run_nested import font_list, in_l1, libvirt_in_l1, read_json_lines
 from tests.rig import Rig, kernel, kernel_index, l2root, qmp
-from tests.rig.failures import Wedged
+from tests.rig.failures import Wedged, once_more
 from vmharness.errors import HarnessError
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm, pytest.mark.slow]
@@ -171,11 +170,7 @@ def test_a_host_study_goes_round_l1s_host_boots_through_a_kill_and_a_reset_and_c
     try:
         go_round(l1_that_reboots, other)
     except Wedged as exc:
-        print(f"L1 wedged; the whole test once more on a fresh L1:\n{exc.message}\n{exc.hint}")
-        # in the log's warnings summary, also where the test passes (pytest drops a passing test's prints)
-        warnings.warn(f"L1 wedged, the test went round once more on a fresh L1: {exc.message.splitlines()[0]}",
-                      stacklevel=1)
-        l1_that_reboots.stop()
+        once_more(exc)  # the wedged L1 is stopped already
         with Rig.start(timeout=BOOT_TIMEOUT, host_boots=True, also=(other,)) as fresh:
             go_round(fresh, other)
 

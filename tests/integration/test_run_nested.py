@@ -27,8 +27,10 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import BOOT_TIMEOUT
 from tests.integration.test_prepare_in_vm import state
 from tests.rig import Rig, commands, l2root
+from tests.rig.failures import Wedged, once_more
 from tests.rig.paths import REPO
 from tests.rig.topology import NIC0_ADDR
 from vmharness import cpus
@@ -106,6 +108,18 @@ def read_json_lines(rig: Rig, path: str) -> list[dict[str, Any]]:
 
 
 def test_run_with_the_nic_passed_through_in_l1(l1: Rig) -> None:
+    """Once more on a fresh L1 only where L1 wedged (tests/rig/failures.Wedged: its agent silent for 300 s),
+    as the kexec test does: CI's run of d986ba9 lost this test so, L1 silent in the run and then in
+    host-restore (923 s). A second wedge, or any other failure, is the test's."""
+    try:
+        passed_through(l1)
+    except Wedged as exc:
+        once_more(exc)  # the wedged L1 is stopped already; the session's later tests on it fail at once
+        with Rig.start(timeout=BOOT_TIMEOUT) as fresh:
+            passed_through(fresh)
+
+
+def passed_through(l1: Rig) -> None:
     # L1 sees L0's root read-only: the image and the harness's ssh key are made here, in L0.
     built = proc.run([sys.executable, "-m", "vmharness.cli", "image", "build"], timeout=1800, check=False)
     assert built.ok, built.stderr

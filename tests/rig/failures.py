@@ -3,6 +3,7 @@ and the whole console kept in the rig's cache (the next run overwrites it) for w
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from tests.rig.paths import cache_dir
@@ -24,6 +25,14 @@ class Wedged(RigError):
     ran under KVM in an L1 that may kexec: two in four whole runs of test_host_boots_in_l1.py on
     2026-11-30, L1's QEMU at 170% of the two cores, its console silent, L1's run stopped between two of
     its progress lines (docs/testing.md). The cause is not found; a test may start again on a fresh L1."""
+
+
+def once_more(exc: Wedged) -> None:
+    """Said where a test goes round once more on a fresh L1 because L1 wedged: printed with L1's console, and
+    a warning, which the log's summary keeps also where the test then passes (pytest drops its prints)."""
+    print(f"L1 wedged; the whole test once more on a fresh L1:\n{exc.message}\n{exc.hint}")
+    warnings.warn(f"L1 wedged, the test went round once more on a fresh L1: {exc.message.splitlines()[0]}",
+                  stacklevel=2)
 
 
 WEDGED = 300.0  # seconds of an unanswering agent, while L1 should be up or booting, taken as Wedged

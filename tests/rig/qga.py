@@ -24,6 +24,14 @@ class AgentError(HarnessError):
     """The agent answered with an error, or did not answer in time."""
 
 
+class AgentSilent(AgentError):
+    """One request went unanswered for `waited` seconds (a command's own time running out is not this)."""
+
+    def __init__(self, message: str, waited: float) -> None:
+        super().__init__(message)
+        self.waited = waited
+
+
 SILENCE = 300.0  # seconds one request may go unanswered before the agent is given up for hung
 
 
@@ -57,7 +65,7 @@ class GuestAgent:
             while self._sock.receive(deadline).get("return") != ident:
                 pass
         except ReplyTimeoutError as exc:
-            raise AgentError(f"the guest agent did not answer guest-sync within {timeout:g} s") from exc
+            raise AgentSilent(f"the guest agent did not answer guest-sync within {timeout:g} s", timeout) from exc
         self._synced = True
 
     def call(self, command: str, arguments: Mapping[str, object] | None = None, *, timeout: float) -> object:
@@ -73,7 +81,7 @@ class GuestAgent:
             reply = self._sock.receive(deadline)
         except ReplyTimeoutError as exc:
             self._synced = False  # its late reply must not be taken for the next one's
-            raise AgentError(f"the guest agent did not answer {command} within {timeout:g} s") from exc
+            raise AgentSilent(f"the guest agent did not answer {command} within {timeout:g} s", timeout) from exc
         if "error" in reply:
             error = reply["error"]
             desc = error.get("desc", error) if isinstance(error, dict) else error

@@ -20,7 +20,7 @@ from typing import Self
 from tests.rig import initramfs, kernel, kexec_tools, l0_trees, leftovers, topology
 from tests.rig.failures import CONSOLE_LINES, STALLED_BOOT, STALLS, WEDGED, RigError, Wedged, described
 from tests.rig.paths import REPO, cache_dir
-from tests.rig.qga import AgentError, GuestAgent
+from tests.rig.qga import AgentError, AgentSilent, GuestAgent
 from tests.rig.qmp import quit_qemu, sysrq, where_cpus
 from vmharness.errors import HarnessError
 from vmharness.system.proc import Result, spawn, stop
@@ -69,6 +69,7 @@ class Rig:
         self.nics: dict[str, Nic] = {}
         self.boot_seconds = 0.0
         self._stopped = False
+        self._wedged: Wedged | None = None
         atexit.register(self.stop)
 
     @property
@@ -172,7 +173,10 @@ class Rig:
         except AgentError as exc:
             # L1 silent or past the command's time: what its console said then is the only trace of why
             # (a nested run's L1 went silent in host-prepare's hugepage write, docs/testing.md)
-            failure = self._failure(f"{exc.message} (running {shlex.join(argv)[:300]})")
+            what = f"{exc.message} (running {shlex.join(argv)[:300]})"
+            if isinstance(exc, AgentSilent) and exc.waited >= WEDGED:
+                raise self._wedge(what) from None
+            failure = self._failure(what)
             raise AgentError(failure.message, failure.hint) from None
         if check and not result.ok:
             raise result.failure("in L1: ")
@@ -216,16 +220,15 @@ class Rig:
             self._require_running()
             if time.monotonic() - began > timeout:
                 if answered == began:
-                    failure = self._failure(f"L1 did not boot again within {timeout:g} s, its agent silent throughout")
-                    raise Wedged(failure.message, failure.hint)
+                    raise self._wedge(f"L1 did not boot again within {timeout:g} s, its agent silent throughout")
                 raise self._failure(f"L1 did not boot again within {timeout:g} s")
             try:
                 self.agent.sync(timeout=2.0)  # replies a request sent while L1 rebooted got are skipped
                 now = self.boot_id(timeout=10.0)
             except HarnessError:
                 if time.monotonic() - answered > WEDGED:
-                    failure = self._failure(f"L1's agent has not answered for {WEDGED:g} s and L1 did not boot again")
-                    raise Wedged(failure.message, failure.hint) from None
+                    what = f"L1's agent has not answered for {WEDGED:g} s and L1 did not boot again"
+                    raise self._wedge(what) from None
                 time.sleep(1.0)
                 continue
             answered = time.monotonic()
@@ -276,6 +279,9 @@ class Rig:
         self.stop()
 
     def _require_running(self) -> None:
+        if self._wedged is not None:  # said once, with L1's console; what follows fails at once
+            raise Wedged(f"L1 wedged earlier and was stopped: {self._wedged.message.splitlines()[0]}",
+                         self._wedged.hint)
         if self._stopped:
             raise RigError("the rig has been stopped")
         if self.qemu.poll() is not None:
@@ -321,6 +327,15 @@ class Rig:
             raise self._failure(f"nic1 {one} and nic2 {two} are not functions 0 and 1 of one slot")
         if self.nic0.bdf.split(":")[1] == one.split(":")[1]:
             raise self._failure(f"nic0 {self.nic0.bdf} shares a bus with nic1 {one}")
+
+    def _wedge(self, what: str) -> Wedged:
+        """L1 wedged: said with its console and vCPUs, then stopped. Its QEMU spun on at 170-190% of the
+        two cores while a wedged nested run's test waited out two more silences (the run's, then
+        host-restore's in its `finally`: CI's run of d986ba9, 923 s), slowing every test beside it."""
+        failure = self._failure(what)
+        self._wedged = Wedged(failure.message, failure.hint)
+        self.stop()
+        return self._wedged
 
     def _failure(self, what: str) -> RigError:
         try:

@@ -99,6 +99,12 @@ def cmdline(modules_on_l0: Path, keep: Sequence[Path] = (), cached: Sequence[Pat
             # every Magic SysRq key, for the rig's failures: the blocked tasks of an L1 that hangs (rig.py)
             "sysrq_always_enabled",
             ONE_CPU_AT_BOOT,  # the others come up in l1-init.sh
+            # L1's clock from the TSC, which under TCG is L0's own counter: without this its kernel
+            # judges the TSC unstable early in the boot and reads the HPET, an emulated device, at every
+            # clock read (Python's time.monotonic 125,000-165,000 a second in L1, against 245,000-413,000).
+            # Side by side, two of each in turn, test_l2.py with test_kvm_rig.py took 167-172 s with it
+            # and 200-205 s without (docs/testing.md).
+            "tsc=reliable",
             # One 1 GiB page on node 1, reserved at boot as a real host would (test_hugepages_1g.py):
             # at run time none could be had in L1, with 1.5 or 2.5 GiB on node 1, after dropping
             # caches and compacting (some unmovable page sits in every 1 GiB-aligned block). The 2M

@@ -18,7 +18,7 @@ import pytest
 
 from tests.rig import failures, topology
 from tests.rig import rig as rig_module
-from tests.rig.qga import AgentError, GuestAgent
+from tests.rig.qga import AgentError, AgentSilent, GuestAgent
 from vmharness.system.proc import Result
 
 
@@ -71,11 +71,21 @@ def test_a_silent_agent_ends_the_command_after_the_silence_not_its_timeout(tmp_p
     assert time.monotonic() - began < 60  # the command's own 600 s would be a hang
 
 
+def _qemu_that_quits(monkeypatch: pytest.MonkeyPatch) -> subprocess.Popen[bytes]:
+    """A stand-in for L1's QEMU that QMP's quit ends, as the real one's does (a wedged rig is stopped)."""
+    qemu = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(rig_module, "quit_qemu", lambda path, timeout: qemu.kill())
+    return qemu
+
+
 class _Unanswered:
     """An agent that never answers: every request times out."""
 
     def sync(self, timeout: float) -> None:
         raise AgentError("the guest agent did not answer guest-sync")
+
+    def close(self) -> None:
+        pass
 
 
 class _Answering(_Unanswered):
@@ -93,7 +103,7 @@ def test_an_l1_whose_agent_stays_silent_is_wedged_and_one_that_answers_is_not(
     monkeypatch.setattr(rig_module, "WEDGED", wedged)
     monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
     (tmp_path / "console.log").write_text("[   18.99] hrtimer: interrupt took 13725530 ns\n")
-    qemu = subprocess.Popen(["sleep", "60"])
+    qemu = _qemu_that_quits(monkeypatch)
     try:
         rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
         rig.agent = _Unanswered() if silent else _Answering()  # type: ignore[assignment]
@@ -144,36 +154,51 @@ def test_an_agent_that_goes_quiet_under_going_decides_nothing_but_a_run_that_end
 
 
 class _SilentExec(_Answering):
+    def __init__(self, waited: float) -> None:
+        self.waited = waited
+
     def exec(self, argv: list[str], *, env: dict[str, str], timeout: float, input: bytes | None = None) -> None:
-        raise AgentError("the guest agent did not answer guest-exec-status within 300 s")
+        raise AgentSilent(f"the guest agent did not answer guest-exec-status within {self.waited:g} s", self.waited)
 
 
-@pytest.mark.parametrize("silent", [True, False], ids=["silent", "answering"])
+@pytest.mark.parametrize("silence", [300.0, 60.0, None], ids=["wedged", "silent-a-while", "answering"])
 def test_a_command_whose_agent_goes_silent_fails_with_l1s_console(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, silent: bool) -> None:
-    """Rig.run: an agent that stops answering mid-command fails as an AgentError that carries the
-    command and L1's console tail, and the whole console is kept: the only trace of why L1 went quiet
-    (a nested run's host-prepare, docs/testing.md). An answering agent gives its result, no console."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, silence: float | None) -> None:
+    """Rig.run: an agent that stops answering mid-command fails with the command and L1's console tail,
+    and the whole console is kept: the only trace of why L1 went quiet (a nested run's host-prepare,
+    docs/testing.md). Silent for WEDGED seconds, L1 is Wedged: stopped at once (its QEMU spun on the two
+    cores), and every later command fails at once with the first verdict, not after a silence of its own
+    (CI's nested run of d986ba9 waited out two). A shorter silence is an AgentError and L1 stays up; an
+    answering agent gives its result, no console."""
     monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path / "kept")
     (tmp_path / "kept").mkdir()
-    (tmp_path / "console.log").write_text("[  812.5] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!\n")
-    qemu = subprocess.Popen(["sleep", "60"])
+    (tmp_path / "l1").mkdir()  # the rig's own folder, which stopping it removes
+    (tmp_path / "l1" / "console.log").write_text("[  812.5] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!\n")
+    qemu = _qemu_that_quits(monkeypatch)
     try:
-        rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
+        rig = rig_module.Rig(None, topology.Files(tmp_path / "l1"), qemu)  # type: ignore[arg-type]
 
         class _Done(_Answering):
             def exec(self, argv: list[str], **_: object) -> object:
                 return Result(tuple(argv), 0, "ok\n", "")
-        rig.agent = _SilentExec() if silent else _Done()  # type: ignore[assignment]
-        if silent:
-            said = r"(?s)within 300 s \(running vmharness host-prepare.*soft lockup"
-            with pytest.raises(AgentError, match=said) as exc:
-                rig.run(["vmharness", "host-prepare", "--hugepages", "384M"], timeout=600)
-            assert "last-failed-console.log" in exc.value.hint
-            assert "soft lockup" in (tmp_path / "kept" / "last-failed-console.log").read_text()
-        else:
+        rig.agent = _Done() if silence is None else _SilentExec(silence)  # type: ignore[assignment]
+        if silence is None:
             assert rig.run(["true"], timeout=60).stdout == "ok\n"
             assert not (tmp_path / "kept" / "last-failed-console.log").exists()
+            return
+        said = rf"(?s)within {silence:g} s \(running vmharness host-prepare.*soft lockup"
+        with pytest.raises(AgentError if silence < failures.WEDGED else failures.Wedged, match=said) as exc:
+            rig.run(["vmharness", "host-prepare", "--hugepages", "384M"], timeout=600)
+        assert "last-failed-console.log" in exc.value.hint
+        assert "soft lockup" in (tmp_path / "kept" / "last-failed-console.log").read_text()
+        if silence < failures.WEDGED:
+            assert qemu.poll() is None and not isinstance(exc.value, failures.Wedged)
+            return
+        assert qemu.wait(timeout=30) is not None  # stopped with the verdict
+        began = time.monotonic()
+        with pytest.raises(failures.Wedged, match=r"L1 wedged earlier and was stopped: the guest agent did not"):
+            rig.run(["vmharness", "host-restore"], timeout=300)
+        assert time.monotonic() - began < 5
     finally:
         qemu.kill()
         qemu.wait()

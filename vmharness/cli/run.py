@@ -128,12 +128,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"run_dir": str(run.path), **report.to_json(analysis)}, indent=2, sort_keys=True))
     else:
+        beside = ("and the figures beside it" if cfg.report.figures else
+                  f"beside it; [report] figures = false: `vmharness report {run.path} --out DIR` draws them")
         print(report.short(analysis, [f"records: {run.path}/records.jsonl; failed points: {tally['failed']}",
                                       f"the full text: {written[0]}",
-                                      f"report: {written[-1]} (and report.md, .csv, .json and the figures beside it)"
-                                      if cfg.report.figures else
-                                      f"report: {written[-1]} (and report.md, .csv, .json beside it; [report] figures "
-                                      f"= false: `vmharness report {run.path} --out DIR` draws them)"]))
+                                      f"report: {written[-1]} (and report.md, .csv, .json {beside})"]))
     return 1 if tally["failed"] or analysis.peak is None else 0
 
 

@@ -21,9 +21,11 @@ import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
+
+from vmharness import student_t
 
 LEVEL = 0.95
 POWER = 0.80  # the minimum detectable effect: seen 80% of the time by a test at 1 - LEVEL
@@ -34,37 +36,16 @@ MOST_REPEATS, MOST_BLOCKS = 20, 10_000  # a plan's measurements per block, and i
 K = TypeVar("K", bound=Hashable)
 
 
-def _special() -> Any:
-    """scipy.special, imported on its first use (about 200 ms of CPU, where scipy.stats takes 500):
-    every command that reads a configuration reaches this module through the preflight, and most of
-    them, error paths included, never compute an interval. Its Student-t and F quantiles are the very
-    functions scipy.stats' t.ppf and f.ppf call."""
-    from scipy import special
-
-    return special
-
-
-def _sem(values: Sequence[float] | np.ndarray) -> float:
-    """The standard error of the mean (n - 1 in the variance), as scipy.stats.sem computes it."""
-    a = np.asarray(values, dtype=float)
-    return float(a.std(ddof=1) / math.sqrt(len(a)))
-
-
 def p_value(d: Sequence[float] | np.ndarray) -> float:
     """Two-sided p of a one-sample Student t-test of mean(d) = 0, as scipy.stats.ttest_1samp gives it
     (NaN with fewer than two values; 0 or 1 when every value is the same, to rounding)."""
     a = np.asarray(d, dtype=float)
     if len(a) < 2:
         return math.nan
-    mean, se = float(a.mean()), _sem(a)
+    mean, se = student_t.mean(a), student_t.sem(a)
     if se <= 1e-12:
         return 0.0 if abs(mean) > 1e-12 else 1.0
-    return float(2 * _special().stdtr(len(a) - 1, -abs(mean) / se))
-
-
-def _t(level: float, df: float) -> float:
-    """The two-sided Student-t quantile for `level`."""
-    return float(_special().stdtrit(df, 0.5 + level / 2.0))
+    return float(2 * student_t.special().stdtr(len(a) - 1, -abs(mean) / se))
 
 
 @dataclass(frozen=True)
@@ -91,7 +72,7 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
     mean = statistics.fmean(values)
     if n < 2:
         return Interval(mean, -math.inf, math.inf, n, level)
-    half = _t(level, n - 1) * _sem(values)
+    half = student_t.quantile(level, n - 1) * student_t.sem(values)
     return Interval(mean, mean - half, mean + half, n, level)
 
 
@@ -123,7 +104,7 @@ def positive(values: Mapping[K, float] | None) -> dict[K, float]:
 
 
 def _mde(se: float, df: float, level: float) -> float:
-    return math.expm1((_t(level, df) + float(_special().stdtrit(df, POWER))) * se)
+    return math.expm1((student_t.quantile(level, df) + float(student_t.special().stdtrit(df, POWER))) * se)
 
 
 def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str = "iteration",
@@ -137,14 +118,14 @@ def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str =
     common = [k for k in b if k in o]
     if len(common) >= 2:
         d = np.log([o[k] / b[k] for k in common])
-        n, mean, df = len(d), float(d.mean()), float(len(d) - 1)
-        se = _sem(d)
+        n, mean, df = len(d), student_t.mean(d), float(len(d) - 1)
+        se = student_t.sem(d)
         left = len(b) + len(o) - 2 * n
         method = f"paired by {block}, t on log ratio, n={n}" + (f" ({left} unpaired left out)" if left else "")
     elif len(b) >= 2 and len(o) >= 2:
         lb, lo = np.log(list(b.values())), np.log(list(o.values()))
         mean = float(lo.mean() - lb.mean())
-        vb, vo = _sem(lb) ** 2, _sem(lo) ** 2
+        vb, vo = student_t.sem(lb) ** 2, student_t.sem(lo) ** 2
         se = math.sqrt(vb + vo)
         # Welch-Satterthwaite degrees of freedom
         df = (vb + vo) ** 2 / (vb**2 / (len(lb) - 1) + vo**2 / (len(lo) - 1)) if se > 0 else 1.0
@@ -154,7 +135,7 @@ def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str =
         mean = math.log(statistics.geometric_mean(o.values()) / statistics.geometric_mean(b.values()))
         return Change(math.expm1(mean), -1.0, math.inf, math.inf, min(len(b), len(o)), level,
                       "one iteration: no interval")
-    half = _t(level, df) * se
+    half = student_t.quantile(level, df) * se
     return Change(math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), _mde(se, df, level), n, level,
                   method)
 
@@ -195,7 +176,7 @@ def _heights(means: np.ndarray, sems: np.ndarray, df: np.ndarray, level: float, 
     # truth (here the observed top), and the upper limit of the drawn curve's own top at or over it
     need = np.maximum(d.max(-1), -np.take_along_axis(d, drawn.argmax(-1)[..., None], -1)[..., 0])
     alone = np.quantile(np.abs(z[:, top] / chi[:, top]), level, axis=0)  # the top alone, as drawn
-    q = np.quantile(need, level, axis=-1) * _special().stdtrit(df[top], 0.5 + level / 2) / alone
+    q = np.quantile(need, level, axis=-1) * student_t.special().stdtrit(df[top], 0.5 + level / 2) / alone
     low = (means - q[:, None] * sems).max(-1)
     return np.maximum(0.0, low), v + q * sems[np.arange(len(v)), top]
 
@@ -221,7 +202,7 @@ def peak(cells: Mapping[int, Sequence[float]], level: float = LEVEL, resamples: 
     tails = ((1 - level) / 2, (1 + level) / 2)
     where = np.column_stack([x[rng.integers(0, len(x), (resamples, len(x)))].mean(axis=1) for x in samples])
     first, last = np.quantile(where.argmax(axis=1), tails, method="inverted_cdf")
-    sems = np.array([_sem(x) if len(x) > 1 else 0.0 for x in samples])
+    sems = np.array([student_t.sem(x) if len(x) > 1 else 0.0 for x in samples])
     low = high = value  # every iteration of the top alike: nothing to draw from
     if sems[top] > 0:
         df = np.array([max(1, len(x) - 1) for x in samples])
@@ -262,7 +243,8 @@ def split(table: np.ndarray, level: float = LEVEL) -> Split | None:
         return None
     between2 = max(0.0, (ms_rows - ms_res) / counts)
     f = ms_rows / ms_res
-    high_q, low_q = np.asarray(_special().fdtri(df_rows, df_res, [(1 + level) / 2, (1 - level) / 2]), dtype=float)
+    tails = [(1 + level) / 2, (1 - level) / 2]
+    high_q, low_q = np.asarray(student_t.special().fdtri(df_rows, df_res, tails), dtype=float)
     theta = [max(0.0, (f / float(q) - 1) / counts) for q in (high_q, low_q)]
     return Split(blocks, counts, math.sqrt(between2), math.sqrt(ms_res), between2 / (between2 + ms_res),
                  theta[0] / (1 + theta[0]), theta[1] / (1 + theta[1]), level)
@@ -279,7 +261,7 @@ class Plan:
 def blocks_t(level: float) -> tuple[np.ndarray, np.ndarray]:
     """Every block count a plan may choose and its t quantile at `level`, computed once (10 ms)."""
     b = np.arange(2, MOST_BLOCKS + 1)
-    return b, _special().stdtrit(b - 1, 0.5 + level / 2)
+    return b, student_t.special().stdtrit(b - 1, 0.5 + level / 2)
 
 
 def plan(s: Split, target: float, block_seconds: float, measure_seconds: float, level: float = LEVEL) -> Plan | None:

@@ -119,6 +119,13 @@ def said_so_far(rig: Rig, log: str) -> str:
     return "\n".join(parts)
 
 
+def failed_records(rig: Rig) -> str:
+    """The run's records that failed, each in full: what a failed point said (a clean clone beside
+    `stress-ng --cpu 2` lost this test to "failed points: 1" with no word of which point, or why)."""
+    failed = [r for r in read_json_lines(rig, f"{RUN}/records.jsonl") if r.get("ok") is False]
+    return "the records that failed:\n" + "\n".join(json.dumps(r)[:3000] for r in failed)
+
+
 def proc_cmdline(rig: Rig) -> str:
     return rig.read_file("/proc/cmdline").decode().strip()
 
@@ -226,7 +233,7 @@ def go_round(rig: Rig, other: kernel.Kernel) -> None:
     last = in_l1(rig, *vmharness(rig, "run", "--resume", RUN), timeout=1200, env={"MPLCONFIGDIR": MPL})
     log = rig.read_file(f"{RUN}/hostboots.log").decode(errors="replace")
     print(log[-4000:], last.stdout[-2000:], last.stderr[-2000:], sep="\n")
-    assert last.returncode == 0, last.stderr[-3000:]
+    assert last.returncode == 0, f"{last.stderr[-3000:]}\n{failed_records(rig)}"
     # the reset's boot, said and switched away from, never measured (the visits below)
     assert (f"round 1: {K73}: the host is not in the host boot asked for: the host runs the kernel "
             f"{rig.kernel.release!r}, not {other.release!r}") in log, log

@@ -12,7 +12,7 @@ import pytest
 
 from tests import coverage_kit as kit
 from tests.coverage_kit import LEVELS
-from vmharness import noise_levels, stats
+from vmharness import noise_levels, stats, student_t
 
 CURVE = np.log([[300.0, 500, 600, 650], [280.0, 470, 560, 600], [250.0, 430, 520, 540]])  # 3 instances x 4 counts
 
@@ -82,7 +82,7 @@ def test_the_plan_repeats_the_level_that_buys_most() -> None:
 
 def test_the_floor_is_the_host_boots_own_part() -> None:
     v = _levels(0.04, 0.01, 0.01, hosts=4)
-    t = float(stats._special().stdtrit(3, 0.975))
+    t = float(student_t.special().stdtrit(3, 0.975))
     assert noise_levels.floor(v) == pytest.approx(math.expm1(t * 0.04 / 2))
 
 

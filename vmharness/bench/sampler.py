@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vmharness.errors import HarnessError
 from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.store import RunDir
 from vmharness.system import proc
@@ -101,13 +102,15 @@ class Samplers:
             time.sleep(0.05)
         out = {}
         for label, path in self.files.items():
-            with path.open("rb") as f:  # the stream's first snapshot, which names the sampler's PID
-                pid, _ = samples.parse(f.read(4096).decode(errors="replace"))
-            with path.open("r", errors="replace") as f:
-                # Back far enough to hold the snapshot taken before the start (a few tens of KiB);
-                # the parser skips the torn snapshot this lands in.
-                f.seek(max(0, since.get(label, 0) - (1 << 20)))
-                text = f.read()
+            try:  # the stream's first snapshot, which names the sampler's PID; then back far enough to
+                # hold the snapshot taken before the start (a few tens of KiB): the parser skips the
+                # torn snapshot this lands in
+                pid, _ = samples.parse(samples.read_from(path, 0, 4096).decode(errors="replace"))
+                text = samples.read_from(path, max(0, since.get(label, 0) - (1 << 20))).decode(errors="replace")
+            except OSError as exc:
+                raise HarnessError(f"the sampler's stream {path} could not be read: {exc.strerror or exc}",
+                                   "the run folder's filesystem refused a read; resume the run (run --resume, "
+                                   "bench --resume): the points measured are kept") from None
             found: list[tuple[int, str]] = []
             _, snaps = samples.parse(text, found)
             for _, what in found:

@@ -13,8 +13,10 @@ and named.
 
 from __future__ import annotations
 
+import errno
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,15 +107,39 @@ def _section(line: str, section: str) -> str | None:
     return None
 
 
+READ_TRIES = 5  # a refused read of the stream tried again, 0.1 s apart (read_from)
+
+
+def read_from(path: Path, offset: int, size: int = -1) -> bytes:
+    """`size` bytes of a stream file from `offset` (to its end with -1). The file grows while it is
+    read, by the sampler's own writes, and a network filesystem may then refuse a read for a moment: a
+    run folder on 9p under Linux 7.3 answered one with ENODATA (the rig's kexec test, a clean clone of
+    4070273), which ended the run with a traceback. That error is tried again; any other, or the last
+    try's, is raised."""
+    def read() -> bytes:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read(size)
+    for _ in range(READ_TRIES - 1):
+        try:
+            return read()
+        except OSError as exc:
+            if exc.errno != errno.ENODATA:
+                raise
+            time.sleep(0.1)
+    return read()
+
+
 def has_snapshot_after(path: Path, end: float, wake: int | None = None) -> bool:
     """Whether a sampler's stream file holds a complete snapshot (up to a whole `@end` line) taken at or
     after `end`, or, given `wake`, one that answers it (its `@wake` line): the last one's, read from the
     file's tail (a snapshot is some tens of KiB). The wake is what tells a guest's answer apart, whose
     clock runs some 0.1 s behind this machine's after boot (its RTC gives whole seconds), so that the
     snapshot taken after the load carries a time before the load's end."""
-    with path.open("rb") as f:
-        f.seek(max(0, path.stat().st_size - (512 << 10)))
-        tail = b"\n" + f.read() + b"\n"
+    try:
+        tail = b"\n" + read_from(path, max(0, path.stat().st_size - (512 << 10))) + b"\n"
+    except OSError:
+        return False  # not read: not known to be there (the caller waits to a deadline, then reads)
     stop = tail.rfind(b"\n@end\n")
     start = tail.rfind(b"\n@t ", 0, stop) if stop >= 0 else -1
     if start < 0:

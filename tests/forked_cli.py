@@ -11,7 +11,8 @@ What a child does is what `python -m vmharness.cli` does: `main()` with the word
 with the command's own signal handling and escaped terminal; its exit status what `sys.exit(main())`
 makes of the result; an exception that escapes printed with its traceback, status 1. It runs in the
 case's working folder with the case's environment alone, stdin from /dev/null, stdout and stderr into
-files the caller names. Unlike a fresh interpreter it does not wait for threads the command left
+files the caller names; where the caller asks, with a /tmp and a /run/vmharness of its own
+(tests/own_mounts.py). Unlike a fresh interpreter it does not wait for threads the command left
 running (the harness leaves none). Each server serves one command at a time; `run` takes an idle one
 or starts another, so two threads run two commands at once. tests/unit/test_forked_cli.py holds this
 to a real `python -m vmharness.cli` on the same commands.
@@ -55,9 +56,6 @@ def _child(req: dict[str, Any]) -> None:
     """In the forked child: the command, then the process's end with its status."""
     code = 1
     try:
-        os.chdir(req["cwd"])
-        os.environ.clear()
-        os.environ.update(req["env"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -66,6 +64,13 @@ def _child(req: dict[str, Any]) -> None:
             f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(f, fd)
             os.close(f)
+        if req.get("own") is not None:
+            from tests import own_mounts
+
+            own_mounts.enter(**req["own"])
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
         import vmharness.cli
         from vmharness.cli.main import main
 
@@ -178,9 +183,10 @@ def _close_all() -> None:
 
 
 def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float,
-        out: Path, err: Path) -> int | None:
+        out: Path, err: Path, own: Mapping[str, str | None] | None = None) -> int | None:
     """The command's exit status (negative: the signal that killed it), or None if it ran longer than
-    `timeout` seconds (it is killed). Its output is in `out` and `err`."""
+    `timeout` seconds (it is killed). Its output is in `out` and `err`. `own`: the command's own /tmp
+    and /run/vmharness (tests/own_mounts.py `Own.request()`), entered before it runs."""
     try:
         server = _idle.get_nowait()
     except queue.Empty:
@@ -188,7 +194,7 @@ def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float,
         _all.append(server)
     try:
         got = server.ask({"argv": list(argv), "cwd": str(cwd), "env": dict(env), "timeout": timeout,
-                          "out": str(out), "err": str(err)})
+                          "out": str(out), "err": str(err), "own": None if own is None else dict(own)})
     finally:
         _idle.put(server)
     return None if got["hung"] else int(got["code"])

@@ -4,8 +4,11 @@ a fresh working folder laid out by its `build`; it must end in its
 exit code (2: exactly one `error:` line naming what is wrong, then one `hint:` line), with no traceback,
 within a time limit, and with nothing changed outside what it may write: its working folder (canary files
 and link targets placed there by `build` included) byte for byte, a `--host-root` tree inside it, the
-files named in `outside` (absolute canaries), and no `/run/vmharness` state or `/tmp/vmh*` file that
-was not there before. Cases run two at a time (two cores); the global state is compared around all.
+files named in `outside` (absolute canaries), and nothing left in its /tmp or /run/vmharness. Each
+command has a /tmp and a /run/vmharness of its own (tests/own_mounts.py: folders of the case bound over
+those paths in a mount namespace of its own), so that a second harness on the machine (another `make
+test` beside this one) neither fails a case with its files nor changes what a command reads there.
+Cases run two at a time (two cores).
 
 A table module holds `CASES` and three lines:
 
@@ -31,7 +34,7 @@ import pytest
 
 from tests import forked_cli
 from tests.fakehost import FakeHost
-from tests.rig import leftovers
+from tests.own_mounts import KVM_PROBE, Own
 
 MLX, CX5 = 0x15B3, 0x1017
 Build = Callable[[Path], None]  # lays out the case's working folder (cwd) before the command runs
@@ -212,18 +215,13 @@ def _outside(case: Case) -> dict[str, str]:
     return out
 
 
-def _global_state() -> dict[str, object]:
-    """What the harness could leave on this machine. The rig's own temp folder (/tmp/vmharness-rig-*,
-    made and removed on this machine by the rig stream's pytest when it boots and stops L1, beside
-    this one: tests/streams.py) is not the harness's and is left out; the harness the rig runs
-    inside L1 writes L1's /tmp and /run, tmpfs of its own over a read-only view of this machine's /."""
-    run = Path("/run/vmharness")
-    # the lock's content is the holder's PID; the KVM probe's answer is kept there by whichever command
-    # probes first in this boot (host/inspect/kvm_memo.py), and replaced when what it depends on changes
-    held = {k: v for k, v in _tree(run).items() if k not in ("lock", "kvm-probe.json")}
-    return {"run": held,
-            "tmp": sorted(p.name for p in Path("/tmp").iterdir()
-                          if p.name.startswith(("vmh", "vmharness")) and not p.name.startswith(leftovers.PREFIX))}
+def _left(own: Own, before: dict[str, str]) -> list[str]:
+    """What the command left in its own /tmp and /run/vmharness: every entry made, changed or removed
+    there, but the lock (its content the holder's PID) and the KVM probe's answer, kept there by
+    whichever command probes first in this boot (host/inspect/kvm_memo.py)."""
+    after = _tree(own.root)
+    kept = ("run/lock", f"run/{KVM_PROBE}")
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k) and k not in kept)
 
 
 @dataclass
@@ -234,50 +232,53 @@ class Outcome:
     before: dict[str, str]
     after: dict[str, str]
     cwd: Path | None = None  # the case's working folder, to read what it wrote
+    left: list[str] = field(default_factory=list)  # what it left in its own /tmp and /run/vmharness
 
 
-def _run(case: Case, base: Path) -> Outcome:
+def _run(case: Case, base: Path, owns: Path) -> Outcome:
     cwd = base / case.id
     cwd.mkdir()
     if case.build:
         case.build(cwd)
+    own = Own.make(owns / case.id, base)
+    own_before = _tree(own.root)
     before = {**_tree(cwd), **_outside(case)}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_")}
+    # not the test's $TMPDIR (tests/unit/conftest.py): the command's /tmp is its own, and that folder is not in it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VMHARNESS_") and k != "TMPDIR"}
     env.update(case.env)
     out, err = base / f"{case.id}.stdout", base / f"{case.id}.stderr"
-    code = forked_cli.run(case.argv, cwd, env, TIMEOUT, out, err)
+    code = forked_cli.run(case.argv, cwd, env, TIMEOUT, out, err, own.request())
     said = (out.read_text(errors="replace"), err.read_text(errors="replace"))
     if code is None:
         code, said = -1, (said[0], said[1] + f"hung for {TIMEOUT:g} s")
-    return Outcome(code, *said, before, {**_tree(cwd), **_outside(case)}, cwd)
+    return Outcome(code, *said, before, {**_tree(cwd), **_outside(case)}, cwd, _left(own, own_before))
 
 
 @dataclass
 class Outcomes:
     by_case: dict[str, Outcome]
-    before: dict[str, object]
-    after: dict[str, object]
 
 
 def fixture(cases: list[Case]) -> object:
-    """A module-scoped fixture that runs every case once, two at a time, and the global state around."""
+    """A module-scoped fixture that runs every case once, two at a time."""
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), "two cases share an id"
 
     @pytest.fixture(scope="module")
     def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
-        base = tmp_path_factory.mktemp("hostile")
-        before = _global_state()
+        base, owns = tmp_path_factory.mktemp("hostile"), tmp_path_factory.mktemp("hostile-own")
         with ThreadPoolExecutor(max_workers=2) as pool:
-            results = dict(zip(ids, pool.map(lambda c: _run(c, base), cases), strict=True))
-        return Outcomes(results, before, _global_state())
+            results = dict(zip(ids, pool.map(lambda c: _run(c, base, owns), cases), strict=True))
+        return Outcomes(results)
 
     return outcomes
 
 
 def check_global(outcomes: Outcomes) -> None:
-    """Nothing appeared in /run/vmharness or /tmp/vmh*, and no injected command ran."""
-    assert outcomes.before == outcomes.after, (outcomes.before, outcomes.after)
+    """No case left anything in its own /tmp or /run/vmharness, and no injected command ran (its canary
+    would be in the command's own /tmp, or in this machine's had the command got out of its namespace)."""
+    left = {cid: o.left for cid, o in outcomes.by_case.items() if o.left}
+    assert not left, f"left in a command's own /tmp or /run/vmharness: {left}"
     assert not Path(PWNED).exists(), f"an injected command ran: {PWNED} exists"
 
 
@@ -298,3 +299,4 @@ def check(case: Case, o: Outcome) -> None:
     created = {k: v for k, v in created.items() if not any(k == w or k.startswith(w + "/") for w in case.may_write)}
     removed = set(o.before) - set(o.after)
     assert not created and not removed, f"the working folder changed: +{sorted(created)} -{sorted(removed)}"
+    assert not o.left, f"left in its own /tmp or /run/vmharness: {o.left}"

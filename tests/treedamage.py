@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fakehost import FakeHost
-from vmharness.journal import journal, restore
+from vmharness.experiment import ops
+from vmharness.journal import journal
 from vmharness.system.root import LARGE_READ, HostRoot
 from vmharness.userfile import MAX_READ
 
@@ -98,7 +99,7 @@ def rich_host(base: Path) -> str:
         "libvirt": {"daemon": daemon, "conf": {"paths": None, "mtime": 0}, "mounts": {"/dev/hugepages": [0.5, True]}},
     }))
     writer = HostRoot(base, allow_writes=True)
-    assert {"bind", "pages"} <= set(journal.OPS), restore  # registered by journal/restore.py
+    assert {"bind", "pages"} <= set(journal.OPS), ops.REGISTRARS  # registered by host/prepare/bind.py, pages.py
     journal.record(writer, {"op": "bind", "bdf": "0000:b3:00.1", "driver": "mlx5_core", "override": None,
                             "netdevs": [], "named": True}, "host-prepare")
     journal.record(writer, {"op": "pages", "node": 1, "size_kib": 2048, "before": 0}, "host-prepare")

@@ -124,7 +124,7 @@ def ratio_change(base: Mapping[K, float], other: Mapping[K, float], block: str =
         method = f"paired by {block}, t on log ratio, n={n}" + (f" ({left} unpaired left out)" if left else "")
     elif len(b) >= 2 and len(o) >= 2:
         lb, lo = np.log(list(b.values())), np.log(list(o.values()))
-        mean = float(lo.mean() - lb.mean())
+        mean = student_t.mean(lo) - student_t.mean(lb)
         vb, vo = student_t.sem(lb) ** 2, student_t.sem(lo) ** 2
         se = math.sqrt(vb + vo)
         # Welch-Satterthwaite degrees of freedom
@@ -194,7 +194,7 @@ def peak(cells: Mapping[int, Sequence[float]], level: float = LEVEL, resamples: 
     rng = np.random.default_rng(seed)
     counts = sorted(cells)
     samples = [np.asarray(cells[c], dtype=float) for c in counts]
-    means = np.array([x.mean() for x in samples])
+    means = np.array([student_t.mean(x) for x in samples])
     top = int(means.argmax())
     value = float(means[top])
     if len(samples[top]) < 2:

@@ -22,9 +22,9 @@ settings.load_profile("unit")
 def _own_tmpdir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                 monkeypatch: pytest.MonkeyPatch) -> None:
     """$TMPDIR, for this process and what it starts, a folder of the test's own, unless the test is
-    one of those that look at /tmp itself: `make check` runs the others beside those (tests/streams.py),
-    and the report's flame graphs, drawn in a folder under $TMPDIR, would appear in /tmp while a hostile
-    table looked."""
+    one of those that use this machine's /tmp itself: `make check` runs the others beside those
+    (tests/streams.py), and the report's flame graphs, drawn in a folder under $TMPDIR, would appear in
+    /tmp while one of them looked."""
     if not shares_state(request.node.path.stem):
         folder = str(tmp_path_factory.mktemp("tmpdir"))
         monkeypatch.setenv("TMPDIR", folder)

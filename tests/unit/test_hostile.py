@@ -3,17 +3,16 @@
 Each case runs the real `vmharness` command in a fresh working folder and must end in exit 2 (1 where a
 command's own contract says so) with one `error:` line naming what is wrong and one `hint:` line, no
 traceback, within a time limit (a FIFO must not hang a reader), and nothing changed outside what the
-command may write: its working folder stays as it was, a `--host-root` tree stays byte for byte, and no
-`/run/vmharness` state or `/tmp/vmh*` file appears. The cases run two at a time (the machine has two
-cores); the global state is compared once around all of them.
+command may write: its working folder stays as it was, a `--host-root` tree stays byte for byte, and
+nothing is left in its own `/tmp` and `/run/vmharness` (tests/own_mounts.py). The cases run two at a
+time (the machine has two cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +38,6 @@ from tests.hostile_kit import (
     with_fifo,
     with_file,
 )
-from tests.rig import leftovers
 
 
 def cases() -> list[Case]:
@@ -316,20 +314,28 @@ def test_no_case_changed_state_outside_its_folder(outcomes: Outcomes) -> None:
     hostile_kit.check_global(outcomes)
 
 
-def test_the_global_state_sees_the_harness_files_in_tmp_and_not_the_rigs() -> None:
-    """The rig stream boots and stops L1 beside the unit tier, making and removing its temp folder in
-    /tmp: that must not fail a table's before-and-after; a file the harness would leave must."""
-    before = hostile_kit._global_state()
-    rig = tempfile.mkdtemp(prefix=leftovers.PREFIX, dir="/tmp")
-    try:
-        assert hostile_kit._global_state() == before
-        harness = tempfile.mkdtemp(prefix="vmharness-report-", dir="/tmp")
-        try:
-            assert hostile_kit._global_state() != before
-        finally:
-            os.rmdir(harness)
-    finally:
-        shutil.rmtree(rig)
+def test_what_a_command_leaves_in_its_own_tmp_and_run_is_seen_and_this_machines_are_untouched(tmp_path: Path) -> None:
+    """The control of the tables' last check: a real command writing into /tmp (a report by `--out`)
+    leaves it in its own /tmp, where the case's check sees it and fails; one taking the host's lock
+    (`host-restore`) takes it in its own /run/vmharness, which the check allows; this machine's /tmp and
+    /run/vmharness get neither, so a second harness beside (another `make test`) neither sees the
+    commands' files nor lends them its own."""
+    out = f"/tmp/vmh-own-control-{os.getpid()}"
+    wrote = Case("writes-into-tmp", ("report", "rd", "--out", out), ("wrote 15 files",),
+                 a_run_dir(GOOD_MANIFEST, GOOD_RECORDS), code=0)
+    locks = Case("takes-the-lock", ("host-restore",), ("nothing",), code=0)
+    real_lock = Path("/run/vmharness/lock")
+    lock_before = real_lock.stat().st_mtime_ns if real_lock.exists() else None
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "own").mkdir()
+    got = {c.id: hostile_kit._run(c, tmp_path / "cases", tmp_path / "own") for c in (wrote, locks)}
+    assert not os.path.lexists(out)
+    assert f"tmp/{out.removeprefix('/tmp/')}/report.txt" in got["writes-into-tmp"].left, got["writes-into-tmp"].left
+    with pytest.raises(AssertionError, match="left in its own /tmp or /run/vmharness"):
+        hostile_kit.check(wrote, got["writes-into-tmp"])
+    assert (tmp_path / "own/takes-the-lock/run/lock").is_file()
+    assert (real_lock.stat().st_mtime_ns if real_lock.exists() else None) == lock_before
+    hostile_kit.check(locks, got["takes-the-lock"])
 
 
 def test_there_are_at_least_sixty_cases_and_each_subcommand_has_one() -> None:

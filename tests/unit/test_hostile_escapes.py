@@ -2,7 +2,7 @@
 session's error, a record's key), run folder names, values echoed in errors, a host tree's driver and
 interface names. Nothing raw reaches stdout, stderr or any of the report's files: no ESC, BEL,
 backspace, C1 CSI, nor a CR but the one of CSV's CR LF (which ends a line and hides nothing); a newline
-in a name cannot add a line. Run under the hostile tables' lock with tests/unit/test_hostile_records.py."""
+in a name cannot add a line. Its commands write only into their working folder and $TMPDIR, the test's own."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ built from, journal records and probes of another shape, a node folder that beca
 Each case runs the real command on the rich synthetic host (tests/treedamage.py) with its damage, in a
 working folder of its own, through tests/hostile_kit.py: the exit code, one `error:` line naming the file
 and the fault then one `hint:` line, no traceback, no hang, and nothing written into the tree.
-Run under the shared lock (`flock /tmp/helpers-global.lock`): the global state is compared around all.
+Each command has its own /tmp and /run/vmharness (tests/own_mounts.py), where it must leave nothing.
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def _close_all() -> None:
 
 
 def run(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float,
-        out: Path, err: Path, own: Mapping[str, str | None] | None = None) -> int | None:
+        out: Path, err: Path, own: Mapping[str, object] | None = None) -> int | None:
     """The command's exit status (negative: the signal that killed it), or None if it ran longer than
     `timeout` seconds (it is killed). Its output is in `out` and `err`. `own`: the command's own /tmp
     and /run/vmharness (tests/own_mounts.py `Own.request()`), entered before it runs."""

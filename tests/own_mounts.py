@@ -5,9 +5,11 @@ read by it. The hostile tables (tests/hostile_kit.py) judge their commands by th
 
 The parent makes the folders (`Own.make`); the forked child (tests/forked_cli.py) enters them
 (`enter`) before it runs the command. Inside, /tmp is `ROOT/tmp` (mode 1777, as /tmp), holding the
-way to the case's working folder with each folder's mode as on the real /tmp, and that working folder
-bound there at its own path; /run/vmharness is `ROOT/run` (mode 0700, as the harness makes it), with
-a copy of this boot's KVM probe (host/inspect/kvm_memo.py) so that no command probes KVM anew.
+way to each folder the command needs that lies under the real /tmp, with each folder's mode as there,
+and that folder bound at its own path: the cases' working folders, and this checkout, whose modules
+the command imports as it goes (a clean clone in /tmp/x: its `host-restore` could not import
+`vmharness.experiment` without it); /run/vmharness is `ROOT/run` (mode 0700, as the harness makes
+it), with a copy of this boot's KVM probe (host/inspect/kvm_memo.py) so that no command probes KVM anew.
 Python 3.11 has no os.unshare or mount: libc's, through ctypes. Needs root (CAP_SYS_ADMIN), as the
 tables do."""
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TMP, STATE = Path("/tmp"), Path("/run/vmharness")
+REPO = Path(__file__).resolve().parents[1]
 KVM_PROBE = "kvm-probe.json"
 CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 0x1000, 0x4000, 0x40000
 
@@ -27,7 +30,7 @@ CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 0x1000, 0x4000, 0x40000
 @dataclass(frozen=True)
 class Own:
     root: Path
-    keep: Path | None  # the working folder, where it lies under /tmp: bound at its own path inside
+    keep: tuple[Path, ...]  # folders under /tmp bound at their own paths inside, none inside another
 
     @property
     def tmp(self) -> Path:
@@ -38,17 +41,20 @@ class Own:
         return self.root / "run"
 
     @classmethod
-    def make(cls, root: Path, keep: Path) -> Own:
-        own = cls(root, keep if keep.is_relative_to(TMP) else None)
+    def make(cls, root: Path, cases: Path) -> Own:
+        """The folders for a command that works in `cases` (or a folder in it)."""
+        under = sorted({p.resolve() for p in (cases, REPO) if p.resolve().is_relative_to(TMP)})
+        own = cls(root, tuple(p for p in under if not any(p != q and p.is_relative_to(q) for q in under)))
         root.mkdir()
         own.tmp.mkdir()
         own.tmp.chmod(0o1777)
-        if own.keep is not None:
+        for folder in own.keep:
             at, real = own.tmp, TMP
-            for part in own.keep.relative_to(TMP).parts:
+            for part in folder.relative_to(TMP).parts:
                 at, real = at / part, real / part
-                at.mkdir()
-                at.chmod(real.stat().st_mode & 0o7777)
+                if not at.is_dir():
+                    at.mkdir()
+                    at.chmod(real.stat().st_mode & 0o7777)
         own.run.mkdir(mode=0o700)
         probe = STATE / KVM_PROBE
         if probe.is_file() and not probe.is_symlink():
@@ -56,13 +62,14 @@ class Own:
         STATE.mkdir(mode=0o700, exist_ok=True)  # the mount point, as the harness would make it
         return own
 
-    def request(self) -> dict[str, str | None]:
-        return {"tmp": str(self.tmp), "run": str(self.run), "keep": None if self.keep is None else str(self.keep)}
+    def request(self) -> dict[str, object]:
+        return {"tmp": str(self.tmp), "run": str(self.run), "keep": [str(p) for p in self.keep]}
 
 
-def enter(tmp: str, run: str, keep: str | None) -> None:
+def enter(tmp: str, run: str, keep: list[str]) -> None:
     """In the calling process (a forked child, before the command): a mount namespace of its own, its
-    mounts private to it, with `tmp` at /tmp (`keep` inside at its own path) and `run` at /run/vmharness."""
+    mounts private to it, with `tmp` at /tmp (each of `keep` inside at its own path) and `run` at
+    /run/vmharness."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
 
@@ -77,6 +84,6 @@ def enter(tmp: str, run: str, keep: str | None) -> None:
     ok(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     ok(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
     bind(run, str(STATE))  # first: `run` may lie under /tmp, where it is not once `tmp` is there
-    if keep is not None:
-        bind(keep, str(Path(tmp) / Path(keep).relative_to(TMP)))
+    for folder in keep:
+        bind(folder, str(Path(tmp) / Path(folder).relative_to(TMP)))
     bind(tmp, str(TMP), MS_REC)

@@ -10,7 +10,9 @@ and that folder bound at its own path: the cases' working folders, and this chec
 the command imports as it goes (a clean clone in /tmp/x: its `host-restore` could not import
 `vmharness.experiment` without it); /run/vmharness is `ROOT/run` (mode 0700, as the harness makes
 it), with a copy of this boot's KVM probe (host/inspect/kvm_memo.py) so that no command probes KVM anew.
-Python 3.11 has no os.unshare or mount: libc's, through ctypes. Needs root (CAP_SYS_ADMIN), as the
+Python 3.11 has no os.unshare or mount: libc's, through ctypes. util-linux's unshare(1), which
+tests/slurm_cluster.py puts before the programs it starts, does not fit here: the child is forked from
+an interpreter that imported the harness once, and never execs. Needs root (CAP_SYS_ADMIN), as the
 tables do."""
 
 from __future__ import annotations

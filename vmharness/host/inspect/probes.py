@@ -34,17 +34,23 @@ HUGEADM_TIMEOUT = 10.0  # seconds; it reads sysfs and /proc/mounts
 _ANCESTORS = 64  # how far up the process tree SSH_CONNECTION is looked for
 
 
+def answers(path: str) -> bool:
+    """Whether a daemon accepts connections on the UNIX socket at `path`."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2.0)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def libvirtd() -> dict[str, Any]:
     for path in LIBVIRT_SOCKETS:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(2.0)
-        try:
-            s.connect(path)
+        if answers(path):
             return {"reachable": True, "detail": f"accepting connections on {path}"}
-        except OSError:
-            continue
-        finally:
-            s.close()
     return {"reachable": False, "detail": "no daemon answers on " + ", ".join(LIBVIRT_SOCKETS[:2])}
 
 

@@ -1,0 +1,63 @@
+"""The libvirtd that vmharness starts where none answers (vmharness.host.libvirt.daemon.running), for
+real: beside a virtlogd that serves already, it starts libvirtd alone, uses that virtlogd and leaves
+it running; with none, it starts both and stops both. A clean clone's test_study.py once failed at
+its set-up because a virtlogd left over held the PID file: the second one exited at once, and that
+read as libvirtd failing to start."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from vmharness.host.inspect import probes
+from vmharness.host.libvirt import daemon as libvirtd
+from vmharness.system import proc
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def no_daemon() -> None:
+    if shutil.which("libvirtd") is None:
+        pytest.skip("libvirtd is not installed (apt-get install libvirt-daemon-system)")
+    assert not probes.libvirtd()["reachable"], "a libvirtd answers already: this test starts its own"
+    assert not probes.answers(libvirtd.VIRTLOGD_SOCKET), "a virtlogd answers already: this test starts its own"
+
+
+@pytest.fixture()
+def a_virtlogd(no_daemon: None) -> Iterator[subprocess.Popen[bytes]]:
+    """A virtlogd started by the test itself, serving before running() is called; stopped by its PID."""
+    p = proc.spawn(["virtlogd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not probes.answers(libvirtd.VIRTLOGD_SOCKET):
+            assert p.poll() is None and time.monotonic() < deadline, "the test's virtlogd did not start"
+            time.sleep(0.1)
+        yield p
+    finally:
+        proc.stop(p, grace=15)
+
+
+def _names(started: list[subprocess.Popen[bytes]]) -> list[str]:
+    return [str(p.args[0]) for p in started]  # type: ignore[index]
+
+
+def test_beside_a_virtlogd_that_serves_only_libvirtd_is_started_and_that_virtlogd_stays(
+        a_virtlogd: subprocess.Popen[bytes]) -> None:
+    with libvirtd.running() as started:
+        assert _names(started) == ["libvirtd"]
+        assert probes.libvirtd()["reachable"]
+    assert started[0].poll() is not None, "the libvirtd it started is stopped at the end"
+    assert a_virtlogd.poll() is None and probes.answers(libvirtd.VIRTLOGD_SOCKET), "the virtlogd it found still serves"
+
+
+def test_with_no_daemon_both_are_started_and_both_stopped(no_daemon: None) -> None:
+    with libvirtd.running() as started:
+        assert _names(started) == ["virtlogd", "libvirtd"]
+        assert probes.libvirtd()["reachable"] and probes.answers(libvirtd.VIRTLOGD_SOCKET)
+    assert all(p.poll() is not None for p in started)
+    assert not probes.libvirtd()["reachable"] and not probes.answers(libvirtd.VIRTLOGD_SOCKET)

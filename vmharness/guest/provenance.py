@@ -13,9 +13,10 @@ from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import kernel_log
 from vmharness.host.libvirt import api
+from vmharness.system import sysfs
 from vmharness.system.machine import Machine
 
-CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"  # the facts' and clocksource()'s
+CLOCKSOURCE = f"{sysfs.CLOCKSOURCE}/current_clocksource"  # the facts' and clocksource()'s
 
 # Few processes: on a guest under TCG every fork and exec costs a good part of a second.
 _FACTS = r"""

@@ -11,11 +11,10 @@ from vmharness.cpus import parse_cpulist
 from vmharness.digits import integer, is_digits
 from vmharness.errors import HarnessError
 from vmharness.host.prepare import irqs
+from vmharness.system import sysfs
 from vmharness.tune.access import Target
 
-NET = "/sys/class/net"
-NODES = "/sys/devices/system/node"
-CPU = "/sys/devices/system/cpu"
+NET, NODES, CPU = sysfs.NET, sysfs.NODES, sysfs.CPU
 
 
 @dataclass(frozen=True)

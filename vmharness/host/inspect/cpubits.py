@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import qemu_cpu
+from vmharness.system import sysfs
 from vmharness.system.root import HostRoot
 
-VULNERABILITIES = "/sys/devices/system/cpu/vulnerabilities"
+VULNERABILITIES = sysfs.VULNERABILITIES
 # The bits that say "this CPU need not be protected from X", and where the host kernel says whether it
 # is: the vulnerability file and the words that mean "not affected" (None: the file reads "Not affected").
 NO_BITS: dict[str, tuple[str, str | None]] = {

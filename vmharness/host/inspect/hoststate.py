@@ -13,13 +13,14 @@ import re
 from typing import Any
 
 from vmharness.errors import HarnessError
+from vmharness.system import sysfs
 from vmharness.system.root import LARGE_READ, HostRoot
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 CMDLINE = "/proc/cmdline"
 CPUINFO = "/proc/cpuinfo"
 MICROCODE = "/sys/devices/system/cpu/cpu0/microcode/version"
-VULNERABILITIES = "/sys/devices/system/cpu/vulnerabilities"
+VULNERABILITIES = sysfs.VULNERABILITIES
 SMT = "/sys/devices/system/cpu/smt"
 MODULES = "/sys/module"
 MACHINE_ID = "/etc/machine-id"  # the installation's identity: another machine, not another boot of it

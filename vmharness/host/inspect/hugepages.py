@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from vmharness import digits
 from vmharness.errors import HarnessError
+from vmharness.system import sysfs
 from vmharness.system.root import HostRoot
 
-NODES = "/sys/devices/system/node"
+NODES = sysfs.NODES
 GLOBAL = "/sys/kernel/mm/hugepages"
 
 

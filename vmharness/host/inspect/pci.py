@@ -9,9 +9,10 @@ from vmharness import digits
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import pciids
 from vmharness.model.bdf import parse_bdf
+from vmharness.system import sysfs
 from vmharness.system.root import HostRoot, check_tree_name
 
-PCI_DEVICES = "/sys/bus/pci/devices"
+PCI_DEVICES = sysfs.PCI_DEVICES
 
 CLASS_BRIDGE = 0x06
 

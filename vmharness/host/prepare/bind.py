@@ -8,12 +8,12 @@ from vmharness.errors import HarnessError
 from vmharness.journal import journal
 from vmharness.journal.journal import Op, Record
 from vmharness.journal.kinds import OpKind
-from vmharness.system import proc
+from vmharness.system import proc, sysfs
 from vmharness.system.root import HostRoot
 from vmharness.system.uevent import APPEAR_EVENTS, BIND_EVENTS, Waiter
 
 BIND_TIMEOUT = 15.0
-DEV = "/sys/bus/pci/devices"
+DEV = sysfs.PCI_DEVICES
 
 
 def driver(root: HostRoot, bdf: str) -> str | None:

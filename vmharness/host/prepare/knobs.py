@@ -34,9 +34,10 @@ from vmharness.journal.journal import Op, Record
 from vmharness.journal.kinds import OpKind
 from vmharness.model.hostknobs import KNOBS, SMT
 from vmharness.progress import Say
+from vmharness.system import sysfs
 from vmharness.system.root import HostRoot
 
-CPU = "/sys/devices/system/cpu"
+CPU = sysfs.CPU
 SMT_CONTROL = f"{CPU}/smt/control"
 ONLINE = f"{CPU}/online"
 ITLB = f"{CPU}/vulnerabilities/itlb_multihit"

@@ -9,15 +9,16 @@ import re
 
 from vmharness.host.inspect import cpubits, hugepages, modules
 from vmharness.host.snapshot.writer import Writer
+from vmharness.system import sysfs
 
 PROC_FILES = (
     "/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/interrupts", "/proc/mounts",
     "/proc/modules", "/proc/sys/kernel/osrelease", "/proc/net/route", "/proc/net/ipv6_route",
     "/proc/net/fib_trie", "/proc/net/if_inet6", "/proc/net/dev", "/proc/net/vlan/config",
 )
-CPU = "/sys/devices/system/cpu"
+CPU = sysfs.CPU
 CPUFREQ_ATTRS = ("scaling_governor", "scaling_available_governors", "scaling_driver")
-CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0"
+CLOCKSOURCE = sysfs.CLOCKSOURCE
 # Directories whose files tuning reads as they are: THP, KSM, and the sysctl families a profile sets.
 TUNING_DIRS = ("/sys/kernel/mm/transparent_hugepage", "/sys/kernel/mm/ksm")
 SYSCTL_DIRS = ("/proc/sys/net/core", "/proc/sys/net/ipv4", "/proc/sys/fs", "/proc/sys/vm")

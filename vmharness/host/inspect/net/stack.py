@@ -15,9 +15,10 @@ from __future__ import annotations
 from vmharness.environ import CONTROL
 from vmharness.errors import HarnessError
 from vmharness.host.inspect.net.held import Held
+from vmharness.system import sysfs
 from vmharness.system.root import HostRoot
 
-NET = "/sys/class/net"
+NET = sysfs.NET
 VIRTUAL = "/sys/devices/virtual/net/"
 VLAN_CONFIG = "/proc/net/vlan/config"
 OVS_DATAPATH = "ovs-system"  # the kernel datapath every bridge of ovs-vswitchd shares

@@ -10,13 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from vmharness.guest import image, kernelfile
-from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
@@ -63,13 +61,7 @@ def assert_nothing_left(name: str) -> None:
     assert not Path(f"/run/vmharness/vms/{name}.json").exists()
 
 
-@pytest.fixture(scope="session")
-def daemon() -> Iterator[None]:
-    with libvirtd.running():
-        yield
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # as `daemon`'s: a session's would keep that libvirtd up for every later module
 def built(daemon: None) -> image.Image:
     res = vmh("image", "build", "--json", timeout=1800)
     assert res.ok, res.stderr + res.stdout

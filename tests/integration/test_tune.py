@@ -27,7 +27,10 @@ def vmh(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
     return proc.run([sys.executable, "-m", "vmharness.cli", *args], timeout=timeout, check=False, env=env)
 
 
-def round_trip(target: str, iface: list[str], read: Callable[[str], str], env: dict[str, str] | None = None,
+Reader = Callable[[list[str]], dict[str, str]]  # each path's bytes as the kernel prints them
+
+
+def round_trip(target: str, iface: list[str], read_all: Reader, env: dict[str, str] | None = None,
                ) -> dict[str, Any]:
     """plan -> apply -> check the wanted values -> revert -> check the raw values are as before."""
     plan_res = vmh("tune", "plan", "--target", target, *iface, "--json", env=env)
@@ -35,7 +38,7 @@ def round_trip(target: str, iface: list[str], read: Callable[[str], str], env: d
     plan: dict[str, Any] = json.loads(plan_res.stdout)
     files = [c for c in plan["changes"] if not c["path"].startswith(("ethtool:", "service:"))]
     assert files, plan
-    raw_before = {c["path"]: read(c["path"]) for c in files}
+    raw_before = read_all([c["path"] for c in files])
     applied = vmh("tune", "apply", "--target", target, *iface, env=env)
     assert applied.ok, applied.stderr + applied.stdout
     shown = vmh("tune", "show", "--target", target, *iface, "--json", env=env)
@@ -43,8 +46,9 @@ def round_trip(target: str, iface: list[str], read: Callable[[str], str], env: d
     # apply wrote is checked against apply's own records
     tuned = [r for r in json.loads(shown.stdout)["applied"] if not r["path"].startswith(("ethtool:", "service:"))]
     assert tuned
+    applied_now = read_all([c["path"] for c in tuned])
     for c in tuned:
-        now = " ".join(read(c["path"]).split())
+        now = " ".join(applied_now[c["path"]].split())
         if c["knob"] in ("rps", "irq_affinity"):
             assert int(now.replace(",", ""), 16) == int(c["after"].replace(",", ""), 16), c
         elif c["knob"] == "thp":
@@ -57,22 +61,37 @@ def round_trip(target: str, iface: list[str], read: Callable[[str], str], env: d
         # revert starts irqbalance again last, and it moves the interrupts at once: they are its again
         raw_before = {p: v for p, v in raw_before.items() if not p.startswith("/proc/irq/")}
         tuned = [c for c in tuned if not c["path"].startswith("/proc/irq/")]
-    assert {p: read(p) for p in raw_before} == raw_before  # byte for byte, as the kernel prints them
+    after = read_all(sorted({*raw_before, *(c["path"] for c in tuned)}))
+    assert {p: after[p] for p in raw_before} == raw_before  # byte for byte, as the kernel prints them
     for c in tuned:
         if c["path"] not in raw_before:
-            assert " ".join(read(c["path"]).split()) == c["before"], c
+            assert " ".join(after[c["path"]].split()) == c["before"], c
     assert apply.pending(HostRoot.open(None)) == []  # (a guest's own records stay while it runs)
     return plan
+
+
+# Each file's bytes, then a NUL (no kernel attribute holds one); a file that cannot be read ends it
+READ_ALL = 'for f; do cat -- "$f" || exit 1; printf "\\0"; done'
+
+
+def read_in_guest(name: str, paths: list[str]) -> dict[str, str]:
+    """The files read in one `vm exec` through the guest's agent, where one each took the interpreter's
+    start and a round trip to the agent for every file, three times over."""
+    res = proc.run([sys.executable, "-m", "vmharness.cli", "vm", "exec", name, "--", "sh", "-c", READ_ALL, "sh",
+                    *paths], timeout=120)
+    texts = res.stdout.split("\0")
+    assert len(texts) == len(paths) + 1 and texts[-1] == "", res.stdout[-2000:]
+    return dict(zip(paths, texts[:-1], strict=True))
 
 
 def test_seeds_on_a_namespace_client(tmp_path: Path) -> None:
     with netns_host("tune1", 238) as host:
         env = {**os.environ, SSH_CONFIG_ENV: str(host.ssh_config)}
 
-        def read(path: str) -> str:
-            return proc.run(host.ssh_argv(["cat", path]), timeout=30).stdout
+        def read_all(paths: list[str]) -> dict[str, str]:
+            return {p: proc.run(host.ssh_argv(["cat", p]), timeout=30).stdout for p in paths}
 
-        plan = round_trip(f"client:{host.name}", ["--iface", host.interface], read, env)
+        plan = round_trip(f"client:{host.name}", ["--iface", host.interface], read_all, env)
     knobs = {c["knob"] for c in plan["changes"]} | {c["knob"] for c in plan["kept"]}
     assert {"rps", "rfs", "sysctl"} <= knobs
     skipped = {s["knob"]: s["why"] for s in plan["skipped"]}
@@ -89,11 +108,7 @@ def test_seeds_inside_a_guest(tmp_path: Path) -> None:
         up = vmh("vm", "up", "--name", "itune")  # with its link: a virtio-net NIC to tune
         assert up.ok, up.stderr
         try:
-            def read(path: str) -> str:
-                return proc.run([sys.executable, "-m", "vmharness.cli", "vm", "exec", "itune", "--", "cat", path],
-                                timeout=60).stdout
-
-            plan = round_trip("guest:itune", [], read)
+            plan = round_trip("guest:itune", [], lambda paths: read_in_guest("itune", paths))
             state = vmh("vm", "exec", "itune", "--", "systemctl", "is-active", "irqbalance").stdout.strip()
         finally:
             down = vmh("vm", "down", "itune")

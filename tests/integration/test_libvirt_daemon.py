@@ -24,8 +24,9 @@ pytestmark = pytest.mark.integration
 def no_daemon() -> None:
     if shutil.which("libvirtd") is None:
         pytest.skip("libvirtd is not installed (apt-get install libvirt-daemon-system)")
-    assert not probes.libvirtd()["reachable"], "a libvirtd answers already: one an earlier test left up? (this test starts its own)"
-    assert not probes.answers(libvirtd.VIRTLOGD_SOCKET), "a virtlogd answers already: one an earlier test left up? (this test starts its own)"
+    left = "answers already: one an earlier test left up? (this test starts its own)"
+    assert not probes.libvirtd()["reachable"], f"a libvirtd {left}"
+    assert not probes.answers(libvirtd.VIRTLOGD_SOCKET), f"a virtlogd {left}"
 
 
 @pytest.fixture()

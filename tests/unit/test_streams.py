@@ -80,7 +80,10 @@ def test_check_runs_every_unit_module_once_and_the_shared_state_ones_together() 
     (shared,) = streams_["shared"]
     assert all(f in shared for f in unit if streams.shares_state(f.rsplit("/", 1)[1][:-3]))
     assert "tests/unit/test_journal.py" in shared and "tests/test_lint.py" in shared
-    assert "tests/unit/test_hostile_qemu.py" in shared  # the tables beside them, for balance
+    assert "tests/unit/test_damaged_trees.py" in shared  # beside them, for balance
+    (a,), (b,) = streams_["unit-a"], streams_["unit-b"]
+    assert not any(streams.shares_state(Path(f).stem) for f in a + b if f.startswith("tests/unit/"))
+    assert abs(len(a) - len(b)) <= 1
     assert all(name in [f.rsplit("/", 1)[1][:-3] for f in unit] for name in streams.SHARED_STATE)
 
 

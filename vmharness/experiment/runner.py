@@ -26,6 +26,7 @@ from vmharness.model import derived, profile, switches, vectors
 from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir import record_check
 from vmharness.rundir.store import POINTS, RunDir
+from vmharness.system import sysfs
 from vmharness.system.machine import for_uri
 from vmharness.system.root import HostRoot
 from vmharness.tune import access
@@ -84,8 +85,8 @@ class Runner:
         boot (none when the guest runs elsewhere or its vCPUs take every CPU)."""
         if not for_uri(self.cfg.guest.uri).local:
             return ()
-        online = cpus.parse_cpulist(self.root.read_text("/sys/devices/system/cpu/online").strip(),
-                                    "/sys/devices/system/cpu/online")
+        path = f"{sysfs.CPU}/online"
+        online = cpus.parse_cpulist(self.root.read_text(path).strip(), path)
         free = tuple(c for c in online if c not in b.pinning["planned_vcpus"])
         return free if free and len(free) < len(online) else ()
 

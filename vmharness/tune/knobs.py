@@ -12,10 +12,10 @@ from vmharness.errors import HarnessError
 from vmharness.model.profile import SEED_SYSCTLS, Profile
 from vmharness.system import sysfs
 from vmharness.tune.access import IRQBALANCE_PIDS, Prefetched, Target
-from vmharness.tune.facts import CPU, NET, Facts, Nic, facts
+from vmharness.tune.facts import Facts, Nic, facts
 from vmharness.tune.plan import Plan, Skip
 
-CLOCK = sysfs.CLOCKSOURCE
+CLOCK, CPU, NET = sysfs.CLOCKSOURCE, sysfs.CPU, sysfs.NET
 # Integer sysctls where more is more room: a profile's value is a floor, never lowered to.
 FLOORS = {"net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog", "net.core.netdev_max_backlog", "fs.file-max",
           "fs.nr_open"}

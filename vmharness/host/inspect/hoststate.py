@@ -19,9 +19,9 @@ from vmharness.system.root import LARGE_READ, HostRoot
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 CMDLINE = "/proc/cmdline"
 CPUINFO = "/proc/cpuinfo"
-MICROCODE = "/sys/devices/system/cpu/cpu0/microcode/version"
+MICROCODE = f"{sysfs.CPU}/cpu0/microcode/version"
 VULNERABILITIES = sysfs.VULNERABILITIES
-SMT = "/sys/devices/system/cpu/smt"
+SMT = f"{sysfs.CPU}/smt"
 MODULES = "/sys/module"
 MACHINE_ID = "/etc/machine-id"  # the installation's identity: another machine, not another boot of it
 HOSTNAME = "/proc/sys/kernel/hostname"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -124,8 +125,21 @@ def _axes(data: dict[str, Any]) -> tuple[Axis, ...]:
             if not isinstance(name, str) or not NAME.fullmatch(name):
                 raise HarnessError(f"{where}.names: {str(name)[:80]!r} is not a name for a folder",
                                    "letters, digits, '.', '_' and '-', starting with a letter or digit (never a path)")
+        _once(where, "values", [json.dumps(v, sort_keys=True, default=str) for v in values])
+        if "names" in a:
+            _once(where, "names", names)
         axes.append(Axis(key, tuple(values), tuple(names)))
     return tuple(axes)
+
+
+def _once(where: str, what: str, items: list[str]) -> None:
+    """Two equal values would be two cells of one configuration, and two equal names one label for two."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items, 1):
+        if item in first:
+            raise HarnessError(f"{where}.{what} gives {item[:80]!r} twice (its entries {first[item]} and {i})",
+                               f"give each of an axis's {what} once")
+        first[item] = i
 
 
 def _slug(value: Any) -> str:

@@ -14,7 +14,8 @@ which needs no entry. A host boot without a kernel boots the running one again
 
 Here only the form is checked: the files' paths absolute and written plainly (kexec reads them by that
 path, and they are printed in the record), the command line one that cannot run another program as
-the host's first process (`init=`, `rdinit=`, or arguments for init after `--`) and that fits the
+the host's first process (`init=`, `rdinit=`, arguments for init after `--` or before it, `systemd.*`,
+an initramfs's shell, an upper-case name for init's environment) and that fits the
 kernel's COMMAND_LINE_SIZE. What each file is (a regular file, not a symlink, in folders only root can
 change, a bzImage) is checked on the host before anything is taken: host/inspect/boot_file.py."""
 
@@ -33,6 +34,19 @@ CMDLINE_SIZE = 2048  # x86's COMMAND_LINE_SIZE, the trailing NUL included: a lon
 HINT_PATH = "write the file's whole path, e.g. /boot/vmlinuz-6.1.0-18-amd64"
 HINT_CMDLINE = "a host boot changes the kernel's parameters; the host's first process stays the one it has"
 _NOT_OURS = ("init", "rdinit")  # the program the kernel starts as PID 1
+# What tells the host's init or its initramfs to run something else, or to stop short of the services
+# the run resumes through: systemd's own parameters (systemd.run= runs a command, systemd.setenv= sets
+# LD_PRELOAD for every unit, systemd.unit=, .wants=, .mask=, .debug_shell), those of systemd in the
+# initramfs, and the shells of dracut and initramfs-tools.
+_INIT_PREFIXES = ("systemd.", "rd.systemd.")
+_INIT_NAMES = ("rd.break", "rd.shell", "rd.emergency", "break")
+# A parameter the kernel does not know and whose name has no '.' goes to init (Documentation/
+# admin-guide/kernel-parameters.rst): a bare word as an argument (these start single-user, a rescue or
+# an emergency shell, or skip the boot scripts), one with '=' into its environment, where an upper-case
+# name is the environment's (LD_PRELOAD=...): the kernel's own parameters are lower-case.
+_INIT_WORDS = frozenset(w.replace("-", "_") for w in  # as Param.key spells them: '-' read as '_'
+                        ("single", "s", "S", "1", "2", "3", "4", "5", "emergency", "rescue", "-s", "-b", "-a", "auto",
+                         "-z"))
 
 
 def check_file_path(value: str, where: str) -> str:
@@ -57,9 +71,26 @@ def check_cmdline(value: str, where: str) -> str:
         if p.key in _NOT_OURS:
             raise HarnessError(f"{where} sets {p.key}= ({p.text[:60]!r}): another program as the host's first "
                                "process is refused", HINT_CMDLINE)
+        if p.key.startswith(_INIT_PREFIXES) or p.key in _INIT_NAMES:
+            raise HarnessError(f"{where} holds {p.text[:60]!r}, a word for the host's init or initramfs: what "
+                               "the host starts is refused", HINT_CMDLINE)
+        passed = _passed_to_init(p)
+        if passed:
+            raise HarnessError(f"{where} holds {p.text[:60]!r}, which the kernel passes to init ({passed}): refused",
+                               HINT_CMDLINE)
     if line.rest:  # from a bare `--` on
         raise HarnessError(f"{where} passes arguments to init after '--' ({line.rest[:60]!r})", HINT_CMDLINE)
     return value
+
+
+def _passed_to_init(p: kernel_cmdline.Param) -> str:
+    """How the kernel would pass `p` to init ("" where it keeps it): a word of `_INIT_WORDS` as an
+    argument, an upper-case name with '=' into its environment."""
+    if "." in p.key:
+        return ""
+    if p.value is None:
+        return "an argument" if p.key in _INIT_WORDS else ""
+    return "its environment" if p.key != p.key.lower() else ""
 
 
 def check_boot_name(value: str, where: str) -> str:

@@ -61,6 +61,12 @@ CASES = [
          campaign(axis("sweep.duration", "[2, 1, 2]"))),
     Case("name-twice", ("campaign", "plan", "c.toml"), ("axis 1.names", "'a' twice"),
          campaign(axis("sweep.duration", "[1, 2]", '["a", "a"]'))),
+    # a cell whose run kexecs its host ends the Slurm job holding the node, or the local submit
+    Case("host-boots-in-a-cell", ("campaign", "plan", "c.toml"),
+         ("cell 0000-duration-1", "reboots the host between host boots"),
+         with_file("c.toml", '[campaign]\ncommand = "run"\n[[base.host_boot]]\nname = "v2off"\n'
+                   'cmdline = "spectre_v2=off"\n[[base.instance]]\nname = "a"\n[[base.instance]]\nname = "b"\n'
+                   'host_boot = "v2off"\n' + axis("sweep.duration", "[1]"))),
     Case("million-cells", ("campaign", "plan", "c.toml"), ("1,000,000 cells", "at most 10,000"),
          campaign(axis("sweep.duration", str(list(range(1, 1001)))) + axis("sweep.wait", str(list(range(1000)))))),
     Case("constraint-shell", ("campaign", "plan", "c.toml"), ("slurm.constraint", "holds a character"),

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vmharness.errors import HarnessError
+from vmharness.experiment.hostboots.plan import needs_host_boots
 from vmharness.model import config, tomlfile
+from vmharness.model.sections import RunConfig
 
 MAX_CELLS = 10_000  # runs: cells times repeats
 MAX_REPEATS = 1000
@@ -224,9 +226,14 @@ def expand(command: Command, base: dict[str, Any], axes: tuple[Axis, ...]) -> tu
         try:
             for key, value in values.items():
                 _set(table, key, value)
-            check(table)
+            checked = check(table)
         except HarnessError as exc:
             raise HarnessError(f"cell {name}: {exc.message}", exc.hint) from exc
+        if isinstance(checked, RunConfig) and needs_host_boots(checked):
+            raise HarnessError(f"cell {name}: its run reboots the host between host boots ([[host_boot]] or "
+                               "study.host_switches), which would end the campaign's job or its submit",
+                               "run host boots as one `vmharness run --allow-host-reboot` on the host; "
+                               "a campaign's cells keep the boot they start in")
         cells.append(Cell(index, name, values, table))
     return tuple(cells)
 

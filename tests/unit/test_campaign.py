@@ -278,3 +278,14 @@ def test_pairs_name_no_run_of_a_local_campaign(tmp_path: Path) -> None:
     CampaignDir.write(tmp_path / "camp", c)
     _, plan = CampaignDir.open(tmp_path / "camp")
     assert len(plan["runs"]) == 10 and {r["pair"] for r in plan["runs"]} == {""} and plan["slurm"]["pairs"] == []
+
+
+def test_one_value_twice_is_two_cells_only_when_named_apart(tmp_path: Path) -> None:
+    """An A/A pair (one configuration as two cells) is asked for by naming the two; unnamed, the second
+    value is taken for a slip and refused."""
+    text = CAMPAIGN.replace("instance.1.filesize_note", "server.workers")
+    named = text.replace('values = ["x"]', 'values = [2, 2]\nnames = ["a", "b"]')
+    assert [c.name for c in spec.load(write(tmp_path, named)).cells][:2] == ["0000-duration-1_workers-a",
+                                                                           "0001-duration-1_workers-b"]
+    with pytest.raises(HarnessError, match=r"axis 2.values gives '2' twice"):
+        spec.load(write(tmp_path, text.replace('values = ["x"]', 'values = [2, 2]')))

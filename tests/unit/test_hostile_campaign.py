@@ -61,6 +61,8 @@ CASES = [
          campaign(axis("sweep.duration", "[2, 1, 2]"))),
     Case("name-twice", ("campaign", "plan", "c.toml"), ("axis 1.names", "'a' twice"),
          campaign(axis("sweep.duration", "[1, 2]", '["a", "a"]'))),
+    Case("value-twice-of-a-table", ("campaign", "plan", "c.toml"), ("axis 1.values", "twice", "entries 1 and 2"),
+         campaign(axis("sweep", '[{duration = 1, wait = 0}, {wait = 0, duration = 1}]'))),
     # a cell whose run kexecs its host ends the Slurm job holding the node, or the local submit
     Case("host-boots-in-a-cell", ("campaign", "plan", "c.toml"),
          ("cell 0000-duration-1", "reboots the host between host boots"),

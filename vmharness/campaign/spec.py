@@ -127,20 +127,22 @@ def _axes(data: dict[str, Any]) -> tuple[Axis, ...]:
             if not isinstance(name, str) or not NAME.fullmatch(name):
                 raise HarnessError(f"{where}.names: {str(name)[:80]!r} is not a name for a folder",
                                    "letters, digits, '.', '_' and '-', starting with a letter or digit (never a path)")
-        _once(where, "values", [json.dumps(v, sort_keys=True, default=str) for v in values])
-        if "names" in a:
-            _once(where, "names", names)
+        if "names" in a:  # named apart, one value may be two cells on purpose (an A/A pair)
+            _once(where, "names", names, "give each of an axis's names once")
+        else:
+            _once(where, "values", [json.dumps(v, sort_keys=True, default=str) for v in values],
+                  "give each value once, or name each (names = [...]) to run one configuration as two cells")
         axes.append(Axis(key, tuple(values), tuple(names)))
     return tuple(axes)
 
 
-def _once(where: str, what: str, items: list[str]) -> None:
-    """Two equal values would be two cells of one configuration, and two equal names one label for two."""
+def _once(where: str, what: str, items: list[str], hint: str) -> None:
+    """Each item once: two equal names would be one label for two cells, and two equal values, unnamed,
+    two cells of one configuration that only their index tells apart."""
     first: dict[str, int] = {}
     for i, item in enumerate(items, 1):
         if item in first:
-            raise HarnessError(f"{where}.{what} gives {item[:80]!r} twice (its entries {first[item]} and {i})",
-                               f"give each of an axis's {what} once")
+            raise HarnessError(f"{where}.{what} gives {item[:80]!r} twice (its entries {first[item]} and {i})", hint)
         first[item] = i
 
 

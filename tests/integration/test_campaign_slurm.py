@@ -116,6 +116,10 @@ def test_four_cells_on_slurm_and_locally_give_one_table(slurm: Cluster, tmp_path
     jobs = json.loads((out / "slurm/jobs.json").read_text())["jobs"]
     assert [sorted(j["cells"]) for j in jobs] == [sorted(got)]
     on_slurm = report(slurm, out)
+    res = cli(slurm, "report", str(out), "--out", str(tmp_path / "report"), timeout=300)  # every form, the page
+    assert res.ok, res.stderr
+    page = (tmp_path / "report" / "campaign-report.html").read_text()
+    assert page.index("<svg") < page.index("<table") and page.count("<tr>") == 1 + len(on_slurm["rows"])
     res = cli(slurm, "submit", str(tmp_path / "c.toml"), "--out", str(out))  # every cell done: nothing again
     assert res.ok and "nothing submitted" in res.stdout, res.stdout + res.stderr
 

@@ -68,7 +68,7 @@ def render(a: Analysis, title: str, figures: list[Path], flames: list[Path] | No
     warnings, lead, _notes = answer(s)
     load = set(a.load.flags) if a.load is not None else set()
     more = [f for f in s["notes"] if f not in load]  # an open-loop point's stands beside the load's table
-    svgs = {f.stem: _svg(f) for f in figures if f.suffix == ".svg"}
+    svgs = {f.stem: inline_svg(f) for f in figures if f.suffix == ".svg"}
     drawn = svgs.get("forest")  # forest.py: every change with its interval, on one axis
     first = f'<div class="first">{lead}' + (f'<figure class="forest">{drawn}</figure>' if drawn else "") + "</div>"
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_text(title)}</title>"
@@ -85,8 +85,9 @@ def _sections(a: Analysis, svgs: dict[str, str], flames: list[Path]) -> list[tup
 
     at_peak = [said] if a.at_peak is not None and a.peak is not None and (said := sides.line(a.at_peak, a.peak)) else []
     saturation = ([f"baseline {a.baseline}: {report.peak_text(a)}"] if a.peak is not None else []) + at_peak
-    load = (f"<h3>Latency against load</h3><p>{_text(loadcurve.title(a.load))}</p>{_table(*loadcurve.table(a.load))}"
-            + _warned(a.load.flags) if a.load is not None and a.load.rows else "")
+    load = (f"<h3>Latency against load</h3><p>{_text(loadcurve.title(a.load))}</p>"
+            f"{html_table(*loadcurve.table(a.load))}" + _warned(a.load.flags) if a.load is not None and a.load.rows
+            else "")
     why = (_lines([*exits.lines(a.exits, a.exits_note, a.peak), *events.lines(a.events, a.peak),
                    *report.calls_lines(a)] if a.peak is not None else [])
            + _counters(a) + _profiles(a.profiles, flames, a.switch_why))
@@ -109,7 +110,7 @@ def _sections(a: Analysis, svgs: dict[str, str], flames: list[Path]) -> list[tup
          _lines(noise_report.lines(a)) + method),
         ("The positive control", _lines([variants.control_line(a.control)] if a.control is not None else [])),
         ("The host and guests measured", _lines([*host, *report.variant_lines(a), *capacity])),
-        ("Every point", _table(columns, points) + _lines(foot) + f"<p>{ALL_COLUMNS}</p>"),
+        ("Every point", html_table(columns, points) + _lines(foot) + f"<p>{ALL_COLUMNS}</p>"),
     ] if body]
 
 
@@ -130,7 +131,7 @@ def _lines(lines: list[str]) -> str:
     return "".join(f"<p>{_text(line)}</p>" for line in lines)
 
 
-def _svg(path: Path) -> str:
+def inline_svg(path: Path) -> str:
     """A figure this report drew in this call, inline: from its <svg> on (no prolog, no DOCTYPE)."""
     drawn = userfile.text(path, MAX_FIGURE)
     return drawn[drawn.index("<svg"):]
@@ -143,7 +144,7 @@ def answer(s: dict[str, Any]) -> tuple[str, str, str]:
                        for w in s["warnings"])
     why = "".join(f"<li>{_text(r['name'])}: why: {_text(r['why'])}</li>" for r in s["rows"] if r.get("why"))
     lead = (f'<div class="answer"><p><b>{_text(s["caption"])}</b></p>'
-            + (_table(s["columns"], summary.body(s)) if s["rows"] else "")
+            + (html_table(s["columns"], summary.body(s)) if s["rows"] else "")
             + (f"<ul>{why}</ul>" if why else "") + "</div>")
     return warnings, lead, _warned(s["notes"])
 
@@ -171,7 +172,7 @@ def _profiles(v: profiles.View | None, flames: list[Path], switches: tuple[switc
     for name, base, grew, svg, title in shown:
         out.append(f"<h4>{_text(title)} against {_text(base)}</h4>")
         if grew:
-            out.append(_table(["function", f"µs/request, {base}", name, f"share, {base}", name, "p"],
+            out.append(html_table(["function", f"µs/request, {base}", name, f"share, {base}", name, "p"],
                               [[g.name, f"{g.us[0]:.3f}", f"{g.us[1]:.3f}", f"{g.share[0]:.1%}", f"{g.share[1]:.1%}",
                                 f"{g.p:.1e}"] for g in grew]))
         else:
@@ -191,7 +192,7 @@ def _data_uri(path: Path) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(svg).decode()
 
 
-def _table(head: list[str], body: list[list[str]]) -> str:
+def html_table(head: list[str], body: list[list[str]]) -> str:
     """A table as the text report prints it: its columns, each cell's text, in a box of its own that
     scrolls where the table is wider than the page."""
     return ('<div class="box"><table><tr>' + "".join(f"<th>{_text(h)}</th>" for h in head) + "</tr>"
@@ -215,4 +216,4 @@ def _counters(a: Analysis) -> str:
 
     body = [[n, *([cell(calls[n].per_request, calls[n].change) if n in calls else "-"] if calls else []),
              *(cell(ev[n].means.get(k), ev[n].changes.get(k)) if n in ev else "-" for k in kinds)] for n in names]
-    return (f"<h3>What the server did per request at the peak</h3><p>{_text(COUNTERS)}</p>" + _table(head, body))
+    return (f"<h3>What the server did per request at the peak</h3><p>{_text(COUNTERS)}</p>" + html_table(head, body))

@@ -3,7 +3,8 @@ compare` compares run folders (analysis/saturation.compare: each instance named 
 baseline cell's first instance the baseline, every figure at the baseline's peak); each row gives the
 cell's throughput there, its p99, its cost against the baseline with its interval, the nodes it ran on,
 and for a cell that is not done its state and why. A repeated cell has a row per run (repetition), and
-where its runs lay on more than one node pair, the pair effect (paireffect.py). Text, Markdown, CSV, JSON."""
+where its runs lay on more than one node pair, the pair effect (paireffect.py). Text, Markdown, CSV, JSON;
+the HTML page and its figure: published.py."""
 
 from __future__ import annotations
 
@@ -105,16 +106,16 @@ def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _pct(v: Any) -> str:
+def pct(v: Any) -> str:
     return "" if not isinstance(v, float | int) or not math.isfinite(v) else f"{v * 100:+.1f}%"
 
 
-def _cells(r: dict[str, Any]) -> list[str]:
+def row_cells(r: dict[str, Any]) -> list[str]:
     rps = r["requests_per_s"]
-    interval = (f"[{_pct(r['change_low'])}, {_pct(r['change_high'])}]"
+    interval = (f"[{pct(r['change_low'])}, {pct(r['change_high'])}]"
                 if r["throughput_change"] is not None else "")
     return [r["run"], r["instance"], r["state"], "" if rps is None else f"{rps:,.0f}",
-            "" if r["p99_us"] is None else f"{r['p99_us']:,.0f}", f"{_pct(r['throughput_change'])} {interval}".strip(),
+            "" if r["p99_us"] is None else f"{r['p99_us']:,.0f}", f"{pct(r['throughput_change'])} {interval}".strip(),
             "/".join(x for x in (r["server"], r["client"]) if x), r["why"]]
 
 
@@ -123,12 +124,12 @@ EFFECT_HEADER = ["cell", "instance", "each pair: runs, change vs the baseline on
                  "between pairs (sd, share [95%])", "F, p"]
 
 
-def _effect(e: dict[str, Any]) -> list[str]:
-    each = ", ".join(f"{p['pair']} ({p['runs']}) " + (_pct(p["change"]) or "no baseline there") for p in e["pairs"])
+def effect(e: dict[str, Any]) -> list[str]:
+    each = ", ".join(f"{p['pair']} ({p['runs']}) " + (pct(p["change"]) or "no baseline there") for p in e["pairs"])
     if e["note"]:
         return [e["cell"], e["instance"], each, e["note"], ""]
     return [e["cell"], e["instance"], each,
-            f"{_pct(e['between'])[1:]}, {e['share']:.0%} [{e['share_low']:.0%}, {e['share_high']:.0%}]",
+            f"{pct(e['between'])[1:]}, {e['share']:.0%} [{e['share_low']:.0%}, {e['share_high']:.0%}]",
             f"F({e['df'][0]}, {e['df'][1]}) = {e['f']:.2f}, p = {e['p']:.3g}"
             + f" (a pair effect by Holm over {e['tests']} test{'s' * (e['tests'] != 1)})" * e["flagged"]]
 
@@ -136,14 +137,14 @@ def _effect(e: dict[str, Any]) -> list[str]:
 def text(rep: dict[str, Any]) -> str:
     lines = [f"campaign: {len({r['cell'] for r in rep['rows']})} cells, baseline {rep['baseline']}; "
              + ", ".join(f"{n} {s}" for s, n in rep["counts"].items())]
-    lines += table.render(HEADER, [[textsafe.line(x) for x in _cells(r)] for r in rep["rows"]])
+    lines += table.render(HEADER, [[textsafe.line(x) for x in row_cells(r)] for r in rep["rows"]])
     if len(rep["pairs"]) > 1:
         lines += ["", "node pairs (server/client: cells, median throughput change):"]
         lines += [f"  {textsafe.line(p['server'])}/{textsafe.line(p['client'])}: {len(p['cells'])} cells, "
-                  f"{_pct(p['median_change']) or 'no change measured'}" for p in rep["pairs"]]
+                  f"{pct(p['median_change']) or 'no change measured'}" for p in rep["pairs"]]
     if rep["pair_effects"]:
         lines += ["", "pair effect (each cell run on more than one node pair):"]
-        lines += table.render(EFFECT_HEADER, [[textsafe.line(x) for x in _effect(e)] for e in rep["pair_effects"]])
+        lines += table.render(EFFECT_HEADER, [[textsafe.line(x) for x in effect(e)] for e in rep["pair_effects"]])
     lines += [f"note: {textsafe.line(n)}" for n in rep["notes"]]
     return "\n".join(lines)
 
@@ -155,9 +156,9 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def markdown(rep: dict[str, Any]) -> str:
-    out = _md_table(HEADER, [_cells(r) for r in rep["rows"]])
+    out = _md_table(HEADER, [row_cells(r) for r in rep["rows"]])
     if rep["pair_effects"]:
-        out += "\n" + _md_table(EFFECT_HEADER, [_effect(e) for e in rep["pair_effects"]])
+        out += "\n" + _md_table(EFFECT_HEADER, [effect(e) for e in rep["pair_effects"]])
     return out + "".join(f"\n{textsafe.markdown(n)}\n" for n in rep["notes"])
 
 

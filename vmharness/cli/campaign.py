@@ -147,8 +147,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     cdir, plan = CampaignDir.open(Path(args.folder))
     rep = gather.build(cdir, plan, _queued(cdir, plan))
     fmt = "json" if args.json else args.format
+    if args.out:
+        from vmharness.campaign import published
+
+        published.write(rep, Path(args.out), args.force)
     print(textsafe.json_text(rep) if fmt == "json" else gather.markdown(rep) if fmt == "markdown"
           else gather.csv(rep) if fmt == "csv" else gather.text(rep), end="\n" if fmt == "text" else "")
+    if args.out:
+        say(f"report: {Path(args.out) / 'campaign-report.html'} (and .txt, .md, .csv, .json and the forest plot "
+            "beside it)")
     return 0
 
 
@@ -189,6 +196,9 @@ def register(subs: Any, add: Any) -> None:
             "its nodes, and why a cell failed or is missing", "vmharness campaign report campaigns/mitigations")
     p.add_argument("folder", metavar="FOLDER", help="the campaign folder")
     p.add_argument("--format", default="text", choices=["text", "markdown", "csv", "json"], help="text (default)")
+    p.add_argument("--out", metavar="DIR", help="also write every form into DIR: text, Markdown, CSV, JSON, and an "
+                   "HTML page led by the forest plot of every run's change (forest.png, .svg, .pdf beside it)")
+    p.add_argument("--force", action="store_true", help="write into --out although no campaign report made it")
     p = add(c_subs, "run-cell", cmd_run_cell, "one cell in a Slurm job array element (the campaign's batch "
             "script runs it)", "vmharness campaign run-cell FOLDER slurm/submit-1.json 0", json_flag=False)
     p.add_argument("folder", metavar="FOLDER")

@@ -42,6 +42,9 @@ REFUSED = [
     ("1", "(an argument)"),
     ("emergency", "(an argument)"),
     ("-b", "(an argument)"),
+    ("sysctl.kernel.modprobe=/tmp/x", "the kernel would run or load"),
+    ("sysctl.kernel.core_pattern=|/tmp/x", "the kernel would run or load"),
+    ("firmware_class.path=/tmp", "the kernel would run or load"),
     ("init=/bin/sh", "sets init="),
     ("quiet -- single", "arguments to init after '--'"),
 ]

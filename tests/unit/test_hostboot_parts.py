@@ -58,11 +58,27 @@ def test_a_run_that_never_uses_its_own_boot_switches_first_and_comes_home(tmp_pa
 @pytest.mark.parametrize(("mode", "running", "want"), [
     ("add", "BOOT_IMAGE=/boot/vmlinuz-6.1 root=/dev/vda initrd=/i ro", "root=/dev/vda ro spectre_v2=off"),
     ("add", "root=/dev/vda rdinit=/x -- --init-arg", "root=/dev/vda rdinit=/x spectre_v2=off -- --init-arg"),
-    ("replace", "BOOT_IMAGE=/boot/vmlinuz-6.1 root=/dev/vda", "spectre_v2=off"),
+    ("replace", "BOOT_IMAGE=/boot/vmlinuz-6.1 root=/dev/vda", "root=/dev/vda spectre_v2=off"),
 ])
 def test_the_command_line_a_host_boot_gives_its_kernel(mode: str, running: str, want: str) -> None:
-    boot = HostBootSection("x", "/boot/k", cmdline="spectre_v2=off", cmdline_mode=mode)  # type: ignore[arg-type]
+    line = "root=/dev/vda spectre_v2=off" if mode == "replace" else "spectre_v2=off"
+    boot = HostBootSection("x", "/boot/k", cmdline=line, cmdline_mode=mode)  # type: ignore[arg-type]
     assert target.compose(boot, running, "w") == want
+
+
+@pytest.mark.parametrize(("mode", "line", "running", "said"), [
+    ("add", "root=/dev/sdb1", "root=/dev/vda ro", "it would boot with root='/dev/sdb1', and the host runs with "
+                                                   "root='/dev/vda'"),
+    ("add", "nfsroot=198.18.0.9:/srv", "root=/dev/vda", "with nfsroot='198.18.0.9:/srv', and the host runs with no"),
+    ("replace", "spectre_v2=off", "root=/dev/vda", "with no root=, and the host runs with root='/dev/vda'"),
+    ("replace", "root=/dev/vdb spectre_v2=off", "root=/dev/vda", "root='/dev/vdb'"),
+])
+def test_a_host_boot_on_another_root_file_system_is_refused(mode: str, line: str, running: str, said: str) -> None:
+    """Another root file system starts its own init: a program of the configuration's choosing."""
+    boot = HostBootSection("x", "/boot/k", cmdline=line, cmdline_mode=mode)  # type: ignore[arg-type]
+    with pytest.raises(HarnessError, match="another root file system") as refused:
+        target.compose(boot, running, "config.host_boot[0]")
+    assert said in str(refused.value)
 
 
 def test_a_composed_command_line_over_the_kernels_size_is_refused() -> None:

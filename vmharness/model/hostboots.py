@@ -40,6 +40,10 @@ _NOT_OURS = ("init", "rdinit")  # the program the kernel starts as PID 1
 # initramfs, and the shells of dracut and initramfs-tools.
 _INIT_PREFIXES = ("systemd.", "rd.systemd.")
 _INIT_NAMES = ("rd.break", "rd.shell", "rd.emergency", "break")
+# And what makes the kernel itself run or load a program from a path: `sysctl.*` (since Linux 5.8:
+# kernel.modprobe, kernel.core_pattern's pipe, kernel.hotplug name programs it runs as root) and
+# firmware_class.path (firmware from any folder, into a device that can DMA).
+_KERNEL_RUNS = ("sysctl.", "firmware_class.path")
 # A parameter the kernel does not know and whose name has no '.' goes to init (Documentation/
 # admin-guide/kernel-parameters.rst): a bare word as an argument (these start single-user, a rescue or
 # an emergency shell, or skip the boot scripts), one with '=' into its environment, where an upper-case
@@ -74,6 +78,10 @@ def check_cmdline(value: str, where: str) -> str:
         if p.key.startswith(_INIT_PREFIXES) or p.key in _INIT_NAMES:
             raise HarnessError(f"{where} holds {p.text[:60]!r}, a word for the host's init or initramfs: what "
                                "the host starts is refused", HINT_CMDLINE)
+        if p.key.startswith(_KERNEL_RUNS):
+            raise HarnessError(f"{where} holds {p.text[:60]!r}, which names a program or firmware the kernel would "
+                               "run or load: refused", "set sysctls through the run's tuning (docs/tuning.md), "
+                               "which journals and gives them back")
         passed = _passed_to_init(p)
         if passed:
             raise HarnessError(f"{where} holds {p.text[:60]!r}, which the kernel passes to init ({passed}): refused",

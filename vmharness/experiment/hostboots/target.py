@@ -7,7 +7,8 @@ The command line: `cmdline_mode = "replace"` gives the host boot's `cmdline` alo
 running command line (less the boot loader's BOOT_IMAGE= and initrd=, which name the files of the boot
 the run started in) then `cmdline`, then the running line's arguments for init (after `--`), if any.
 A parameter given twice is read by the kernel as its last, so an added `spectre_v2=off` wins over one
-the host boots with."""
+the host boots with. Either way the root file system (`root=`, `nfsroot=`) is the one the host runs
+with: another would start another system's init, a program the configuration chose."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from vmharness.model.sections import RunConfig
 from vmharness.system.root import HostRoot
 
 _LOADER = ("BOOT_IMAGE", "initrd")  # what a boot loader adds, naming the files it booted
+_ROOT = ("root", "nfsroot")  # the file system whose init the new kernel starts: the host's own, always
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,24 @@ def compose(boot: HostBootSection, running: str, where: str) -> str:
     if len(line) >= CMDLINE_SIZE:
         raise HarnessError(f"{where}: the command line it would boot with is {len(line)} characters: the kernel "
                            f"keeps {CMDLINE_SIZE - 1}", "shorten cmdline, or use cmdline_mode = \"replace\"")
+    for key in _ROOT:
+        new, now = _last(line, key), _last(running, key)
+        if new != now:
+            raise HarnessError(f"{where}: it would boot with {_said(key, new)}, and the host runs with "
+                               f"{_said(key, now)}: another root file system would start its own init",
+                               f"keep the host's {key}= (\"add\" keeps it; with \"replace\" write it as "
+                               "/proc/cmdline has it)")
     return line
+
+
+def _last(line: str, key: str) -> str | None:
+    """The value the kernel reads for `key`, the last one given; None where it has none."""
+    values = [p.value for p in kernel_cmdline.parse(line).params if p.key == key]
+    return values[-1] if values else None
+
+
+def _said(key: str, value: str | None) -> str:
+    return f"no {key}=" if value is None else f"{key}={value[:80]!r}"
 
 
 def of(root: HostRoot, boot: HostBootSection, n: int) -> Target:

@@ -117,23 +117,31 @@ def test_cell_state_from_its_folders(tmp_path: Path) -> None:
             "instance.1.filesize_note", "server.workers").replace('["x"]', "[2]"))))
 
 
-def test_report_over_every_cell_done_failed_and_missing(tmp_path: Path) -> None:
-    """Two cells whose run folders are the recorded bench run: done, the second's change against the
-    first 0 with its interval, the nodes each ran on; a failed cell with why (markup kept as text in
-    Markdown), a missing one; text, Markdown, CSV."""
+def recorded(tmp_path: Path, cells: int, why: str) -> tuple[CampaignDir, list[str]]:
+    """A campaign folder of `cells` cells: the first two done (their run folders the recorded bench run,
+    on node1 and node2), the third failed with `why`, the rest missing."""
     import tarfile
 
-    from vmharness.campaign import gather
-
+    values = ", ".join(str(v) for v in range(1, cells + 1))
     c = spec.load(write(tmp_path, CAMPAIGN.replace("instance.1.filesize_note", "server.workers").replace(
-        '["x"]', "[1]").replace("values = [1, 2]", "values = [1, 2, 3, 4]")))
+        '["x"]', "[1]").replace("values = [1, 2]", f"values = [{values}]")))
     cdir = CampaignDir.write(tmp_path / "camp", c)
     names = [cell.name for cell in c.cells]
     for name in names[:2]:
         with tarfile.open(Path(__file__).parent / "golden/runs/bench.tar.xz") as tar:
             tar.extractall(tmp_path / "camp/runs" / name, filter="data")
         cdir.write_json(name, "nodes.json", {"server": "node1", "client": "node2", "job": "7_0"})
-    cdir.write_json(names[2], "exit.json", {"code": 2, "why": "error: | <b>x</b> |"})
+    cdir.write_json(names[2], "exit.json", {"code": 2, "why": why})
+    return cdir, names
+
+
+def test_report_over_every_cell_done_failed_and_missing(tmp_path: Path) -> None:
+    """Two cells whose run folders are the recorded bench run: done, the second's change against the
+    first 0 with its interval, the nodes each ran on; a failed cell with why (markup kept as text in
+    Markdown), a missing one; text, Markdown, CSV."""
+    from vmharness.campaign import gather
+
+    cdir, names = recorded(tmp_path, 4, "error: | <b>x</b> |")
     _, plan = CampaignDir.open(tmp_path / "camp")
     rep = gather.build(cdir, plan)
     rows = {r["cell"]: r for r in rep["rows"]}

@@ -5,16 +5,13 @@ escaped in it; a folder that is not the report's, or a link, refused before anyt
 from __future__ import annotations
 
 import re
-import tarfile
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from tests.unit.conftest import Cli
-from tests.unit.test_campaign import CAMPAIGN, write
-from vmharness.campaign import spec
-from vmharness.campaign.folder import CampaignDir
+from tests.unit.test_campaign import recorded
 
 MARKUP = "error: <script>alert(1)</script> & <b>x</b>"
 
@@ -30,16 +27,7 @@ class Tags(HTMLParser):
 
 def campaign(tmp_path: Path) -> tuple[Path, list[str]]:
     """Three cells: two done (the recorded bench run), one failed with markup in why."""
-    c = spec.load(write(tmp_path, CAMPAIGN.replace("instance.1.filesize_note", "server.workers").replace(
-        '["x"]', "[1]").replace("values = [1, 2]", "values = [1, 2, 3]")))
-    cdir = CampaignDir.write(tmp_path / "camp", c)
-    names = [cell.name for cell in c.cells]
-    for name in names[:2]:
-        with tarfile.open(Path(__file__).parent / "golden/runs/bench.tar.xz") as tar:
-            tar.extractall(tmp_path / "camp/runs" / name, filter="data")
-        cdir.write_json(name, "nodes.json", {"server": "node1", "client": "node2", "job": "7_0"})
-    cdir.write_json(names[2], "exit.json", {"code": 2, "why": MARKUP})
-    return tmp_path / "camp", names
+    return tmp_path / "camp", recorded(tmp_path, 3, MARKUP)[1]
 
 
 def test_every_form_and_a_page_led_by_the_forest_plot(tmp_path: Path, cli: Cli) -> None:

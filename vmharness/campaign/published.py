@@ -59,8 +59,9 @@ def write(rep: dict[str, Any], out: Path, force: bool = False) -> list[Path]:
     """Every form into `out`, each file checked before the first is written; returns the files."""
     owned.preflight(out, OWNER, f"--out {out}", force, hint=HINT)
     if out.is_dir():
+        existing = owned.Folder(out, f"--out {out}", force)
         for name in (*FORMS, *FIGURES):
-            owned.Folder(out, f"--out {out}", force).check(name, replacing=True)
+            existing.check(name, replacing=True)
     folder = owned.claim(out, OWNER, f"--out {out}", force, hint=HINT)
     texts = {"txt": gather.text(rep) + "\n", "md": gather.markdown(rep), "csv": gather.csv(rep),
              "json": json_text(rep)}

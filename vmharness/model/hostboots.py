@@ -80,8 +80,9 @@ def check_cmdline(value: str, where: str) -> str:
                                "the host starts is refused", HINT_CMDLINE)
         if p.key.startswith(_KERNEL_RUNS):
             raise HarnessError(f"{where} holds {p.text[:60]!r}, which names a program or firmware the kernel would "
-                               "run or load: refused", "set sysctls through the run's tuning (docs/tuning.md), "
-                               "which journals and gives them back")
+                               "run or load: refused",
+                               "set a sysctl in a tuning profile's [sysctl] table (docs/tuning.md), which journals it "
+                               "and gives it back")
         passed = _passed_to_init(p)
         if passed:
             raise HarnessError(f"{where} holds {p.text[:60]!r}, which the kernel passes to init ({passed}): refused",

@@ -1,4 +1,5 @@
-"""Fixtures for tests that boot real VMs: `l1`, one rig shared by the whole session; a clean journal
+"""Fixtures for tests that boot real VMs: `l1`, one rig shared by the session's modules (a fresh one
+after one wedged: tests/rig/session.py); a clean journal
 to start from; and `quiet_machine`, for tests that time what they measure, which waits until no rig
 runs on this machine (tests/streams.py runs the rig's tests beside the others); and each test on this
 machine checked for records it left in the host's journal (`no_journal_left`)."""
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.rig import Rig, kernel_index
+from tests.rig.session import SessionRig
 from vmharness.errors import HarnessError
 from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.journal import journal
@@ -57,12 +59,23 @@ def _rig_lock(mode: int) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def l1() -> Iterator[Rig]:
-    """A booted L1 (see tests/rig): stopped, with its QEMU gone, when the session ends."""
+def session_rig() -> Iterator[SessionRig]:
+    """The session's L1 (see tests/rig), held under the rig's lock: stopped, with its QEMU gone, when the
+    session ends."""
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
-    with _rig_lock(fcntl.LOCK_SH), Rig.start(timeout=BOOT_TIMEOUT) as rig:
-        yield rig
+    held = SessionRig(lambda: Rig.start(timeout=BOOT_TIMEOUT))
+    with _rig_lock(fcntl.LOCK_SH):
+        try:
+            yield held
+        finally:
+            held.stop()
+
+
+@pytest.fixture(scope="module")
+def l1(session_rig: SessionRig) -> Rig:
+    """A booted L1, the one the module before had unless that one wedged."""
+    return session_rig.usable()
 
 
 @pytest.fixture()

@@ -35,6 +35,13 @@ def once_more(exc: Wedged) -> None:
                   stacklevel=2)
 
 
+def left_wedged(exc: Wedged) -> None:
+    """Said where L1 wedged after what a test checked had passed (its clean-up in L1 hung): a warning with
+    L1's console, which the log's summary keeps; the test stands, and the next rig module has a fresh L1."""
+    print(f"L1 wedged after the test passed; stopped, the next rig module boots a fresh L1:\n{exc.message}\n{exc.hint}")
+    warnings.warn(f"L1 wedged after the test passed, and was stopped: {exc.message.splitlines()[0]}", stacklevel=2)
+
+
 WEDGED = 300.0  # seconds of an unanswering agent, while L1 should be up or booting, taken as Wedged
 # A boot of L1 whose kernel said a CPU stalled (RCU's report) and whose agent has not answered this long
 # after QEMU started (10-21 s on a quiet machine) is given up and booted once more, not waited on for

@@ -53,13 +53,16 @@ def test_every_form_and_a_page_led_by_the_forest_plot(tmp_path: Path, cli: Cli) 
 
 
 def test_a_campaign_with_no_change_has_a_page_without_a_figure(tmp_path: Path, cli: Cli) -> None:
+    """...and where the folder had the forest plot of an earlier report, it is gone with it."""
     camp, names = campaign(tmp_path)
+    assert cli("campaign", "report", str(camp), "--out", str(tmp_path / "rep"))[0] == 0
+    assert (tmp_path / "rep" / "forest.svg").exists()  # the control: drawn while a run has a change
     for name in names[1:2]:  # the baseline alone done: no change to draw
         for p in sorted((camp / "runs" / name).rglob("*"), reverse=True):
             p.rmdir() if p.is_dir() else p.unlink()
         (camp / "runs" / name).rmdir()
     assert cli("campaign", "report", str(camp), "--out", str(tmp_path / "rep"))[0] == 0
-    assert not (tmp_path / "rep" / "forest.svg").exists()
+    assert not any((tmp_path / "rep" / f"forest.{ext}").exists() for ext in ("png", "svg", "pdf"))
     assert "<svg" not in (tmp_path / "rep" / "campaign-report.html").read_text()
 
 

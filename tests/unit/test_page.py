@@ -148,6 +148,11 @@ def test_a_report_without_figures_writes_every_text_form_and_draws_nothing(tmp_p
         assert (tmp_path / "bare" / name).read_bytes() == (tmp_path / "drawn" / name).read_bytes(), name
     page = (tmp_path / "bare" / "report.html").read_text()
     assert "<svg" not in page and "<img" not in page and "<svg" in (tmp_path / "drawn" / "report.html").read_text()
+    # written again without figures where they were drawn: the earlier drawings go, but for its flame graphs
+    # (named for its variants: publish.py)
+    publish.publish(a, tmp_path / "drawn", "profiled", figures=False)
+    left = {p.name for p in (tmp_path / "drawn").iterdir() if p.name != ".vmharness"}
+    assert left == {p.name for p in bare} | {p.name for p in drawn if p.name.startswith("flame-")}
 
 
 def _chromium(page: Path, tmp_path: Path) -> dict[str, object]:

@@ -9,7 +9,9 @@ wrote (their own `report.md` would be overwritten), unless `--force`. A report f
 folders were marked is recognised by holding all the files a report always writes, and no other. Every file
 it may write is checked before the first is written (a link or a folder at one is refused, or with --force
 a link replaced), so a refusal leaves the folder as it was; each is replaced by a rename, never written
-through a link."""
+through a link. A file of an earlier report there that this one does not write (a figure it does not draw,
+the load's CSV) is removed, so that nothing in the folder answers for another report; an earlier run's
+flame graphs, whose names are its variants', are the exception."""
 
 from __future__ import annotations
 
@@ -69,6 +71,10 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             written.append(folder.write(name, content.encode()))
         drawn, flames = _draw(a, told, folder) if figures else ([], [])
         html = folder.write("report.html", page.render(a, title, drawn, flames).encode())
+        now = {p.name for p in [*written, *drawn, html]}
+        for stale in _names():  # an earlier report's file that this one has not (a figure, the load's CSV)
+            if stale not in now:
+                folder.remove(stale)
     except OSError as exc:
         raise HarnessError(f"{flag} {out}: cannot write there: {exc.strerror}",
                            "name a folder you can write to, on a disk with space") from exc

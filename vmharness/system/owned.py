@@ -146,6 +146,16 @@ class Folder:
             os.fsync(dfd)
         return self.path / name
 
+    def remove(self, name: str) -> bool:
+        """Remove `name`, a file of this folder's (a link there only with --force, and then the link
+        itself, never what it names); returns whether there was one."""
+        with self._opened() as dfd:
+            if not self._check(dfd, name, replacing=True):
+                return False
+            os.unlink(name, dir_fd=dfd)
+            os.fsync(dfd)
+        return True
+
     @contextlib.contextmanager
     def append(self, name: str, read: bool = False) -> Iterator[int]:
         """A descriptor that appends to `name` (made if absent), a regular file with one name; `read`

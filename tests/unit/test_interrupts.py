@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -103,7 +104,8 @@ def test_a_signal_mid_swap_is_held_while_another_thread_lives(monkeypatch: pytes
 # ("wait"), each part of the giving back waits for a line on stdin, which the test writes only once it
 # has sent that part its signal: the signal comes in that part however slow a loaded machine is.
 CHILD = r"""
-import os, sys, time
+import faulthandler, os, sys, time
+faulthandler.enable(all_threads=True)  # SIGABRT from a test that waited too long: every thread's stack
 from pathlib import Path
 from vmharness.cli import main as cli
 from vmharness.cli import report as cli_report
@@ -148,12 +150,23 @@ def _go_on(p: subprocess.Popen[str]) -> None:
     p.stdin.flush()
 
 
+WAIT = 120.0  # seconds for a line from the child, where a quiet machine takes a tenth of one
+
+
 def _wait_for(p: subprocess.Popen[str], line: str) -> None:
+    """Until the child says `line`; past WAIT it is sent SIGABRT, and its threads' stacks (faulthandler)
+    are the failure's: a clean clone on 2026-12-03 had the child asleep in the command for 20 minutes after
+    a kill -PIPE, SIGPIPE no longer pending and not acted on (not traced)."""
     assert p.stdout is not None
-    for got in p.stdout:
-        if got.strip() == line:
-            return
-    pytest.fail(f"{line!r} never came: {p.communicate()[1]}")
+    late = threading.Timer(WAIT, p.send_signal, (signal.SIGABRT,))
+    late.start()
+    try:
+        for got in p.stdout:
+            if got.strip() == line:
+                return
+    finally:
+        late.cancel()
+    pytest.fail(f"{line!r} never came within {WAIT:g} s: {p.communicate()[1]}")
 
 
 def _ended(p: subprocess.Popen[str], tmp_path: Path, signum: int) -> None:
@@ -285,3 +298,12 @@ def test_the_sigpipe_watch_takes_no_other_signal() -> None:
     blocked = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
     expected = {*signals.SIGNALS, signals.WAKE} - signals.PIPE  # SIGPIPE: unblocked while it waits for one
     assert {s for s in expected if blocked & (1 << (s - 1))} == expected, hex(blocked)
+
+
+def test_a_child_that_never_says_the_line_fails_with_its_stacks(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """_wait_for's own bound: a stall is a failure after WAIT, with the child's threads' stacks, not a hang."""
+    monkeypatch.setattr(sys.modules[__name__], "WAIT", 3.0)
+    p = _child(tmp_path)
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)never came within 3 s.*_watch_pipe.*in command"):
+        _wait_for(p, "a line never said")

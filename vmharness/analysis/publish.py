@@ -71,10 +71,7 @@ def publish(a: Analysis, out: Path, title: str, flag: str = "--out", force: bool
             written.append(folder.write(name, content.encode()))
         drawn, flames = _draw(a, told, folder) if figures else ([], [])
         html = folder.write("report.html", page.render(a, title, drawn, flames).encode())
-        now = {p.name for p in [*written, *drawn, html]}
-        for stale in _names():  # an earlier report's file that this one has not (a figure, the load's CSV)
-            if stale not in now:
-                folder.remove(stale)
+        folder.prune(_names(), [*written, *drawn, html])  # an earlier report's figure or load CSV that this has not
     except OSError as exc:
         raise HarnessError(f"{flag} {out}: cannot write there: {exc.strerror}",
                            "name a folder you can write to, on a disk with space") from exc

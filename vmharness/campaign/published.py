@@ -70,6 +70,5 @@ def write(rep: dict[str, Any], out: Path, force: bool = False) -> list[Path]:
     svg = next((page.inline_svg(f) for f in figures if f.suffix == ".svg"), "")
     written += figures
     written.append(folder.write("campaign-report.html", html(rep, svg).encode()))
-    for stale in set(FIGURES) - {f.name for f in figures}:  # an earlier report's forest plot, where none is drawn
-        folder.remove(stale)
+    folder.prune(FIGURES, figures)  # an earlier report's forest plot, where none is drawn
     return written

@@ -27,7 +27,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +155,14 @@ class Folder:
             os.unlink(name, dir_fd=dfd)
             os.fsync(dfd)
         return True
+
+    def prune(self, names: Iterable[str], kept: Iterable[Path]) -> None:
+        """Remove each of `names` that is not among `kept` (the files this write made): what an earlier
+        write left that this one has not."""
+        now = {p.name for p in kept}
+        for name in names:
+            if name not in now:
+                self.remove(name)
 
     @contextlib.contextmanager
     def append(self, name: str, read: bool = False) -> Iterator[int]:

@@ -11,14 +11,24 @@ the garbage collector (logging's `_removeHandlerRef` is one), which prints "Exce
 on as if no signal had come. The command's `sys.unraisablehook` takes such an Interrupted, forgets it was
 raised and sends the signal to the main thread again, so that it is raised where the code can unwind.
 
+A handler runs in the main thread, at its next check between two steps of Python code, not when the
+signal comes: a main thread inside a blocking call (a `time.sleep`, a wait for a child) runs it only if
+the signal interrupts that call. One that came just before the call (the thread was preempted after
+letting go of the interpreter's lock and before entering the system call), or that the kernel handed to
+another thread, interrupts nothing, and the handler would wait for the call's end: an hour's sleep, a
+child's whole run. So one thread of the harness, the watch, is told of every signal (Python writes its
+number to the wakeup fd, from whichever thread took it) and calls the main thread (WAKE, pthread_kill)
+until the main thread has taken two calls made one after the other: the second call's handler runs in a
+check that began after the signal came, and that check ran the signal's handler too.
+
 SIGPIPE is two things. A write to a pipe whose reader went away (`vmharness report ... | head`, or a
 child that exited before reading its input) sends it to the writing thread; Python ignores it there, so
 that the write fails with EPIPE instead (BrokenPipeError: a quiet exit 141 for stdout, a failed child
 for the others). A `kill -PIPE` sends it to the process, to end it. Both are kept apart by the threads'
-signal masks: every thread of the harness blocks SIGPIPE (the writer's is then left pending on it, and
-its write fails with EPIPE, as before); one thread does nothing but wait for a SIGPIPE sent to the
-process, and hands it to the main thread. Children start with SIGPIPE unblocked (`for_child`), as a shell
-would start them."""
+signal masks: every thread of the harness blocks SIGPIPE but the watch (a writer's is then left pending
+on it, and its write fails with EPIPE, as before), so the kernel hands a SIGPIPE sent to the process to
+the watch, and the main thread runs its handler. Children start with SIGPIPE unblocked (`for_child`), as
+a shell would start them."""
 
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -121,25 +132,29 @@ def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
     _hooks[:] = [sys.unraisablehook]
     sys.unraisablehook = _unraisable
     before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)
+    told, tell = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(told, True)  # the watch waits on it; Python's writes to `tell` must never block
+    old_fd = signal.set_wakeup_fd(tell, warn_on_full_buffer=False)
     stop: list[bool] = []
-    watch = threading.Thread(target=_watch_pipe, args=(threading.main_thread().ident, stop), name="vmh-sigpipe",
+    watch = threading.Thread(target=_watch, args=(threading.main_thread().ident, told, stop), name="vmh-signals",
                              daemon=True)
-    # The watch starts with every signal here blocked, and keeps them so: it waits for SIGPIPE alone, and
-    # a SIGTERM the kernel handed to it would run its handler only once the main thread woke (after a
-    # `time.sleep(60)`, or a child's whole wait)
+    # The watch starts with every signal here blocked, and keeps them so but SIGPIPE: a SIGTERM the
+    # kernel handed to it would be told to it all the same, and the main thread is spared none
     with _blocked((*SIGNALS, WAKE)):
         watch.start()
-    _watch[:] = [watch.ident] if watch.ident is not None else []
+    _tell[:] = [tell]
     try:
         yield
     finally:
         disarm()
-        _watch.clear()
         if not keep:
+            _tell.clear()
             stop.append(True)
-            if watch.ident is not None:
-                signal.pthread_kill(watch.ident, signal.SIGPIPE)
+            os.write(tell, b"\0")  # the watch's last news: stop
             watch.join(timeout=5)
+            signal.set_wakeup_fd(old_fd)
+            os.close(told)
+            os.close(tell)
             signal.signal(signal.SIGPIPE, old.pop(signal.SIGPIPE))  # ignored again: one pending is dropped
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
             for s, h in old.items():
@@ -155,37 +170,64 @@ _hooks: list[Callable[[sys.UnraisableHookArgs], object]] = []  # the unraisable 
 def _unraisable(u: sys.UnraisableHookArgs) -> None:
     """An Interrupted that Python could not raise (a garbage collector's callback took it): as if its
     signal had not come yet, sent again to the main thread; anything else as Python reports it."""
-    global _first
+    global _first, _hooked
     got = u.exc_value
     if not isinstance(got, Interrupted) or _state != "armed":
         (_hooks[0] if _hooks else sys.__unraisablehook__)(u)
         return
-    if _first == got.signum:
-        _first = None
-    _again.append(got.signum)
-    if _watch:  # raised from here, its handler would raise here, swallowed again: the watch sends it
-        signal.pthread_kill(_watch[0], signal.SIGPIPE)
+    _hooked = True  # raised in here, Interrupted would be swallowed for good: the watch's calls wait
+    try:
+        if _first == got.signum:
+            _first = None
+        _again.append(got.signum)
+        if _tell:
+            with contextlib.suppress(OSError):
+                os.write(_tell[0], bytes([got.signum]))
+    finally:
+        _hooked = False
 
 
-WAKE = signal.SIGRTMIN  # the watch's call to the main thread: a SIGPIPE was sent to the process, or a
-# signal swallowed by a garbage collector's callback is to be raised again (_again)
-_watch: list[int] = []  # the watch's thread, while a command runs
+WAKE = signal.SIGRTMIN  # the watch's call to the main thread: run the handlers of the signals that came
+# (and raise one a garbage collector's callback swallowed: _again)
+_tell: list[int] = []  # the fd that tells the watch of a signal (Python's wakeup fd), while a command runs
 _again: list[int] = []
+_calls = 0  # the watch's calls to the main thread so far (the watch alone counts them)
+_taken = 0  # the last of them whose handler the main thread ran
+_hooked = False  # the main thread is in _unraisable
 
 
-def _watch_pipe(main: int | None, stop: list[bool]) -> None:
-    """The one thread that takes a SIGPIPE sent to the process (kill -PIPE; every thread blocks it), and
-    hands it to the main thread as WAKE: a signal taken by another thread would run its handler in the
-    main thread only once that thread wakes, and a main thread asleep (time.sleep, a wait) would not."""
+def _watch(main: int | None, told: int, stop: list[bool]) -> None:
+    """The thread told of every signal (their numbers, on the wakeup fd), which calls the main thread
+    until it has run their handlers; the one thread that takes a SIGPIPE sent to the process."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, PIPE)
     while True:
-        signal.sigwaitinfo(PIPE)
+        news = os.read(told, 512)
         if stop or main is None:
             return
-        signal.pthread_kill(main, WAKE)
+        if any(n != WAKE for n in news):  # WAKE's own news is the watch's call coming back
+            _call(main, stop)
+
+
+def _call(main: int, stop: list[bool]) -> None:
+    """WAKE to the main thread until it has taken two calls made one after the other: a check that
+    began before the signal came may have passed its handler by, the one after the first call's cannot."""
+    global _calls
+    for _ in range(2):
+        _calls += 1
+        mine, wait = _calls, 0.001
+        while _taken < mine and not stop:
+            signal.pthread_kill(main, WAKE)
+            time.sleep(wait)  # the main thread busy with Python code takes it at its next step
+            wait = min(2 * wait, 0.5)
 
 
 def _woken(signum: int, frame: FrameType | None) -> None:
-    _handler(_again.pop() if _again else signal.SIGPIPE, frame)
+    global _taken
+    if _hooked:  # not taken: the watch calls again
+        return
+    _taken = _calls
+    if _again:
+        _handler(_again.pop(), frame)
 
 
 @contextmanager

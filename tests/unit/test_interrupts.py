@@ -156,7 +156,8 @@ WAIT = 120.0  # seconds for a line from the child, where a quiet machine takes a
 def _wait_for(p: subprocess.Popen[str], line: str) -> None:
     """Until the child says `line`; past WAIT it is sent SIGABRT, and its threads' stacks (faulthandler)
     are the failure's: a clean clone on 2026-12-03 had the child asleep in the command for 20 minutes after
-    a kill -PIPE, SIGPIPE no longer pending and not acted on (not traced)."""
+    a kill -PIPE, SIGPIPE no longer pending and not acted on (the main thread's sleep began just after the
+    signal came; now the watch wakes it)."""
     assert p.stdout is not None
     late = threading.Timer(WAIT, p.send_signal, (signal.SIGABRT,))
     late.start()
@@ -286,6 +287,26 @@ def test_the_command_line_starts_no_thread_before_sigpipe_is_blocked() -> None:
     assert out.stdout.split("\n")[:2] == ["[]", "1"], out.stdout + out.stderr
 
 
+def test_a_signal_another_thread_took_ends_the_main_threads_sleep_at_once() -> None:
+    """The kernel hands a signal to a thread that does not block it; Python runs its handler in the main
+    thread, but only at its next step: one asleep (a wait for a child, a sleep) would run it once the wait
+    ended. The same befalls a signal that comes just before the main thread enters its wait (a clean clone
+    stood 20 minutes on a kill -PIPE that way). The watch, told of every signal, wakes the main thread."""
+    took = threading.Event()
+    other = threading.Thread(target=took.wait, args=(120,), daemon=True)  # does not block SIGTERM
+    began = time.monotonic()
+    with pytest.raises(Interrupted) as got, terminate_as_interrupt():
+        other.start()
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the kernel's choice: not main
+        try:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            time.sleep(60)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+            took.set()
+    assert got.value.signum == signal.SIGTERM and time.monotonic() - began < 30  # not the sleep's end
+
+
 def test_the_sigpipe_watch_takes_no_other_signal() -> None:
     """The watch thread waits for SIGPIPE alone. A SIGTERM the kernel handed to it (as it does when the
     main thread has one pending, or blocks it in a shield) would run its handler only once the main
@@ -293,7 +314,7 @@ def test_the_sigpipe_watch_takes_no_other_signal() -> None:
     import threading
 
     with terminate_as_interrupt():
-        watch = next(t for t in threading.enumerate() if t.name == "vmh-sigpipe")
+        watch = next(t for t in threading.enumerate() if t.name == "vmh-signals")
         status = Path(f"/proc/self/task/{watch.native_id}/status").read_text()
     blocked = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
     expected = {*signals.SIGNALS, signals.WAKE} - signals.PIPE  # SIGPIPE: unblocked while it waits for one
@@ -305,5 +326,5 @@ def test_a_child_that_never_says_the_line_fails_with_its_stacks(tmp_path: Path,
     """_wait_for's own bound: a stall is a failure after WAIT, with the child's threads' stacks, not a hang."""
     monkeypatch.setattr(sys.modules[__name__], "WAIT", 3.0)
     p = _child(tmp_path)
-    with pytest.raises(pytest.fail.Exception, match=r"(?s)never came within 3 s.*_watch_pipe.*in command"):
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)never came within 3 s.*_watch.*in command"):
         _wait_for(p, "a line never said")

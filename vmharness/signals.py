@@ -11,15 +11,8 @@ the garbage collector (logging's `_removeHandlerRef` is one), which prints "Exce
 on as if no signal had come. The command's `sys.unraisablehook` takes such an Interrupted, forgets it was
 raised and sends the signal to the main thread again, so that it is raised where the code can unwind.
 
-A handler runs in the main thread, at its next check between two steps of Python code, not when the
-signal comes: a main thread inside a blocking call (a `time.sleep`, a wait for a child) runs it only if
-the signal interrupts that call. One that came just before the call (the thread was preempted after
-letting go of the interpreter's lock and before entering the system call), or that the kernel handed to
-another thread, interrupts nothing, and the handler would wait for the call's end: an hour's sleep, a
-child's whole run. So one thread of the harness, the watch, is told of every signal (Python writes its
-number to the wakeup fd, from whichever thread took it) and calls the main thread (WAKE, pthread_kill)
-until the main thread has taken two calls made one after the other: the second call's handler runs in a
-check that began after the signal came, and that check ran the signal's handler too.
+A handler runs in the main thread at its next step of Python code, not when the signal comes: a watch
+thread, told of every signal, wakes a main thread that waits in a system call (vmharness/wakeup.py).
 
 SIGPIPE is two things. A write to a pipe whose reader went away (`vmharness report ... | head`, or a
 child that exited before reading its input) sends it to the writing thread; Python ignores it there, so
@@ -37,10 +30,11 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+from vmharness import wakeup
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
            signal.SIGPIPE, signal.SIGALRM)
@@ -132,29 +126,15 @@ def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
     _hooks[:] = [sys.unraisablehook]
     sys.unraisablehook = _unraisable
     before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)
-    told, tell = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    os.set_blocking(told, True)  # the watch waits on it; Python's writes to `tell` must never block
-    old_fd = signal.set_wakeup_fd(tell, warn_on_full_buffer=False)
-    stop: list[bool] = []
-    watch = threading.Thread(target=_watch, args=(threading.main_thread().ident, told, stop), name="vmh-signals",
-                             daemon=True)
-    # The watch starts with every signal here blocked, and keeps them so but SIGPIPE: a SIGTERM the
-    # kernel handed to it would be told to it all the same, and the main thread is spared none
-    with _blocked((*SIGNALS, WAKE)):
-        watch.start()
-    _tell[:] = [tell]
+    _watching[:] = [wakeup.Watch(SIGNALS)]
+    old_fd = signal.set_wakeup_fd(_watching[0].tell, warn_on_full_buffer=False)
     try:
         yield
     finally:
         disarm()
         if not keep:
-            _tell.clear()
-            stop.append(True)
-            os.write(tell, b"\0")  # the watch's last news: stop
-            watch.join(timeout=5)
+            _watching.pop().stop()
             signal.set_wakeup_fd(old_fd)
-            os.close(told)
-            os.close(tell)
             signal.signal(signal.SIGPIPE, old.pop(signal.SIGPIPE))  # ignored again: one pending is dropped
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
             for s, h in old.items():
@@ -180,52 +160,33 @@ def _unraisable(u: sys.UnraisableHookArgs) -> None:
         if _first == got.signum:
             _first = None
         _again.append(got.signum)
-        if _tell:
-            with contextlib.suppress(OSError):
-                os.write(_tell[0], bytes([got.signum]))
+        if _watching:
+            _watching[0].told(got.signum)
     finally:
         _hooked = False
 
 
-WAKE = signal.SIGRTMIN  # the watch's call to the main thread: run the handlers of the signals that came
-# (and raise one a garbage collector's callback swallowed: _again)
-_tell: list[int] = []  # the fd that tells the watch of a signal (Python's wakeup fd), while a command runs
+WAKE = wakeup.WAKE  # the watch's call to the main thread: run the handlers of the signals that came (and
+# raise one a garbage collector's callback swallowed: _again)
 _again: list[int] = []
-_calls = 0  # the watch's calls to the main thread so far (the watch alone counts them)
-_taken = 0  # the last of them whose handler the main thread ran
 _hooked = False  # the main thread is in _unraisable
+_watching: list[wakeup.Watch] = []  # while a command runs
 
 
-def _watch(main: int | None, told: int, stop: list[bool]) -> None:
-    """The thread told of every signal (their numbers, on the wakeup fd), which calls the main thread
-    until it has run their handlers; the one thread that takes a SIGPIPE sent to the process."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, PIPE)
-    while True:
-        news = os.read(told, 512)
-        if stop or main is None:
-            return
-        if any(n != WAKE for n in news):  # WAKE's own news is the watch's call coming back
-            _call(main, stop)
-
-
-def _call(main: int, stop: list[bool]) -> None:
-    """WAKE to the main thread until it has taken two calls made one after the other: a check that
-    began before the signal came may have passed its handler by, the one after the first call's cannot."""
-    global _calls
-    for _ in range(2):
-        _calls += 1
-        mine, wait = _calls, 0.001
-        while _taken < mine and not stop:
-            signal.pthread_kill(main, WAKE)
-            time.sleep(wait)  # the main thread busy with Python code takes it at its next step
-            wait = min(2 * wait, 0.5)
+def forked() -> None:
+    """In the child of a fork while a command runs (a run that leaves its terminal): a fork keeps only
+    the thread that forked, so the child gets a watch of its own, told on a pipe of its own."""
+    if not _watching:
+        return
+    _watching.pop().close()
+    _watching.append(wakeup.Watch(SIGNALS))
+    signal.set_wakeup_fd(_watching[0].tell, warn_on_full_buffer=False)
 
 
 def _woken(signum: int, frame: FrameType | None) -> None:
-    global _taken
     if _hooked:  # not taken: the watch calls again
         return
-    _taken = _calls
+    wakeup.taken()
     if _again:
         _handler(_again.pop(), frame)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vmharness import progress
+from vmharness import progress, signals
 from vmharness.bench import bench
 from vmharness.bench import plan as bench_plan
 from vmharness.bench.plan import Point
@@ -207,6 +207,7 @@ def detach(root: HostRoot, run: RunDir) -> None:
         os.setsid()
         if os.fork():
             os._exit(0)
+        signals.forked()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)

@@ -70,3 +70,19 @@ def test_a_configuration_without_host_boots_shows_none(tmp_path: Path, capsys: p
     study.write_text('[guest]\naccel = "tcg"\n[[instance]]\nname = "a"\n')
     assert cli.main(["run", str(study), "--print-xml", "--host-root", str(h.base)]) == 0
     assert "host boot" not in capsys.readouterr().out
+
+
+def test_a_host_boot_no_instance_names_is_said_not_booted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A `host_boot` forgotten in an instance would leave its [[host_boot]] unbooted without a word."""
+    h, study, kernel = _setup(tmp_path)
+    spare = f'[[host_boot]]\nname = "spare"\nkernel = "{kernel}"\n'
+    study.write_text(study.read_text() + spare)
+    assert cli.main(["run", str(study), "--print-xml", "--host-root", str(h.base)]) == 0
+    out = capsys.readouterr().out
+    assert "  host boot v2off (instances b): " in out
+    assert "  host boot spare: no instance runs under it, so the run does not boot it\n" in out
+    study.write_text(f'[guest]\naccel = "tcg"\n[[instance]]\nname = "a"\n{spare}')
+    assert cli.main(["run", str(study), "--print-xml", "--host-root", str(h.base)]) == 0
+    out = capsys.readouterr().out
+    assert ("host boots: none the run would make (run makes them with --allow-host-reboot, rebooting the host "
+            "between them)\n  host boot spare: no instance runs under it, so the run does not boot it\n") in out

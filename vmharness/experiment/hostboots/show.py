@@ -24,10 +24,14 @@ def _target(t: target.Target, program: str) -> str:
 
 
 def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
-    """The host boots of `cfg` as lines ([] when every instance runs in the boot the run starts in);
-    a host boot whose files do not pass is refused (one HarnessError), as the run would refuse it."""
+    """The host boots of `cfg` as lines ([] when it has none), a [[host_boot]] no instance names among
+    them (the run does not boot it: a `host_boot` forgotten in an instance); a host boot whose files do
+    not pass is refused (one HarnessError), as the run would refuse it."""
+    named_by = {i.host_boot for i in cfg.instance}
+    unused = [f"  host boot {b.name}: no instance runs under it, so the run does not boot it"
+              for b in cfg.host_boot if b.name not in named_by]
     if not plan.needs_host_boots(cfg):
-        return []
+        return [f"host boots: none the run would make ({HOW})", *unused] if unused else []
     named = target.named(root, cfg)
     try:
         program = checks.check_kexec(root)
@@ -40,6 +44,7 @@ def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
     out = [f"host boots ({HOW}):"]
     for name, t in named.items():
         out.append(f"  host boot {name} (instances {', '.join(by_boot[name])}): {_target(t, program)}")
+    out += unused
     try:
         out.append(f"  the boot the run starts in, and comes home to: {_target(target.home(root), program)}")
     except HarnessError as exc:

@@ -2,8 +2,9 @@
 one-machine cluster (tests/slurm_cluster.py: four slurmd nodes, two pairs by feature), waited for and
 gathered; a cancelled job, a failed cell, `submit` again running only the cells without a complete run;
 the local backend's run of the same campaign giving the same cells in its table; a repeated cell's
-runs spread over both pairs, one job array per pair; and cells whose client is the allocation's second
-node, reached over ssh by the name Slurm gives it."""
+runs spread over both pairs, one job array per pair; cells whose client is the allocation's second
+node, reached over ssh by the name Slurm gives it; and a cell killed mid-way, resumed by the next
+`submit`."""
 
 from __future__ import annotations
 
@@ -227,3 +228,53 @@ def test_a_cells_client_is_the_second_node_slurm_gave_it(slurm: Cluster, tmp_pat
             assert point["samples"]["node2"]["net"][node2.interface]["tx_packets_per_s"] > 0, point["samples"]
     rows = report(slurm, out)["rows"]
     assert rows and all(r["requests_per_s"] for r in rows), rows
+
+
+RESUMED = r"""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+conf, out, cell = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+submit = [sys.executable, "-m", "vmharness.cli", "campaign", "submit", str(conf), "--out", str(out)]
+first = subprocess.Popen(submit, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+records, deadline = out / "runs" / cell / "records.jsonl", time.monotonic() + 240
+while not (records.exists() and '"kind": "measurement"' in records.read_text()):
+    if first.poll() is not None or time.monotonic() > deadline:
+        print(json.dumps({"error": f"no point measured before the submit ended ({first.poll()})"}))
+        sys.exit(0)
+    time.sleep(0.05)
+os.killpg(first.pid, signal.SIGKILL)  # the submit and its cell's bench: not their nginx, a session of its own
+first.wait()
+before = [json.loads(line)["key"] for line in records.read_text().splitlines()
+          if json.loads(line)["kind"] == "measurement" and json.loads(line)["ok"]]
+left = Path("/run/vmharness/journal.jsonl").exists()
+again = subprocess.run(submit, capture_output=True, text=True, timeout=240)
+print(json.dumps({"before": before, "journal_left": left, "code": again.returncode, "out": again.stdout,
+                  "err": again.stderr[-2000:], "journal_after": Path("/run/vmharness/journal.jsonl").exists()}))
+"""
+
+
+def test_an_interrupted_cell_is_resumed_by_the_next_submit(tmp_path: Path) -> None:
+    """The local backend's submit and its cell's bench SIGKILLed after the first point: what the bench took
+    is on its journal; `submit` again runs that cell as `bench --resume`, which gives it back, keeps the
+    points measured and measures only the rest (a private /run/vmharness for both, as `isolated` gives)."""
+    port = 18745
+    text = campaign(port, "local", '["wrk"]', '["wrk"]').replace("iterations = 2", "iterations = 4").replace(
+        "values = [64, 4096]", "values = [64]")
+    (tmp_path / "c.toml").write_text(text)
+    out = tmp_path / "camp"
+    res = proc.run(isolated([sys.executable, "-c", RESUMED, str(tmp_path / "c.toml"), str(out),
+                             "0000-filesize-64_wrk-wrk"]), timeout=WAIT + 120, check=False)
+    assert res.ok and res.stdout.strip(), res.stderr
+    got = json.loads(res.stdout)
+    assert "error" not in got, got
+    assert got["before"] and got["journal_left"], got  # killed mid-cell, with what it took on record
+    assert got["code"] == 0, got
+    assert "0000-filesize-64_wrk-wrk: vmharness bench --resume " in got["err"], got  # said on stderr
+    assert not got["journal_after"], got  # given back by the resumed bench
+    records = [json.loads(line) for line in (out / "runs/0000-filesize-64_wrk-wrk/records.jsonl").read_text()
+               .splitlines()]
+    keys = [r["key"] for r in records if r["kind"] == "measurement" and r["ok"]]
+    assert set(got["before"]) <= set(keys) and len(keys) == len(set(keys)) == 2 * 4, keys
+    res = proc.run([sys.executable, "-m", "vmharness.cli", "campaign", "status", str(out), "--json"], timeout=60,
+                   check=False)
+    assert res.ok and [r["state"] for r in json.loads(res.stdout)["cells"]] == ["done"], res.stdout + res.stderr

@@ -11,6 +11,7 @@ import logging
 import re
 import secrets
 import shlex
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ sixth of L2's boot, and nothing this throwaway guest needs."""
 FIRST_SLOT = 2
 """The first passed-through function is at 0000:00:02.0 in L2, the next at 03.0, ..."""
 GRACE = 30.0  # beyond `timeout`: QEMU's own `timeout` in L1 fires first, then rig.run's
+KILL_AFTER = 10.0
+"""Seconds `timeout` gives L2's QEMU after its SIGTERM. Then it sends SIGKILL to its whole process group,
+itself included, so its own status is -9 rather than 137 (coreutils' timeout.c: a loaded clean clone's
+QEMU in L1 took longer than this to act on the SIGTERM)."""
 
 _RUN = 'exec "$@" 2>"$L2_STDERR"'
 _REAP = r"""
@@ -182,7 +187,7 @@ def boot_l2(
         kernel, initrd, bdfs=bdfs, mem_path=mem_path, mem_mib=mem_mib, run_dir=run_dir, host_node=host_node,
         accel=accel,
     )
-    wrapped = ["sh", "-c", _RUN, "rig-l2", "timeout", "-k", "10", f"{timeout:g}", *argv]
+    wrapped = ["sh", "-c", _RUN, "rig-l2", "timeout", "-k", f"{KILL_AFTER:g}", f"{timeout:g}", *argv]
     log.info("booting L2 in L1: %s", shlex.join(argv))
     began = time.monotonic()
     problem: str | None = None
@@ -197,7 +202,7 @@ def boot_l2(
     finally:
         _reap(rig, run_dir)
     devices, uptime = parse(console)
-    if problem is None and code in (124, 137):  # `timeout` sent SIGTERM, or had to SIGKILL
+    if problem is None and timed_out(code, seconds, timeout):
         problem = f"L2's QEMU did not exit within {timeout:g} s"
     elif problem is None and (code != 0 or uptime is None):
         problem = f"L2's QEMU exited with status {code}" + (f" before L2 printed {DONE_TAG}" if uptime is None else "")
@@ -206,6 +211,12 @@ def boot_l2(
     log.info("L2 listed %d PCI devices; marker at %.1f s of its uptime, %.1f s in all", len(devices), uptime, seconds)
     assigned = {bdf: guest_bdf(i) for i, bdf in enumerate(bdfs)}
     return L2Result(console, devices, assigned, seconds, uptime, stderr)
+
+
+def timed_out(code: int | None, seconds: float, timeout: float) -> bool:
+    """Whether `timeout` ended L2's QEMU: its SIGTERM (124), its SIGKILL (137), or its SIGKILL to its own
+    process group (-9), which comes only once `timeout` and KILL_AFTER have passed."""
+    return code in (124, 137) or (code == -signal.SIGKILL and seconds >= timeout + KILL_AFTER)
 
 
 def _read(rig: Rig, path: str) -> str:

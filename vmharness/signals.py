@@ -126,8 +126,7 @@ def terminate_as_interrupt(keep: bool = False) -> Iterator[None]:
     _hooks[:] = [sys.unraisablehook]
     sys.unraisablehook = _unraisable
     before = signal.pthread_sigmask(signal.SIG_BLOCK, PIPE)
-    _watching[:] = [wakeup.Watch(SIGNALS)]
-    old_fd = signal.set_wakeup_fd(_watching[0].tell, warn_on_full_buffer=False)
+    old_fd = _start_watch()
     try:
         yield
     finally:
@@ -179,8 +178,13 @@ def forked() -> None:
     if not _watching:
         return
     _watching.pop().close()
-    _watching.append(wakeup.Watch(SIGNALS))
-    signal.set_wakeup_fd(_watching[0].tell, warn_on_full_buffer=False)
+    _start_watch()
+
+
+def _start_watch() -> int:
+    """A watch, told of every signal on its pipe (Python's wakeup fd); the wakeup fd it replaced."""
+    _watching[:] = [wakeup.Watch(SIGNALS)]
+    return signal.set_wakeup_fd(_watching[0].tell, warn_on_full_buffer=False)
 
 
 def _woken(signum: int, frame: FrameType | None) -> None:

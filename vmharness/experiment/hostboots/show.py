@@ -27,9 +27,11 @@ def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
     """The host boots of `cfg` as lines ([] when it has none), a [[host_boot]] no instance names among
     them (the run does not boot it: a `host_boot` forgotten in an instance); a host boot whose files do
     not pass is refused (one HarnessError), as the run would refuse it."""
-    named_by = {i.host_boot for i in cfg.instance}
+    by_boot: dict[str, list[str]] = {}
+    for i in cfg.instance:
+        by_boot.setdefault(i.host_boot, []).append(i.name)
     unused = [f"  host boot {b.name}: no instance runs under it, so the run does not boot it"
-              for b in cfg.host_boot if b.name not in named_by]
+              for b in cfg.host_boot if b.name not in by_boot]
     if not plan.needs_host_boots(cfg):
         return [f"host boots: none the run would make ({HOW})", *unused] if unused else []
     named = target.named(root, cfg)
@@ -38,9 +40,6 @@ def lines(root: HostRoot, cfg: RunConfig) -> list[str]:
         can = f"kexec: {program}"
     except HarnessError as exc:
         program, can = "kexec", f"kexec cannot work here: {exc.message}"
-    by_boot: dict[str, list[str]] = {}
-    for i in cfg.instance:
-        by_boot.setdefault(i.host_boot, []).append(i.name)
     out = [f"host boots ({HOW}):"]
     for name, t in named.items():
         out.append(f"  host boot {name} (instances {', '.join(by_boot[name])}): {_target(t, program)}")

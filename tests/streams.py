@@ -50,11 +50,11 @@ import threading
 import time
 from pathlib import Path
 
-from tests import streams_summary
+from tests import stream_cpu, streams_summary
 from tests.rig.paths import REPO
 
 LOGS = REPO / ".cache" / "test-streams"
-PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.stream_cpu"]  # each test's CPU
 RIG_TESTS = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.py"]]
 # The unit tier, then the host's integration tests, the longest first; last, those that need the
 # machine to themselves (quiet_machine: the timed load), where they wait for the rig least.
@@ -132,9 +132,11 @@ def set_up() -> None:
     ssh.harness_key()
 
 
-def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[str, int]) -> None:
+def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[str, int],
+           env: dict[str, str] | None = None) -> None:
     """The stream's commands one after the other, each line of their output printed as it comes and
-    kept in its log; the first non-zero exit code (or 0) into `codes`."""
+    kept in its log; the first non-zero exit code (or 0) into `codes`. `env`: what it adds to the
+    environment (the stream's CPU group, tests/stream_cpu.py)."""
     LOGS.mkdir(parents=True, exist_ok=True)
     code = 0
     with (LOGS / f"{name}.log").open("wb") as log:
@@ -149,7 +151,7 @@ def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[s
             # SIGINT at its default in the child: a launcher started in the background by a shell script
             # (CI) has it ignored, children inherit that, and the deadline's SIGINT would do nothing
             p = subprocess.Popen(["env", "--default-signal=INT", *cmd, *extra], cwd=REPO, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, env={**os.environ, **ENV})
+                                 stderr=subprocess.STDOUT, env={**os.environ, **ENV, **(env or {})})
             CHILDREN.append(p)
             if STOPPING.is_set():  # started as stop_children went through CHILDREN
                 p.send_signal(signal.SIGINT)
@@ -193,7 +195,9 @@ def main(extra: list[str]) -> int:
         set_up()
         streams = suite_streams()
     codes: dict[str, int] = {}
-    threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes), daemon=True)
+    groups = {name: stream_cpu.make(name) for name in streams}
+    envs = {name: {stream_cpu.GROUP: str(group)} if group else {} for name, (group, _) in groups.items()}
+    threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes, envs[name]), daemon=True)
                for name, commands in streams.items()}
     for t in threads.values():
         t.start()
@@ -203,7 +207,9 @@ def main(extra: list[str]) -> int:
         stop_children()
     for t in threads.values():
         t.join(timeout=30)  # the last lines of an interrupted pytest: what it was doing, its summary
-    print("", *streams_summary.lines(JUNITS, {name: LOGS / f"{name}.log" for name in streams}), sep="\n")
+    notes = [stream_cpu.remove(g) if g else f"CPU per test not measured: {why}" for g, why in groups.values()]
+    print("", *streams_summary.lines(JUNITS, {name: LOGS / f"{name}.log" for name in streams}),
+          *dict.fromkeys(n for n in notes if n), sep="\n")
     print(f"\n===== all streams: {codes} in {(time.monotonic() - began) / 60:.1f} min =====")
     return next((c for c in codes.values() if c != 0), 0) if len(codes) == len(threads) else 1
 

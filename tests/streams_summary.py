@@ -18,6 +18,7 @@ from pathlib import Path
 # pytest's last traceback line for a test stopped by Ctrl-C: "tests/integration/test_x.py:123: KeyboardInterrupt"
 INTERRUPTED = re.compile(r"^(\S+\.py:\d+): KeyboardInterrupt$", re.MULTILINE)
 OUTCOMES = ("failure", "error", "skipped")
+CPU = "cpu_seconds"  # tests/stream_cpu.py's JUnit property
 WIDTH = 100  # characters of a test's name
 WHY = 400  # characters of a failure's message, on one line
 # a traceback's line that names where it stopped: "tests/integration/test_x.py:123: AssertionError"
@@ -31,6 +32,7 @@ class Case:
     seconds: float
     outcome: str  # passed, or one of OUTCOMES
     why: str = ""  # a failure's or an error's place and message, on one line
+    cpu: float | None = None  # seconds of CPU its stream used meanwhile (tests/stream_cpu.py), where measured
 
 
 def why(element: ET.Element) -> str:
@@ -39,6 +41,17 @@ def why(element: ET.Element) -> str:
     message = " ".join((element.get("message") or "").split())
     text = f"{places[-1]}: {message}" if places else message
     return text if len(text) <= WHY else text[:WHY - 3] + "..."
+
+
+def cpu(case: ET.Element) -> float | None:
+    """The test's `cpu_seconds` property, if its pytest measured one (a number, or nothing)."""
+    for prop in case.iter("property"):
+        if prop.get("name") == CPU:
+            try:
+                return float(prop.get("value") or "")
+            except ValueError:
+                return None
+    return None
 
 
 def cases(stream: str, junit: Path) -> list[Case]:
@@ -55,7 +68,7 @@ def cases(stream: str, junit: Path) -> list[Case]:
         outcome = next((o for o in OUTCOMES if case.find(o) is not None), "passed")
         bad = case.find(outcome) if outcome in ("failure", "error") else None
         found.append(Case(stream, f"{module}::{case.get('name')}", float(case.get("time") or 0), outcome,
-                          why(bad) if bad is not None else ""))
+                          why(bad) if bad is not None else "", cpu(case)))
     return found
 
 
@@ -80,15 +93,18 @@ def lines(junits: dict[str, list[Path]], logs: dict[str, Path], slowest: int = 8
     """The summary's lines: the slowest tests first, then each stream's counts, what did not pass, and
     where a test was interrupted."""
     every = [c for name, paths in junits.items() for p in paths for c in cases(name, p)]
-    out = [f"===== the {min(slowest, len(every))} slowest tests (s, set-up and teardown included) ====="]
-    out += [f"{c.seconds:6.0f} {c.stream:5} {c.name[:WIDTH]}"
+    out = [f"===== the {min(slowest, len(every))} slowest tests (s of wall, then of their stream's CPU; set-up "
+           "and teardown included) ====="]
+    out += [f"{c.seconds:6.0f} {'-' if c.cpu is None else f'{c.cpu:.0f}':>6} {c.stream:5} {c.name[:WIDTH]}"
             for c in sorted(every, key=lambda c: c.seconds, reverse=True)[:slowest]]
     counts = []
     for name in junits:
         mine = [c for c in every if c.stream == name]
         tally = {o: sum(c.outcome == o for c in mine) for o in ("passed", *OUTCOMES)}
         counts.append(f"{name}: " + ", ".join(f"{n} {o}" for o, n in tally.items() if n or o == "passed")
-                      + f" in {sum(c.seconds for c in mine) / 60:.1f} test-min")
+                      + f" in {sum(c.seconds for c in mine) / 60:.1f} test-min"
+                      + (f" ({sum(c.cpu for c in mine if c.cpu is not None) / 60:.1f} CPU-min)"
+                         if any(c.cpu is not None for c in mine) else ""))
     out.append("===== " + "; ".join(counts) + " =====")
     for c in every:
         if c.outcome in ("failure", "error"):

@@ -116,3 +116,24 @@ def test_a_second_command_takes_the_answer_the_first_kept(tmp_path: Path) -> Non
     again = kept.stat()
     assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns), "probed again"
     assert first.stdout == second.stdout and json.loads(kept.read_text())["answer"] == json.loads(first.stdout)
+
+
+def test_a_libvirtd_started_and_stopped_between_two_commands_does_not_make_the_second_probe(tmp_path: Path) -> None:
+    """The harness's libvirtd (host/libvirt/daemon.py) sets /dev/kvm's group and mode as udev leaves them
+    and puts them back: the node's change time moves, nothing the probe depends on does. Before, the key
+    held that change time, and every test module's libvirtd cost the next command the probe again."""
+    if not Path("/dev/kvm").exists():
+        pytest.skip("this machine has no /dev/kvm")
+    from vmharness.host.libvirt import daemon
+
+    kept = kvm_memo.STATE_DIR / kvm_memo.NAME
+    ask = [sys.executable, "-c", "from vmharness.host.inspect import kvm; kvm.probe()"]
+    proc.run(ask, timeout=300)
+    written, node = kept.stat(), Path("/dev/kvm").stat()
+    time.sleep(0.01)
+    with daemon.running():
+        pass
+    assert Path("/dev/kvm").stat().st_ctime_ns != node.st_ctime_ns  # what once made the next command probe
+    proc.run(ask, timeout=300)
+    again = kept.stat()
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns), "probed again"

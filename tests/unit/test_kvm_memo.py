@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ def test_an_answer_kept_is_taken_again_under_the_same_key_alone(machine: dict[st
         lambda: os.utime(machine["qemu"], (1, 1)),  # another QEMU
         lambda: machine["kernel"].write_bytes(b"another kernel"),  # another kernel
         node_anew,
+        lambda: os.chmod(machine["dev"], 0o600),  # another mode: who may open it
     ]
     for change in changes:
         kvm_memo.keep(_key(machine), ANSWER)
@@ -60,6 +62,18 @@ def test_an_answer_kept_is_taken_again_under_the_same_key_alone(machine: dict[st
         change()
         assert kvm_memo.recall(_key(machine)) is None
     assert kvm_memo.key("/nonexistent/kvm", None, None, (5.0, 5.0))["dev"] == ["/nonexistent/kvm", None]
+
+
+def test_the_node_given_the_owner_and_mode_it_had_keeps_the_answer(machine: dict[str, Path]) -> None:
+    """The harness's libvirtd sets /dev/kvm's group and mode, here to what they were: the node's change
+    time moves, nothing the probe depends on does (every test module's libvirtd cost the probe again)."""
+    kvm_memo.keep(_key(machine), ANSWER)
+    st = os.stat(machine["dev"])
+    time.sleep(0.01)
+    os.chown(machine["dev"], st.st_uid, st.st_gid)
+    os.chmod(machine["dev"], st.st_mode & 0o7777)
+    assert os.stat(machine["dev"]).st_ctime_ns != st.st_ctime_ns
+    assert kvm_memo.recall(_key(machine)) == ANSWER
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"key": 1}', "x" * (kvm_memo.MAX_BYTES + 1)])

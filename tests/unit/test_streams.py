@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import streams, streams_summary
+from tests import stream_cpu, streams, streams_summary
 
 
 @pytest.fixture(autouse=True)
@@ -148,8 +148,8 @@ def test_the_summary_names_the_slowest_tests_what_failed_and_where_the_deadline_
     assert "the next command" not in capsys.readouterr().out
     lines = streams_summary.lines(streams.JUNITS, {"host": log})
     print(*lines, sep="\n")
-    slowest = lines[1].split()
-    assert float(slowest[0]) >= 0.5 and slowest[1:] == ["host", "test_some::test_slow"], lines
+    slowest = lines[1].split()  # wall, then CPU: not measured by this pytest (no tests.stream_cpu)
+    assert float(slowest[0]) >= 0.5 and slowest[1:] == ["-", "host", "test_some::test_slow"], lines
     assert "host: 1 passed, 1 failure, 1 skipped in " in lines[4], lines
     failed = lines.index("not passed: host test_some::test_fails (failure)")
     line = SOME_TESTS.splitlines().index("    assert 1 == 2") + 1
@@ -163,8 +163,8 @@ def test_the_summary_names_the_slowest_tests_what_failed_and_where_the_deadline_
 
 def test_a_summary_of_no_pytest_at_all_is_empty_not_an_error(tmp_path: Path) -> None:
     lines = streams_summary.lines({"rig": [tmp_path / "never-written.xml"]}, {"rig": tmp_path / "no.log"})
-    assert lines == ["===== the 0 slowest tests (s, set-up and teardown included) =====",
-                     "===== rig: 0 passed in 0.0 test-min ====="]
+    assert lines == ["===== the 0 slowest tests (s of wall, then of their stream's CPU; set-up and teardown "
+                     "included) =====", "===== rig: 0 passed in 0.0 test-min ====="]
 
 
 def test_a_ctrl_c_caught_outside_the_test_names_the_test_file_too(tmp_path: Path) -> None:
@@ -178,3 +178,42 @@ def test_a_ctrl_c_caught_outside_the_test_names_the_test_file_too(tmp_path: Path
         "/usr/lib/python3.11/selectors.py:415 (in tests/integration/test_bench.py)"]
     log.write_text("tests/integration/test_bench.py ....\ntests/integration/test_bench.py:12: KeyboardInterrupt\n")
     assert streams_summary.interrupted_at(log) == ["tests/integration/test_bench.py:12"]
+
+
+BUSY_AND_IDLE = """
+import time
+
+def test_busy():
+    end = time.process_time() + 1.0
+    while time.process_time() < end:
+        pass
+
+def test_idle():
+    time.sleep(1.0)
+"""
+
+
+def test_each_test_has_the_cpu_its_stream_used_beside_its_wall_time(tmp_path: Path) -> None:
+    """A real pytest in a stream's control group: a test that computes for a second of CPU is credited
+    about that, one that sleeps as long next to nothing, and the stream's line sums them."""
+    group, why = stream_cpu.make("unit")
+    if group is None:
+        pytest.skip(f"CPU per test cannot be measured here: {why}")
+    tests = tmp_path / "test_cpu.py"
+    tests.write_text(BUSY_AND_IDLE)
+    codes: dict[str, int] = {}
+    pytest_ = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.stream_cpu",
+               "-o", "addopts=", "--rootdir", str(tmp_path), str(tests)]
+    try:
+        streams.stream("host", [pytest_], [], codes, env={stream_cpu.GROUP: str(group)})
+    finally:
+        assert stream_cpu.remove(group) == ""  # the pytest has ended: nothing is left in it
+    assert codes == {"host": 0}
+    got = {c.name: c for c in streams_summary.cases("host", streams.JUNITS["host"][0])}
+    busy, idle = got["test_cpu::test_busy"], got["test_cpu::test_idle"]
+    assert busy.cpu is not None and 0.9 <= busy.cpu <= busy.seconds + 0.5, busy
+    assert idle.cpu is not None and idle.cpu < 0.3 and idle.seconds >= 1.0, idle
+    lines = streams_summary.lines(streams.JUNITS, {"host": tmp_path / "host.log"})
+    assert lines[1].split()[2:] == ["host", "test_cpu::test_busy"] or lines[2].split()[2:] == [
+        "host", "test_cpu::test_busy"], lines
+    assert lines[3].startswith("===== host: 2 passed in ") and " CPU-min) =====" in lines[3], lines

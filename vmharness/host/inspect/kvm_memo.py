@@ -6,13 +6,13 @@ the "no" of a PVM /dev/kvm; any other "no" rests on a deadline a loaded machine 
 measured again by the next command.
 
 The answer is taken again only while all it depends on is the same, which the file names as its key:
-this boot of the host (the kernel's boot_id), /dev/kvm itself (device number, inode and change time: a
-KVM module loaded again makes the node anew), the kvm modules loaded and every parameter they show,
-the QEMU binary and the kernel the probe boots (path, size, modification time), and the probe's
-deadlines. Anything else (no file, another key, a file that is not the harness's regular file of at
-most MAX_BYTES, or one that does not parse into an answer) and the probe runs again and the file is
-replaced. The file is written only into the harness's state folder, never through a link
-(system/owned.py)."""
+this boot of the host (the kernel's boot_id), /dev/kvm itself (device number, inode and modification
+time: a KVM module loaded again makes the node anew; and its mode, owner and group), the kvm modules
+loaded and every parameter they show, the QEMU binary and the kernel the probe boots (path, size,
+modification time), and the probe's deadlines. Anything else (no file, another key, a file that is not
+the harness's regular file of at most MAX_BYTES, or one that does not parse into an answer) and the
+probe runs again and the file is replaced. The file is written only into the harness's state folder,
+never through a link (system/owned.py)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,9 @@ def key(dev: str, qemu: str | None, kernel: Path | None, deadlines: tuple[float,
         boot = None
     try:
         st = os.stat(dev)
-        node: list[object] | None = [st.st_rdev, st.st_ino, st.st_ctime_ns]
+        # not its change time: the harness's libvirtd (host/libvirt/daemon.py) sets the node's group and mode
+        # as udev leaves them and puts them back, which moved it and cost the next command the probe again
+        node: list[object] | None = [st.st_rdev, st.st_ino, st.st_mtime_ns, st.st_mode, st.st_uid, st.st_gid]
     except OSError:
         node = None
     return {"boot_id": boot, "dev": [dev, node], "modules": _modules(), "qemu": _file(Path(qemu) if qemu else None),

@@ -7,7 +7,9 @@ read as libvirtd failing to start."""
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,3 +72,37 @@ def test_with_no_daemon_both_are_started_and_both_stopped(no_daemon: None) -> No
         assert probes.libvirtd()["reachable"] and probes.answers(libvirtd.VIRTLOGD_SOCKET)
     assert all(p.poll() is not None for p in started)
     assert not probes.libvirtd()["reachable"] and not probes.answers(libvirtd.VIRTLOGD_SOCKET)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_the_wrapper_ended_by_a_signal_passes_it_on_then_stops_its_daemons(no_daemon: None,
+                                                                          sig: signal.Signals) -> None:
+    """`python -m vmharness.host.libvirt.daemon CMD` (`make demo`'s) sent SIGTERM or SIGHUP alone: CMD gets it
+    and ends, then the daemons the wrapper started are stopped. Before, the wrapper died at once and left
+    libvirtd and virtlogd running (found beside a demo stopped by `pkill`)."""
+    wrapper = proc.spawn([sys.executable, "-m", "vmharness.host.libvirt.daemon", "sleep", "120"])
+    try:
+        deadline = time.monotonic() + 120
+        while not (probes.libvirtd()["reachable"] and _child_of(wrapper.pid, "sleep")):
+            assert wrapper.poll() is None and time.monotonic() < deadline, "the wrapper did not start its command"
+            time.sleep(0.2)
+        sleeper = _child_of(wrapper.pid, "sleep")
+        wrapper.send_signal(sig)
+        assert wrapper.wait(timeout=60) == 128 + sig
+        assert sleeper is not None and not Path(f"/proc/{sleeper}").exists()
+        assert not probes.libvirtd()["reachable"] and not probes.answers(libvirtd.VIRTLOGD_SOCKET)
+    finally:
+        if wrapper.poll() is None:
+            proc.stop(wrapper, grace=30)
+
+
+def _child_of(pid: int, comm: str) -> int | None:
+    """The PID of `pid`'s child named `comm`, if there is one."""
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "comm").read_text().strip() == comm and \
+                    (d / "stat").read_text().rpartition(")")[2].split()[1] == str(pid):
+                return int(d.name)
+        except OSError:
+            continue
+    return None

@@ -3,15 +3,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libvirt
 import pytest
 
+from vmharness.errors import HarnessError
 from vmharness.guest import vm
+from vmharness.system.machine import Machine
 
 
 class _Dom:
     def __init__(self, state: tuple[int, int] | None) -> None:
         self._state = state
+
+    def isActive(self) -> bool:  # libvirt's name
+        return self._state is not None and self._state[0] == libvirt.VIR_DOMAIN_RUNNING
+
+    def name(self) -> str:
+        return "vmh-test-no-such-domain"
 
     def state(self) -> tuple[int, int]:
         if self._state is None:
@@ -33,3 +43,24 @@ def test_libvirts_reason_for_a_stopped_guest_is_said(reason: int, said: str) -> 
 def test_a_domain_libvirt_no_longer_knows_is_said_as_such() -> None:
     assert vm._why_stopped(_Dom(None)).startswith("libvirt did not say why: ")
     assert vm._why_stopped(_Dom((libvirt.VIR_DOMAIN_RUNNING, 1))) == "libvirt: state 1, reason 1"
+
+
+def test_a_guest_that_stops_after_its_agent_answered_is_said_with_why_and_its_console(tmp_path: Path) -> None:
+    """A step after the agent answered fails because the guest has gone: the error says so, with libvirt's
+    reason and the console's end, not only the agent's "domain is not running"."""
+    console = tmp_path / "console.log"
+    console.write_text("booting\nthe last line the guest printed\n")
+    gone = _Dom((libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_CRASHED))
+    with pytest.raises(HarnessError) as caught, \
+            vm._said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
+        raise HarnessError("guest agent: Requested operation is not valid: domain is not running", "")
+    said = caught.value.message
+    assert said.startswith("the guest stopped after its agent answered (libvirt: its QEMU ended unexpectedly")
+    assert "the last line the guest printed" in said and "domain is not running" not in said
+
+
+def test_an_error_of_a_guest_still_running_is_left_as_it_is(tmp_path: Path) -> None:
+    up = _Dom((libvirt.VIR_DOMAIN_RUNNING, 1))
+    with pytest.raises(HarnessError, match=r"^the guest has no interface"), \
+            vm._said_if_it_stops(up, str(tmp_path / "console.log"), Machine(), "after its agent answered"):
+        raise HarnessError("the guest has no interface with MAC 52:54:00:00:00:01", "")

@@ -12,6 +12,8 @@ overlay is a journal.files `file`). The caller holds the host lock (journal.Lock
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +39,7 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
     looked = started
     while time.monotonic() - started < timeout:
         if not dom.isActive():
-            raise HarnessError(f"the guest stopped while booting ({_why_stopped(dom)}); its console ends with:\n"
-                               + _indent(console_tail(log, machine)) + _qemu_log_tail(dom, machine),
-                               "check the kernel and cmdline; the whole console log is " + log)
+            raise _stopped(dom, log, machine, "while booting")
         if agent.ping(dom, timeout=3):
             return time.monotonic() - started
         if time.monotonic() - looked > 5:  # a panicked guest stays up: read its console now and then
@@ -54,6 +54,30 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
     raise HarnessError(f"the guest agent did not answer within {timeout:g} s; the console ends with:\n"
                        + _indent(console_tail(log, machine)),
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
+
+
+def _stopped(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> HarnessError:
+    """The error for a guest that stopped `when`: libvirt's reason, its console's and its QEMU log's ends."""
+    return HarnessError(f"the guest stopped {when} ({_why_stopped(dom)}); its console ends with:\n"
+                        + _indent(console_tail(log, machine)) + _qemu_log_tail(dom, machine),
+                        "check the kernel and cmdline; the whole console log is " + log)
+
+
+@contextmanager
+def _said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> Iterator[None]:
+    """An error in the block from a guest that is no longer running becomes `_stopped`'s: an agent's
+    "domain is not running" alone said nothing of why (an L2 in the rig's L1 under 7.3 that ended after
+    its agent answered, in a clean clone on 2026-12-03)."""
+    try:
+        yield
+    except HarnessError as exc:
+        try:
+            running = dom.isActive()
+        except libvirt.libvirtError:
+            running = False
+        if running:
+            raise
+        raise _stopped(dom, log, machine, when) from exc
 
 
 # libvirt's reason for a domain it has stopped. Every lifecycle event of the harness's domains is
@@ -140,7 +164,8 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
         say(f"guest agent answers after {seconds:.1f} s")
         link = None
         if spec.link is not None and link_net is not None:
-            _link_up(dom, spec, machine, link_net)
+            with _said_if_it_stops(dom, spec.console_log, machine, "after its agent answered"):
+                _link_up(dom, spec, machine, link_net)
             link = {"tap": spec.link.tap, "host": link_net[0], "guest": link_net[1]}
             say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")
         guest = Guest(spec.name.removeprefix(DOMAIN_PREFIX), uri, spec.uuid, spec.disk, spec.console_log,

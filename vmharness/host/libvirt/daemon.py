@@ -18,6 +18,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -184,21 +185,53 @@ def main(argv: list[str]) -> int:
         print(f"error: {what}usage: python -m vmharness.host.libvirt.daemon CMD [ARG...] (CMD runs with libvirtd "
               "up)", file=sys.stderr)
         return 2
+    got: list[int] = []
     with running() as started:
         if not started:
-            return subprocess.call(argv)
+            return _call(argv, {}, (), got)
         asks, ask = os.pipe()
         answer, answers = os.pipe()
         busy = threading.Lock()
-        threading.Thread(target=_serve, args=(started, busy, asks, answers), daemon=True).start()
-        env = {**os.environ, ENV: f"{started[-1].pid}:{ask}:{os.fstat(ask).st_ino}:{answer}:"
-                                  f"{os.fstat(answer).st_ino}"}
+        # the signals go to the main thread, which passes them on to CMD (_call): the thread's mask is its own
+        signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
         try:
-            return subprocess.call(argv, env=env, pass_fds=(ask, answer))
+            threading.Thread(target=_serve, args=(started, busy, asks, answers), daemon=True).start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, PASSED_ON)
+        env = {ENV: f"{started[-1].pid}:{ask}:{os.fstat(ask).st_ino}:{answer}:{os.fstat(answer).st_ino}"}
+        try:
+            code = _call(argv, env, (ask, answer), got)
         finally:
             os.close(ask)  # the thread ends when it reads the end of its requests
             os.close(answer)
             busy.acquire()  # a restart under way ends before the daemons are stopped
+    return 128 + got[0] if got else code
+
+
+# What the wrapper passes on to CMD, whose own handling gives back what it took (vmharness.signals), before
+# the wrapper stops the daemons: ended by one of these itself, it left libvirtd and virtlogd running.
+PASSED_ON = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
+
+
+def _call(argv: list[str], env: dict[str, str], fds: tuple[int, ...], got: list[int]) -> int:
+    """CMD run to its end, each signal in PASSED_ON that comes meanwhile passed on to it (the first noted
+    in `got`); its exit status."""
+    children: list[subprocess.Popen[bytes]] = []
+
+    def pass_on(signum: int, _frame: object) -> None:
+        got.append(signum)
+        for child in children:
+            if child.returncode is None:
+                child.send_signal(signum)
+    before = {sig: signal.signal(sig, pass_on) for sig in PASSED_ON}
+    try:
+        children.append(subprocess.Popen(argv, env={**os.environ, **env}, pass_fds=fds))
+        if got:  # one came while it started
+            children[0].send_signal(got[0])
+        return children[0].wait()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ The kernel counts it (cgroup v1's cpuacct: `cpuacct.usage`, nanoseconds), where 
 and writable (root); elsewhere the summary says CPU was not measured, and nothing else changes. Not
 cgroup v2: a non-systemd libvirtd placed in a group of ours would need controllers enabled in a group
 that holds processes, which v2 forbids, and could fail to start its guests. The groups are named by
-the launcher's PID and removed after its streams end (one a leaked process still holds is left, said)."""
+the launcher's PID and removed after its streams end (one a leaked process still holds is left, said).
+A daemon that was running before the stream started is not in its group: the guests of a libvirtd left
+up by someone else are not counted (a clean clone beside one read the built-in experiment at 46 CPU-s
+for 580 s of wall, against 456 for 541 with the tests' own libvirtd)."""
 
 from __future__ import annotations
 

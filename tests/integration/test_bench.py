@@ -141,9 +141,13 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     # the same wrk process, seen by the sampler over its own (slightly different) window
     _, snaps = samples.parse(next((run / "samples").glob("local-*.txt")).read_text())
     chosen, _ = sample_summary.choose(snaps, point["start"], point["measured_end"])
-    (pid,) = {p for p, proc_ in chosen[-1].procs.items() if proc_.comm == "wrk" and p in chosen[0].procs}
-    seen = 100.0 * (chosen[-1].procs[pid].ticks - chosen[0].procs[pid].ticks) / samples.USER_HZ / (
-        chosen[-1].t - chosen[0].t)
+    # wrk as the window's snapshots hold it: the first may come before its exec (a clean clone's busy
+    # sampler padded the window with one), where it had used no CPU, and the last after its exit, where
+    # its last count stands
+    (pid,) = {p for snap in chosen for p, proc_ in snap.procs.items() if proc_.comm == "wrk"}
+    first = chosen[0].procs[pid].ticks if pid in chosen[0].procs else 0
+    last = next(snap.procs[pid].ticks for snap in reversed(chosen) if pid in snap.procs)
+    seen = 100.0 * (last - first) / samples.USER_HZ / (chosen[-1].t - chosen[0].t)
     said = sum(cpu["percent_of_one"]) + cpu["main_percent_of_one"]
     outer = chosen[-1].t - chosen[0].t
     print(f"wrk threads {cpu}; the sampler saw wrk at {seen:.1f}% over {outer:.2f} s")

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vmharness import environ
+from vmharness import environ, signals
 from vmharness.digits import is_digits
 from vmharness.errors import HarnessError
 from vmharness.host.inspect import probes
@@ -209,8 +209,9 @@ def main(argv: list[str]) -> int:
 
 
 # What the wrapper passes on to CMD, whose own handling gives back what it took (vmharness.signals), before
-# the wrapper stops the daemons: ended by one of these itself, it left libvirtd and virtlogd running.
-PASSED_ON = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
+# the wrapper stops the daemons: ended by one of these itself, it left libvirtd and virtlogd running. The
+# harness's own list, but SIGPIPE (a write's, which Python ignores) and SIGALRM (none is ever set here).
+PASSED_ON = set(signals.SIGNALS) - {signal.SIGPIPE, signal.SIGALRM}
 
 
 def _call(argv: list[str], env: dict[str, str], fds: tuple[int, ...], got: list[int]) -> int:

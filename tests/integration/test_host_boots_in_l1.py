@@ -252,7 +252,8 @@ def go_round(rig: Rig, other: kernel.Kernel) -> None:
     assert reset_boot not in boots
     assert [b["release"] for b in (start, k73, v2_off, same)] == [rig.kernel.release, other.release,
                                                                   rig.kernel.release, rig.kernel.release]
-    # 7.3 names the attack vectors it mitigates, without guest_host under its switch; 6.1 prints no such line
+    # 7.3 names the attack vectors it mitigates, without guest_host under its switch; 6.1 prints no such line.
+    # The control, 7.3 booted without the switch naming guest_host too: test_second_host_kernel.py
     vectors = kernel.attack_vectors(k73["mitigation_log"])
     assert "guest_host" not in vectors and {"user_kernel", "guest_guest"} <= vectors, k73["mitigation_log"]
     assert kernel.attack_vectors(start["mitigation_log"]) == set(), start["mitigation_log"]

@@ -104,8 +104,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.resume:
         check_new(out, "--out")
     # the report's modules before the run (an install that cannot import them fails now, not after it),
-    # yet after every check of the input, which an error then reaches in a fraction of the time
-    from vmharness.analysis import plots as _figures  # noqa: F401 - matplotlib, which the report draws with
+    # yet after every check of the input, which an error then reaches in a fraction of the time;
+    # matplotlib only for a report that draws: in the rig's L1 under TCG its import took 14 s of each
+    # `run`, 8.9 s all the rest (docs/testing.md), and a run with host boots imports it in every boot
+    if cfg.report.figures:
+        from vmharness.analysis import plots as _figures  # noqa: F401 - matplotlib, which the report draws with
     from vmharness.analysis import publish, report, saturation  # scipy: see the note at the top
 
     with journal.Lock(root) as lock:

@@ -55,6 +55,9 @@ capacity = 0
 [base.tuning]
 profile = "none"
 
+[base.report]
+figures = false
+
 [[axis]]
 key = "instance.0.cmdline"
 values = ["pti=on", "pti=off"]

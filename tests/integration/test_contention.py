@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_experiment import assert_nothing_left, records, vmh
+from tests.integration.test_experiment import FIGURES_OFF, assert_nothing_left, records, vmh
 from vmharness.analysis import variants
 from vmharness.system import proc
 
@@ -51,7 +51,7 @@ def test_the_control_on_a_contended_host_is_not_a_false_alarm(daemon: None, busy
     cfg.write_text('[guest]\nvcpus = 1\nmemory = 768\n'
                    '[[instance]]\nname = "baseline"\ncmdline = "mitigations=off"\n[control]\ncap = 50\n'
                    '[sweep]\nconnections = "8"\niterations = 2\nduration = 2\nwarmup = 1\nwait = 0.2\n'
-                   '[load]\npercents = []\ncapacity = 0\n[tuning]\nprofile = "none"\n')
+                   '[load]\npercents = []\ncapacity = 0\n[tuning]\nprofile = "none"\n' + FIGURES_OFF)
     run = tmp_path / "run"
     res = vmh("run", str(cfg), "--out", str(run))
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_experiment import FIGURES_OFF
 from tests.rig import leftovers
 from vmharness.system import proc
 
@@ -189,7 +190,7 @@ def test_run_killed_at_each_step_leaves_nothing_behind(pristine: dict[str, objec
                    '[[instance]]\nname = "one"\n'
                    '[sweep]\nconnections = "2"\niterations = 1\nduration = 1\nwarmup = 0\nwait = 0\n'
                    '[load]\npercents = []\ncapacity = 0\n'
-                   f'[tuning]\nprofile = "{tmp_path / "p.toml"}"\n')
+                   f'[tuning]\nprofile = "{tmp_path / "p.toml"}"\n' + FIGURES_OFF)
     killed = tmp_path / "killed"
     said = kill_at(["run", str(cfg), "--out", str(killed)], step, sig)
     if sig == signal.SIGKILL and os.path.exists(JOURNAL):

@@ -50,7 +50,10 @@ capacity = 0
 
 [tuning]
 profile = "none"
-"""
+
+[report]
+figures = false
+"""  # nothing here reads a figure (FIGURES_OFF, test_experiment.py)
 
 
 

@@ -285,18 +285,24 @@ def test_the_embedded_experiment(daemon: None, tmp_path: Path) -> None:
     # (the rig's host-boot test beside it, 1,309 s there) had no-pti's profiled point serve 105 against its
     # boot's plain 615 (-83%), its other boots' 349-1,011: there the bound is waived only where the report
     # said the cost was not to be judged, with the wait it measured (a vCPU thread held off its CPU by other
-    # work, WAIT_LIMIT percent of the time or more)
+    # work, WAIT_LIMIT percent of the time or more). Above, the fastest is that of every unprofiled point of the
+    # instance at that count, its counted ones too (extra points of its boots, as the profiled one is): in a
+    # clean clone of 28ab94a no-pti's profiled point served 2,262 against plain points of 931-1,491 (+77%, its
+    # vCPU waiting 4% of the time, as in its boot's plain point), while its counted points served 918-2,003
     costs = next(line for line in text.splitlines() if line.startswith("  profiling changed throughput"))
     for name, p in prof["instances"].items():
         plain = [m["client"]["requests_per_s"] for m in points
                  if m["instance"] == name and m["connections"] == prof["connections"]]
+        extra = [r["client"]["requests_per_s"] for r in got if r["kind"] == "syscalls" and r["ok"]
+                 and r["instance"] == name and r["connections"] == prof["connections"]]
         (profiled,) = [r["client"]["requests_per_s"] for r in got if r["kind"] == "profile" and r["instance"] == name]
-        print(f"{name}: profiled {profiled:.0f} requests/s, plain {sorted(round(v) for v in plain)}, "
-              f"profiling cost {p['profiling_cost']:+.1%}, vCPU wait {p['vcpu_wait_percent']}%")
+        print(f"{name}: profiled {profiled:.0f} requests/s, plain {sorted(round(v) for v in plain)}, counted "
+              f"{sorted(round(v) for v in extra)}, profiling cost {p['profiling_cost']:+.1%}, "
+              f"vCPU wait {p['vcpu_wait_percent']}%")
         assert math.isfinite(p["profiling_cost"]) and p["vcpu_wait_percent"] is not None, p
         contended = not p["profiling_cost_judged"] and p["vcpu_wait_percent"] >= WAIT_LIMIT and \
             f"{name} {p['profiling_cost']:+.1%} (not to be judged: a vCPU thread waited " in costs
-        assert contended or min(plain) / 3 <= profiled <= 1.5 * max(plain), (name, plain, costs)
+        assert contended or min(plain) / 3 <= profiled <= 1.5 * max(plain + extra), (name, plain, extra, costs)
     # each variant's differential flame graph against the reference: no-pti's, blue where its time shrank
     # (inline, as a data: URI: the page fetches nothing; the file beside it for search and zoom)
     page = (run / "report" / "report.html").read_text()

@@ -52,7 +52,7 @@ def test_a_guest_that_stops_after_its_agent_answered_is_said_with_why_and_its_co
     console.write_text("booting\nthe last line the guest printed\n")
     gone = _Dom((libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_CRASHED))
     with pytest.raises(HarnessError) as caught, \
-            vm._said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
+            vm.said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
         raise HarnessError("guest agent: Requested operation is not valid: domain is not running", "")
     said = caught.value.message
     assert said.startswith("the guest stopped after its agent answered (libvirt: its QEMU ended unexpectedly")
@@ -62,5 +62,23 @@ def test_a_guest_that_stops_after_its_agent_answered_is_said_with_why_and_its_co
 def test_an_error_of_a_guest_still_running_is_left_as_it_is(tmp_path: Path) -> None:
     up = _Dom((libvirt.VIR_DOMAIN_RUNNING, 1))
     with pytest.raises(HarnessError, match=r"^the guest has no interface"), \
-            vm._said_if_it_stops(up, str(tmp_path / "console.log"), Machine(), "after its agent answered"):
+            vm.said_if_it_stops(up, str(tmp_path / "console.log"), Machine(), "after its agent answered"):
         raise HarnessError("the guest has no interface with MAC 52:54:00:00:00:01", "")
+
+
+def test_an_agent_that_stops_answering_while_its_guest_runs_is_said_with_the_console(tmp_path: Path) -> None:
+    """libvirt's "Guest agent is not responding" while the domain still runs (a guest that reset, an agent
+    that ended) comes with the console's end; any other failure of a running guest is left as it was."""
+    console = tmp_path / "console.log"
+    console.write_text("booting\nreboot: Restarting system\n")
+    up, when = _Dom((libvirt.VIR_DOMAIN_RUNNING, 1)), "after its agent answered"
+    with pytest.raises(HarnessError) as caught, vm.said_if_it_stops(up, str(console), Machine(), when):
+        raise HarnessError("guest agent: Guest agent is not responding: Guest agent not available for now", "")
+    said = caught.value.message
+    assert said.startswith("the guest agent stopped answering after its agent answered, the guest still running "
+                           "(guest agent: Guest agent is not responding")
+    assert "reboot: Restarting system" in said
+    other = HarnessError("in the guest, authorizing the harness's key: exit 1", "")
+    with pytest.raises(HarnessError) as kept, vm.said_if_it_stops(up, str(console), Machine(), when):
+        raise other
+    assert kept.value is other

@@ -22,11 +22,14 @@ MAX_COPY = 256 << 20  # bytes: a file `vm exec --copy` sends through the agent, 
 CHUNK = 64 << 10
 
 
+SAID = "guest agent: "  # how an agent's failure begins, wherever it is said
+
+
 class AgentError(HarnessError):
     """The agent did not answer, or answered with an error."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(f"guest agent: {message}", "is the guest still up? `vmharness vm console NAME` shows it")
+        super().__init__(f"{SAID}{message}", "is the guest still up? `vmharness vm console NAME` shows it")
 
 
 TCG_PATIENCE = 10.0  # a guest under TCG runs its commands several to a hundred times slower

@@ -159,8 +159,9 @@ def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: 
         conn, dom = running.domain(guest)
         try:
             timeout = AGENT_TIMEOUT * agent.patience(guest.kvm)
-            ssh.authorize(dom, timeout)
-            iface = _address_passed_nic(dom, cfg.guest.address, timeout) if cfg.guest.bdf else ""
+            with vm.said_if_it_stops(dom, guest.console_log, guest.machine, "after its agent answered"):
+                ssh.authorize(dom, timeout)
+                iface = _address_passed_nic(dom, cfg.guest.address, timeout) if cfg.guest.bdf else ""
         finally:
             conn.close()
         m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)

@@ -64,10 +64,13 @@ def _stopped(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> H
 
 
 @contextmanager
-def _said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> Iterator[None]:
+def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> Iterator[None]:
     """An error in the block from a guest that is no longer running becomes `_stopped`'s: an agent's
     "domain is not running" alone said nothing of why (an L2 in the rig's L1 under 7.3 that ended after
-    its agent answered, in a clean clone on 2026-12-03)."""
+    its agent answered, in a clean clone on 2026-12-03). An agent that stops answering while its guest
+    runs (libvirt: "Guest agent is not responding", once the agent's channel closed or a command timed
+    out: a guest that reset, or the agent's process ended) is said with the console's end as well: the
+    same L2 in the next clean clone failed so, and nothing else said what the guest had done."""
     try:
         yield
     except HarnessError as exc:
@@ -75,9 +78,14 @@ def _said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: 
             running = dom.isActive()
         except libvirt.libvirtError:
             running = False
-        if running:
+        if not running:
+            raise _stopped(dom, log, machine, when) from exc
+        if agent.SAID not in exc.message:
             raise
-        raise _stopped(dom, log, machine, when) from exc
+        raise HarnessError(f"the guest agent stopped answering {when}, the guest still running ({exc.message}); "
+                           "its console ends with:\n" + _indent(console_tail(log, machine)),
+                           "a guest that reset or whose agent ended says so on its console; the whole console "
+                           "log is " + log) from exc
 
 
 # libvirt's reason for a domain it has stopped. Every lifecycle event of the harness's domains is
@@ -164,7 +172,7 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
         say(f"guest agent answers after {seconds:.1f} s")
         link = None
         if spec.link is not None and link_net is not None:
-            with _said_if_it_stops(dom, spec.console_log, machine, "after its agent answered"):
+            with said_if_it_stops(dom, spec.console_log, machine, "after its agent answered"):
                 _link_up(dom, spec, machine, link_net)
             link = {"tap": spec.link.tap, "host": link_net[0], "guest": link_net[1]}
             say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")

@@ -63,6 +63,12 @@ def _stopped(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> H
                         "check the kernel and cmdline; the whole console log is " + log)
 
 
+class GuestLost(HarnessError):
+    """A guest lost after its agent answered: it stopped, or its agent went silent while it ran (a guest
+    that reset, an agent that ended). Unlike a kernel that panics or never answers, what a second boot of
+    the same guest may not meet (experiment/runner.py boots it once more)."""
+
+
 @contextmanager
 def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> Iterator[None]:
     """An error in the block from a guest that is no longer running becomes `_stopped`'s: an agent's
@@ -79,13 +85,14 @@ def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: s
         except libvirt.libvirtError:
             running = False
         if not running:
-            raise _stopped(dom, log, machine, when) from exc
+            stopped = _stopped(dom, log, machine, when)
+            raise GuestLost(stopped.message, stopped.hint) from exc
         if agent.SAID not in exc.message:
             raise
-        raise HarnessError(f"the guest agent stopped answering {when}, the guest still running ({exc.message}); "
-                           "its console ends with:\n" + _indent(console_tail(log, machine)),
-                           "a guest that reset or whose agent ended says so on its console; the whole console "
-                           "log is " + log) from exc
+        raise GuestLost(f"the guest agent stopped answering {when}, the guest still running ({exc.message}); "
+                        "its console ends with:\n" + _indent(console_tail(log, machine)),
+                        "a guest that reset or whose agent ended says so on its console; the whole console "
+                        "log is " + log) from exc
 
 
 # libvirt's reason for a domain it has stopped. Every lifecycle event of the harness's domains is

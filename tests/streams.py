@@ -201,10 +201,7 @@ def main(extra: list[str]) -> int:
                for name, commands in streams.items()}
     for t in threads.values():
         t.start()
-    try:
-        wait(threads, codes, began, deadline)
-    finally:
-        stop_children()
+    watch(threads, codes, began, deadline)
     for t in threads.values():
         t.join(timeout=30)  # the last lines of an interrupted pytest: what it was doing, its summary
     notes = [stream_cpu.remove(g) if g else f"CPU per test not measured: {why}" for g, why in groups.values()]
@@ -212,6 +209,24 @@ def main(extra: list[str]) -> int:
           *dict.fromkeys(n for n in notes if n), sep="\n")
     print(f"\n===== all streams: {codes} in {(time.monotonic() - began) / 60:.1f} min =====")
     return next((c for c in codes.values() if c != 0), 0) if len(codes) == len(threads) else 1
+
+
+ENDING = (signal.SIGTERM, signal.SIGHUP)  # ended so, the launcher stops its pytests first
+
+
+def watch(threads: dict[str, threading.Thread], codes: dict[str, int], began: float, deadline: float) -> None:
+    """`wait`, then the pytests stopped however it ends: by the deadline, Ctrl-C, or SIGTERM or SIGHUP,
+    raised here as SystemExit(128 + N). Killed so before, the launcher died at once and left its host
+    stream's pytest running, with its libvirtd and its guests (seen on 2026-12-03)."""
+    def ended(sig: int, _frame: object) -> None:
+        raise SystemExit(128 + sig)
+    before = {sig: signal.signal(sig, ended) for sig in ENDING}
+    try:
+        wait(threads, codes, began, deadline)
+    finally:
+        stop_children()
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def stop_children() -> None:

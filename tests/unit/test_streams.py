@@ -3,6 +3,7 @@ name and kept in its log; a deadline that interrupts what still runs; a bad dead
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -59,6 +60,26 @@ def test_the_deadline_interrupts_what_still_runs(tmp_path: Path, capsys: pytest.
     assert "===== deadline: host still running after" in out and "[host] started" in out
     # Interrupted by the SIGINT (Python ends by it again), not waited out (0, a minute later).
     assert codes["host"] == -signal.SIGINT
+
+
+def test_a_launcher_ended_by_sigterm_stops_its_pytests_first(tmp_path: Path) -> None:
+    """SIGTERM while the streams run: the launcher's child is interrupted, not left running."""
+    codes: dict[str, int] = {}
+    sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    t = threading.Thread(target=streams.stream, args=("host", [sleeper], [], codes), daemon=True)
+    t.start()
+    log = tmp_path / "host.log"
+    began = time.monotonic()
+    while not (log.exists() and log.read_bytes() == b"started\n"):
+        assert t.is_alive() and time.monotonic() - began < 60, "the child never said it started"
+        time.sleep(0.05)
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with pytest.raises(SystemExit) as ended:
+        streams.watch({"host": t}, codes, began, deadline=began + 600)
+    assert ended.value.code == 128 + signal.SIGTERM
+    t.join(timeout=30)
+    assert not t.is_alive() and codes["host"] == -signal.SIGINT  # interrupted as by Ctrl-C, not left running
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler given back
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-5", "1e9", "nan"])

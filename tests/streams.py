@@ -52,6 +52,7 @@ from pathlib import Path
 
 from tests import stream_cpu, streams_summary
 from tests.rig.paths import REPO
+from vmharness import signals
 
 LOGS = REPO / ".cache" / "test-streams"
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.stream_cpu"]  # each test's CPU
@@ -211,22 +212,20 @@ def main(extra: list[str]) -> int:
     return next((c for c in codes.values() if c != 0), 0) if len(codes) == len(threads) else 1
 
 
-ENDING = (signal.SIGTERM, signal.SIGHUP)  # ended so, the launcher stops its pytests first
-
-
 def watch(threads: dict[str, threading.Thread], codes: dict[str, int], began: float, deadline: float) -> None:
-    """`wait`, then the pytests stopped however it ends: by the deadline, Ctrl-C, or SIGTERM or SIGHUP,
-    raised here as SystemExit(128 + N). Killed so before, the launcher died at once and left its host
-    stream's pytest running, with its libvirtd and its guests (seen on 2026-12-03)."""
-    def ended(sig: int, _frame: object) -> None:
-        raise SystemExit(128 + sig)
-    before = {sig: signal.signal(sig, ended) for sig in ENDING}
+    """`wait`, then the pytests stopped however it ends: by the deadline, or by a signal that ends a process
+    (the harness's own handling, vmharness.signals: the first unwinds as Ctrl-C does, any after it while
+    the pytests stop is only noted), then raised as SystemExit(128 + N). Killed by SIGTERM before, the
+    launcher died at once and left its host stream's pytest running, with its libvirtd and its guests
+    (seen on 2026-12-03)."""
     try:
-        wait(threads, codes, began, deadline)
-    finally:
-        stop_children()
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+        with signals.terminate_as_interrupt():
+            try:
+                wait(threads, codes, began, deadline)
+            finally:
+                stop_children()
+    except signals.Interrupted as exc:
+        raise SystemExit(128 + exc.signum) from None
 
 
 def stop_children() -> None:

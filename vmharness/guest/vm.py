@@ -56,11 +56,13 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
 
 
-def _stopped(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> HarnessError:
-    """The error for a guest that stopped `when`: libvirt's reason, its console's and its QEMU log's ends."""
-    return HarnessError(f"the guest stopped {when} ({_why_stopped(dom)}); its console ends with:\n"
-                        + _indent(console_tail(log, machine)) + _qemu_log_tail(dom, machine),
-                        "check the kernel and cmdline; the whole console log is " + log)
+def _stopped(dom: libvirt.virDomain, log: str, machine: Machine, when: str,
+             kind: type[HarnessError] = HarnessError) -> HarnessError:
+    """The error (a `kind`) for a guest that stopped `when`: libvirt's reason, its console's and its QEMU
+    log's ends."""
+    return kind(f"the guest stopped {when} ({_why_stopped(dom)}); its console ends with:\n"
+                + _indent(console_tail(log, machine)) + _qemu_log_tail(dom, machine),
+                "check the kernel and cmdline; the whole console log is " + log)
 
 
 class GuestLost(HarnessError):
@@ -85,8 +87,7 @@ def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: s
         except libvirt.libvirtError:
             running = False
         if not running:
-            stopped = _stopped(dom, log, machine, when)
-            raise GuestLost(stopped.message, stopped.hint) from exc
+            raise _stopped(dom, log, machine, when, GuestLost) from exc
         if agent.SAID not in exc.message:
             raise
         raise GuestLost(f"the guest agent stopped answering {when}, the guest still running ({exc.message}); "

@@ -96,6 +96,26 @@ def test_the_wrapper_ended_by_a_signal_passes_it_on_then_stops_its_daemons(no_da
             proc.stop(wrapper, grace=30)
 
 
+def test_beside_a_libvirtd_that_answers_the_wrapper_passes_a_signal_on_and_says_it_the_same_way(
+        no_daemon: None) -> None:
+    """Where a libvirtd answers already, the wrapper starts none and stops none; a SIGTERM it passes on ends
+    CMD, and its own status is 128 + SIGTERM, as where it started the daemons (it returned CMD's status,
+    -15 as Popen reads it, so the shell saw 241)."""
+    with libvirtd.running() as ours:
+        wrapper = proc.spawn([sys.executable, "-m", "vmharness.host.libvirt.daemon", "sleep", "120"])
+        try:
+            deadline = time.monotonic() + 60
+            while _child_of(wrapper.pid, "sleep") is None:
+                assert wrapper.poll() is None and time.monotonic() < deadline, "the wrapper did not start its command"
+                time.sleep(0.2)
+            wrapper.send_signal(signal.SIGTERM)
+            assert wrapper.wait(timeout=60) == 128 + signal.SIGTERM
+            assert all(p.poll() is None for p in ours) and probes.libvirtd()["reachable"], "not the wrapper's to stop"
+        finally:
+            if wrapper.poll() is None:
+                proc.stop(wrapper, grace=30)
+
+
 def _child_of(pid: int, comm: str) -> int | None:
     """The PID of `pid`'s child named `comm`, if there is one."""
     for d in Path("/proc").iterdir():

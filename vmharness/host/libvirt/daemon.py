@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
     got: list[int] = []
     with running() as started:
         if not started:
-            return _call(argv, {}, (), got)
+            return _status(_call(argv, {}, (), got), got)
         asks, ask = os.pipe()
         answer, answers = os.pipe()
         busy = threading.Lock()
@@ -205,7 +205,16 @@ def main(argv: list[str]) -> int:
             os.close(ask)  # the thread ends when it reads the end of its requests
             os.close(answer)
             busy.acquire()  # a restart under way ends before the daemons are stopped
-    return 128 + got[0] if got else code
+    return _status(code, got)
+
+
+def _status(code: int, got: list[int]) -> int:
+    """The wrapper's exit status, whether it started the daemons or found one answering: 128 + the first
+    signal it passed on (as a shell reports a command ended by it), else CMD's own, a CMD killed by a
+    signal it did not pass on counted the same way (Popen's -N)."""
+    if got:
+        return 128 + got[0]
+    return 128 - code if code < 0 else code
 
 
 # What the wrapper passes on to CMD, whose own handling gives back what it took (vmharness.signals), before

@@ -1,15 +1,20 @@
 """What `vm up` says of a guest that stopped while booting: libvirt's reason, read from the domain
-(a fake: the real one, a QEMU killed mid-boot, is tests/integration/test_guest.py's)."""
+(a fake: the real one, a QEMU killed mid-boot, is tests/integration/test_guest.py's); and of one lost
+after its agent answered, the wait for its sshd among the steps (the real one is
+tests/integration/test_experiment.py's guest destroyed there)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import libvirt
 import pytest
 
 from vmharness.errors import HarnessError
-from vmharness.guest import vm
+from vmharness.guest import ssh, vm
+from vmharness.system import proc
 from vmharness.system.machine import Machine
 
 
@@ -82,3 +87,64 @@ def test_an_agent_that_stops_answering_while_its_guest_runs_is_said_with_the_con
     with pytest.raises(HarnessError) as kept, vm.said_if_it_stops(up, str(console), Machine(), when):
         raise other
     assert kept.value is other
+
+
+class _Unreachable(Machine):
+    """A guest whose sshd never lets the harness in (its tap went with it): each try fails at once."""
+
+    tries = 0
+
+    def run(self, argv: Sequence[str | Path], *, timeout: float, check: bool = True,
+            input: str | None = None) -> proc.Result:
+        type(self).tries += 1
+        said = "ssh: connect to host 198.18.1.2 port 22: No route to host"
+        return proc.Result(tuple(str(a) for a in argv), 255, "", said)
+
+
+def test_a_guest_that_stops_while_ssh_is_awaited_is_said_at_once_and_as_lost(tmp_path: Path) -> None:
+    """The wait for sshd asks whether the guest still runs: one destroyed there ends the wait at its next
+    try, and said_if_it_stops says it was lost (it waited the whole boot timeout before, then failed as
+    ssh's timeout, which the run did not boot again)."""
+    console = tmp_path / "console.log"
+    console.write_text("booting\nthe guest's last line\n")
+    gone = _Dom((libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_DESTROYED))
+    alive = iter([True, True, False])
+    _Unreachable.tries = 0
+    started = time.monotonic()
+    with pytest.raises(vm.GuestLost) as caught, \
+            vm.said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
+        ssh.wait(_Unreachable("root@198.18.1.2"), timeout=300, still=lambda: next(alive))
+    assert time.monotonic() - started < 5 and _Unreachable.tries == 2
+    assert caught.value.message.startswith("the guest stopped after its agent answered (libvirt: destroyed")
+    assert "the guest's last line" in caught.value.message
+
+
+def test_the_wait_for_ssh_of_a_running_guest_still_ends_at_its_timeout() -> None:
+    with pytest.raises(HarnessError, match=r"did not work within 0\.6 s: .*No route to host"):
+        ssh.wait(_Unreachable("root@198.18.1.2"), timeout=0.6, still=lambda: True)
+
+
+class _Stopping(_Dom):
+    """A guest libvirt still calls active ("being shut down") for its first few looks, then destroyed."""
+
+    def __init__(self, looks: int) -> None:
+        super().__init__((libvirt.VIR_DOMAIN_SHUTDOWN, 0))
+        self.looks = looks
+
+    def isActive(self) -> bool:  # libvirt's name
+        self.looks -= 1
+        if self.looks < 0:
+            self._state = (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_DESTROYED)
+        return self.looks >= 0
+
+
+def test_an_agent_error_that_comes_before_libvirt_says_the_guest_stopped_is_said_as_a_stop(tmp_path: Path) -> None:
+    """The agent's "disappeared while executing command" came while libvirt still had the destroyed guest
+    "being shut down" (active): read at once it said the guest still ran; libvirt is given a moment."""
+    console = tmp_path / "console.log"
+    console.write_text("booting\n")
+    with pytest.raises(vm.GuestLost) as caught, \
+            vm.said_if_it_stops(_Stopping(3), str(console), Machine(), "after its agent answered"):
+        raise HarnessError("guest agent: Guest agent is not responding: Guest agent disappeared while executing "
+                           "command", "")
+    assert caught.value.message.startswith("the guest stopped after its agent answered (libvirt: destroyed")

@@ -154,33 +154,33 @@ def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: 
     xml = domain.to_xml(planned.spec)
     guest = vm.up(root, planned.spec, cfg.guest.uri, planned.base_disk, xml, say, owner,
                   boot_timeout=cfg.guest.boot_timeout, link_net=planned.link_net)
+    reached: Machine | None = None  # whose shared ssh connection to close
     try:
         assert guest.link is not None
         conn, dom = running.domain(guest)
         try:
-            timeout = AGENT_TIMEOUT * agent.patience(guest.kvm)
+            # everything up to the Booted: a guest lost on the way, however its step failed, is said as lost
             with vm.said_if_it_stops(dom, guest.console_log, guest.machine, "after its agent answered"):
+                timeout = AGENT_TIMEOUT * agent.patience(guest.kvm)
                 ssh.authorize(dom, timeout)
                 iface = _address_passed_nic(dom, cfg.guest.address, timeout) if cfg.guest.bdf else ""
+                m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)
+                exe = emulator_check(cfg, inst, running.emulator(guest))
+                reached = m  # a try may have started its master
+                waited = ssh.wait(m, cfg.guest.boot_timeout, still=lambda: vm.is_running(dom))
+                say(f"ssh into the guest works ({waited:.1f} s after the agent)")
+                if cfg.guest.bdf:
+                    address = str(ipaddress.IPv4Interface(cfg.guest.address).ip)
+                else:
+                    address = guest.link["guest"].split("/")[0]
+                    iface = _iface_with(m, address)
+                return Booted(guest, m, address, iface, provenance.facts(m), xml,
+                              pinning(planned.spec.placement, running.affinity(guest)), planned.spec.placement,
+                              emulator=exe)
         finally:
             conn.close()
-        m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)
-        exe = emulator_check(cfg, inst, running.emulator(guest))
     except BaseException:
-        shutdown(root, guest, None, cfg, say)
-        raise
-    try:
-        waited = ssh.wait(m, cfg.guest.boot_timeout)
-        say(f"ssh into the guest works ({waited:.1f} s after the agent)")
-        if cfg.guest.bdf:
-            address = str(ipaddress.IPv4Interface(cfg.guest.address).ip)
-        else:
-            address = guest.link["guest"].split("/")[0]
-            iface = _iface_with(m, address)
-        return Booted(guest, m, address, iface, provenance.facts(m), xml,
-                      pinning(planned.spec.placement, running.affinity(guest)), planned.spec.placement, emulator=exe)
-    except BaseException:
-        shutdown(root, guest, m, cfg, say)
+        shutdown(root, guest, reached, cfg, say)
         raise
 
 

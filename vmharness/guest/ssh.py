@@ -8,6 +8,7 @@ link's address alone (`listen`): the image starts no sshd, the harness does once
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import libvirt
@@ -116,11 +117,16 @@ def close(m: Machine) -> None:
     proc.run(["ssh", *m.options, "-O", "exit", "--", m.ssh], timeout=30, check=False)
 
 
-def wait(m: Machine, timeout: float) -> float:
-    """Until sshd in the guest lets the harness in; returns the seconds it took."""
+def wait(m: Machine, timeout: float, still: Callable[[], bool] = lambda: True) -> float:
+    """Until sshd in the guest lets the harness in; returns the seconds it took. `still` says whether the
+    guest still runs: one that stopped is said at once, not after `timeout` (its tap gone, every try
+    fails at once, and a lost guest held its run for the whole boot timeout)."""
     started = time.monotonic()
     last = ""
     while time.monotonic() - started < timeout:
+        if not still():
+            raise HarnessError(f"ssh into the guest ({m.ssh}): the guest stopped before sshd let the harness in",
+                               "its console log says why")
         try:
             res = m.run(["true"], timeout=30, check=False)
         except HarnessError as exc:

@@ -71,6 +71,29 @@ class GuestLost(HarnessError):
     the same guest may not meet (experiment/runner.py boots it once more)."""
 
 
+# Seconds a failed step waits for libvirt to report a stopped guest: the agent's "disappeared while
+# executing command" can come before the domain's end (a guest destroyed from outside at its agent's first
+# answer was once still "being shut down" when the error came, active to libvirt, and stopped within 2 s).
+SETTLE = 2.0
+
+
+def _stops_within(dom: libvirt.virDomain, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while is_running(dom):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def is_running(dom: libvirt.virDomain) -> bool:
+    """Whether the domain runs; one libvirt cannot tell of counts as stopped."""
+    try:
+        return bool(dom.isActive())
+    except libvirt.libvirtError:
+        return False
+
+
 @contextmanager
 def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> Iterator[None]:
     """An error in the block from a guest that is no longer running becomes `_stopped`'s: an agent's
@@ -82,11 +105,7 @@ def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: s
     try:
         yield
     except HarnessError as exc:
-        try:
-            running = dom.isActive()
-        except libvirt.libvirtError:
-            running = False
-        if not running:
+        if _stops_within(dom, SETTLE):
             raise _stopped(dom, log, machine, when, GuestLost) from exc
         if agent.SAID not in exc.message:
             raise

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vmharness.bench import server
+from vmharness.bench import machines, server
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
 from vmharness.journal import journal
@@ -35,6 +35,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         cfg = config.load(Path(args.config) if args.config else None)
         check_new(out, "--out")
     server.check_configs(cfg.instance)
+    machines.check_clients(cfg.client)
     with journal.Lock(root):
         if args.resume:
             cfg, run = bench.reopen(Path(args.resume))

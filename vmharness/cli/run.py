@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vmharness.bench import server
+from vmharness.bench import machines, server
 from vmharness.cli.live import live_root
 from vmharness.errors import HarnessError
 from vmharness.host.prepare import show_plan
@@ -103,6 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     held = wire_check.check_wire(cfg, client_name)
     if not args.resume:
         check_new(out, "--out")
+    machines.check_clients(cfg.client)  # after every check of the input alone: it starts wrk on each client
     # the report's modules before the run (an install that cannot import them fails now, not after it),
     # yet after every check of the input, which an error then reaches in a fraction of the time;
     # matplotlib only for a report that draws: in the rig's L1 under TCG its import took 14 s of each

@@ -119,6 +119,8 @@ def run(
                                  env=_env(env), cwd=cwd)
     except FileNotFoundError as exc:
         raise _not_installed(args[0]) from exc
+    except OSError as exc:  # a file that is no program (no execute bit, a folder, a format the kernel refuses)
+        raise HarnessError(f"{args[0]} cannot be started: {exc.strerror}", "give the path of a program") from exc
     with p:
         try:
             stdout, stderr = p.communicate(input, timeout=timeout)

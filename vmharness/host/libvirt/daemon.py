@@ -187,25 +187,29 @@ def main(argv: list[str]) -> int:
         return 2
     got: list[int] = []
     with running() as started:
-        if not started:
-            return _status(_call(argv, {}, (), got), got)
-        asks, ask = os.pipe()
-        answer, answers = os.pipe()
-        busy = threading.Lock()
-        # the signals go to the main thread, which passes them on to CMD (_call): the thread's mask is its own
-        signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
-        try:
-            threading.Thread(target=_serve, args=(started, busy, asks, answers), daemon=True).start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, PASSED_ON)
-        env = {ENV: f"{started[-1].pid}:{ask}:{os.fstat(ask).st_ino}:{answer}:{os.fstat(answer).st_ino}"}
-        try:
-            code = _call(argv, env, (ask, answer), got)
-        finally:
-            os.close(ask)  # the thread ends when it reads the end of its requests
-            os.close(answer)
-            busy.acquire()  # a restart under way ends before the daemons are stopped
+        code = _call_serving(argv, started, got) if started else _call(argv, {}, (), got)
     return _status(code, got)
+
+
+def _call_serving(argv: list[str], started: list[subprocess.Popen[bytes]], got: list[int]) -> int:
+    """CMD run as _call runs it, told of the libvirtd started for it and of the pipes on which it may ask
+    for a restart, which a thread serves meanwhile."""
+    asks, ask = os.pipe()
+    answer, answers = os.pipe()
+    busy = threading.Lock()
+    # the signals go to the main thread, which passes them on to CMD (_call): the thread's mask is its own
+    signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
+    try:
+        threading.Thread(target=_serve, args=(started, busy, asks, answers), daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, PASSED_ON)
+    env = {ENV: f"{started[-1].pid}:{ask}:{os.fstat(ask).st_ino}:{answer}:{os.fstat(answer).st_ino}"}
+    try:
+        return _call(argv, env, (ask, answer), got)
+    finally:
+        os.close(ask)  # the thread ends when it reads the end of its requests
+        os.close(answer)
+        busy.acquire()  # a restart under way ends before the daemons are stopped
 
 
 def _status(code: int, got: list[int]) -> int:

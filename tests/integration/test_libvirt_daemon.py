@@ -53,8 +53,8 @@ def a_virtlogd(no_daemon: None) -> Iterator[subprocess.Popen[bytes]]:
         proc.stop(p, grace=15)
 
 
-def _names(started: list[subprocess.Popen[bytes]]) -> list[str]:
-    return [str(p.args[0]) for p in started]  # type: ignore[index]
+def _names(started: list[libvirtd.Started]) -> list[str]:
+    return [p.name for p in started]
 
 
 def test_beside_a_virtlogd_that_serves_only_libvirtd_is_started_and_that_virtlogd_stays(
@@ -70,7 +70,10 @@ def test_with_no_daemon_both_are_started_and_both_stopped(no_daemon: None) -> No
     with libvirtd.running() as started:
         assert _names(started) == ["virtlogd", "libvirtd"]
         assert probes.libvirtd()["reachable"] and probes.answers(libvirtd.VIRTLOGD_SOCKET)
+        # each daemon under its reaper (vmharness.system.reaper), the PID said being the daemon's own
+        assert [(_stat(p.pid)[0], int(_stat(p.pid)[2])) for p in started] == [(p.name, p.reaper.pid) for p in started]
     assert all(p.poll() is not None for p in started)
+    assert all(not Path(f"/proc/{p.pid}").exists() for p in started), "a daemon outlived its reaper"
     assert not probes.libvirtd()["reachable"] and not probes.answers(libvirtd.VIRTLOGD_SOCKET)
 
 
@@ -114,6 +117,12 @@ def test_beside_a_libvirtd_that_answers_the_wrapper_passes_a_signal_on_and_says_
         finally:
             if wrapper.poll() is None:
                 proc.stop(wrapper, grace=30)
+
+
+def _stat(pid: int) -> list[str]:
+    """A process's name, then the fields of its stat after it (state, parent's PID, ...)."""
+    name, _, rest = Path(f"/proc/{pid}/stat").read_text().rpartition(")")
+    return [name.partition("(")[2], *rest.split()]
 
 
 def _child_of(pid: int, comm: str) -> int | None:

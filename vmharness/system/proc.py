@@ -149,10 +149,12 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     die_with_parent: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start a long-running process in its own session; the caller stops it by PID
     (see `stop`). With `die_with_parent` the kernel kills it if the harness dies first
-    (PR_SET_PDEATHSIG), for helpers that must not outlive a crashed run."""
+    (PR_SET_PDEATHSIG), for helpers that must not outlive a crashed run. `pass_fds`: file
+    descriptors it keeps (as subprocess.Popen's)."""
     args = [str(a) for a in argv]
     log.debug("spawn: %s", shlex.join(args))
     try:
@@ -165,6 +167,7 @@ def spawn(
                 env=_env(env),
                 cwd=cwd,
                 start_new_session=True,
+                pass_fds=pass_fds,
                 preexec_fn=_kill_me_with_parent if die_with_parent else None,
             )
     except FileNotFoundError as exc:

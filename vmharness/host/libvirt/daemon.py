@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from vmharness import environ, signals
@@ -57,12 +58,45 @@ def _kvm_as_udev_leaves_it() -> Iterator[None]:
         os.chmod(path, before.st_mode & 0o7777)
 
 
-def _spawn(daemon: str) -> subprocess.Popen[bytes]:
-    with (LOG_DIR / f"{daemon}-vmharness.log").open("ab") as log:
-        return proc.spawn([daemon], stderr=log.fileno(), stdout=log.fileno())
+@dataclass
+class Started:
+    """A daemon started here, under its reaper (vmharness.system.reaper: the guests' QEMUs libvirtd leaves
+    orphaned are reaped the moment they exit, not when a slow init gets to them, which every guest's stop
+    waited for). The reaper is what is stopped, by its PID; the daemon dies with it."""
+
+    name: str
+    reaper: subprocess.Popen[bytes]
+    pid: int  # the daemon's own
+
+    def poll(self) -> int | None:
+        return self.reaper.poll()
 
 
-def _wait_reachable(started: list[subprocess.Popen[bytes]], timeout: float) -> None:
+PID_TIMEOUT = 30.0  # seconds for the reaper to say its daemon's PID (a Python start, then a fork)
+
+
+def _spawn(daemon: str) -> Started:
+    read_end, write_end = os.pipe()
+    try:
+        with (LOG_DIR / f"{daemon}-vmharness.log").open("ab") as log:
+            reaper = proc.spawn([sys.executable, "-m", "vmharness.system.reaper", str(write_end), daemon],
+                                stderr=log.fileno(), stdout=log.fileno(), pass_fds=(write_end,))
+        os.close(write_end)
+        write_end = -1
+        ready, _, _ = select.select([read_end], [], [], PID_TIMEOUT)
+        line = os.read(read_end, 64).decode(errors="replace").strip() if ready else ""
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    if not is_digits(line):
+        proc.stop(reaper, grace=15)
+        raise HarnessError(f"{daemon} did not start; see {LOG_DIR}/{daemon}-vmharness.log",
+                           "is libvirt-daemon-system installed?")
+    return Started(daemon, reaper, int(line))
+
+
+def _wait_reachable(started: list[Started], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not probes.libvirtd()["reachable"]:
         if time.monotonic() > deadline or any(p.poll() is not None for p in started):
@@ -72,12 +106,12 @@ def _wait_reachable(started: list[subprocess.Popen[bytes]], timeout: float) -> N
 
 
 @contextmanager
-def running(timeout: float = 60.0) -> Iterator[list[subprocess.Popen[bytes]]]:
+def running(timeout: float = 60.0) -> Iterator[list[Started]]:
     """Yields what was started ([virtlogd, libvirtd]; [libvirtd] when a virtlogd answered already; nothing
     when a libvirtd answered already). A virtlogd that serves already (one left by another tool, or
     started by hand) is used as it is: a second one cannot take its PID file and exits at once, which
     read as libvirtd failing to start (a clean clone's test_study.py failed so beside a virtlogd left over)."""
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[Started] = []
     with _kvm_as_udev_leaves_it():
         try:
             if not probes.libvirtd()["reachable"]:
@@ -90,10 +124,10 @@ def running(timeout: float = 60.0) -> Iterator[list[subprocess.Popen[bytes]]]:
             yield started
         finally:
             for p in reversed(started):
-                proc.stop(p, grace=15)
+                proc.stop(p.reaper, grace=15)
 
 
-def _restart(started: list[subprocess.Popen[bytes]]) -> int:
+def _restart(started: list[Started]) -> int:
     """Stop the libvirtd in `started` and start it again, unless it runs a guest; its new PID."""
     from vmharness.host.libvirt import api  # libvirt's bindings, only when a restart is asked for
 
@@ -105,13 +139,13 @@ def _restart(started: list[subprocess.Popen[bytes]]) -> int:
     if guests:
         raise HarnessError(f"the libvirtd vmharness started runs {guests} guest(s): it is not restarted under them",
                            "stop them (vmharness vm down NAME), then try again")
-    proc.stop(started[-1], grace=15)
+    proc.stop(started[-1].reaper, grace=15)
     started[-1] = _spawn("libvirtd")
     _wait_reachable(started, RESTART_TIMEOUT)
     return started[-1].pid
 
 
-def _serve(started: list[subprocess.Popen[bytes]], busy: threading.Lock, asks: int, answers: int) -> None:
+def _serve(started: list[Started], busy: threading.Lock, asks: int, answers: int) -> None:
     """The wrapper's side: one answer line per "restart" line, until CMD closes its end."""
     with os.fdopen(asks, "r") as ask, os.fdopen(answers, "w") as answer:
         for line in ask:
@@ -191,7 +225,7 @@ def main(argv: list[str]) -> int:
     return _status(code, got)
 
 
-def _call_serving(argv: list[str], started: list[subprocess.Popen[bytes]], got: list[int]) -> int:
+def _call_serving(argv: list[str], started: list[Started], got: list[int]) -> int:
     """CMD run as _call runs it, told of the libvirtd started for it and of the pipes on which it may ask
     for a restart, which a thread serves meanwhile."""
     asks, ask = os.pipe()

@@ -54,7 +54,8 @@ def until(check: object, timeout: float = 30) -> None:
 
 def test_it_says_cmds_pid_and_exits_with_its_status() -> None:
     with reaping("sh", "-c", "sleep 0.3; exit 3") as (p, pid):
-        assert ppid(pid) == p.pid and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sh\0")
+        until(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sh\0"))  # once it has exec'd
+        assert ppid(pid) == p.pid
         assert p.wait(timeout=30) == 3
 
 
@@ -90,8 +91,18 @@ def test_cmd_dies_with_a_reaper_killed_outright() -> None:
 @pytest.mark.parametrize(("args", "code", "said"), [
     ([], 2, "error: usage: python -m vmharness.system.reaper FD CMD [ARG...]"),
     (["x", "true"], 2, "error: usage: python -m vmharness.system.reaper FD CMD [ARG...]"),
-    (["1", "no-such-program-here"], 127, "error: no-such-program-here is not installed"),
+    (["1", "no-such-program-here"], 127, "error: cannot run no-such-program-here: No such file or directory"),
 ])
 def test_bad_usage_or_a_missing_program_is_one_line(args: list[str], code: int, said: str) -> None:
     res = subprocess.run([*REAPER, *args], capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stderr.strip()) == (code, said)
+
+
+def test_signals_sent_the_moment_it_has_started_all_reach_cmd() -> None:
+    """Each sent as soon as the PID is said, many times: a handler that ran just before the wait for
+    children left that wait uninterrupted and the signal unpassed (1 start in 300 did so, by hand)."""
+    for n in range(60):
+        sig = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)[n % 3]
+        with reaping("sleep", "30") as (p, _):
+            p.send_signal(sig)
+            assert p.wait(timeout=30) == 128 + sig, n

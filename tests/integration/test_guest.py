@@ -155,6 +155,26 @@ def test_qemu_killed_mid_boot_leaves_nothing(built: image.Image) -> None:
     assert_nothing_left("ikill")
 
 
+def test_a_guest_paused_mid_boot_is_said_halted_at_the_next_look(built: image.Image) -> None:
+    """A domain libvirt keeps active whose guest runs no more (here paused by hand; a KVM internal error
+    pauses it so too) is said at the boot's next look, not at its boot timeout, and removed."""
+    p = spawn_vmh("vm", "up", "--name", "ipause", "--boot-timeout", "600")
+    _wait_for_qemu(p, "ipause")
+    deadline = time.monotonic() + 60
+    while (res := proc.run(["virsh", "-c", "qemu:///system", "suspend", "vmh-ipause"], timeout=30,
+                           check=False)).returncode != 0:  # refused while libvirt still starts it
+        assert time.monotonic() < deadline and p.poll() is None, res.stderr
+        time.sleep(0.2)
+    suspended = time.monotonic()
+    _, err = p.communicate(timeout=120)
+    text = err.decode()
+    assert p.returncode == 2, text
+    said = "error: the guest halted while booting (libvirt: paused by a user); its console ends with:"
+    assert _error_line(text) == said
+    assert time.monotonic() - suspended < 30 and "Traceback" not in text
+    assert_nothing_left("ipause")
+
+
 def test_harness_killed_mid_boot_is_cleaned_by_host_restore(built: image.Image) -> None:
     p = spawn_vmh("vm", "up", "--name", "icrash")
     _wait_for_qemu(p, "icrash")

@@ -1,4 +1,4 @@
-"""A guest lost after its agent answered (vm.GuestLost: it stopped, or its agent went silent while it ran)
+"""A guest lost after its agent answered (stopped.GuestLost: it stopped, or its agent went silent while it ran)
 is booted once more by the runner, said and kept; any other boot failure is the session's at once, and
 a second loss is too (the boots faked: the real loss is the rig's k73 L2,
 tests/integration/test_host_boots_in_l1.py)."""
@@ -14,10 +14,10 @@ from tests.unit.test_hostboot_run import World
 from vmharness.errors import HarnessError
 from vmharness.experiment import runner
 from vmharness.experiment.boots import Session
-from vmharness.guest import session, vm
+from vmharness.guest import session, stopped
 
-LOST = vm.GuestLost("the guest agent stopped answering after its agent answered, the guest still running "
-                    "(guest agent: Guest agent is not responding)\nits console ends with: ...", "")
+LOST = stopped.GuestLost("the guest agent stopped answering after its agent answered, the guest still running "
+                         "(guest agent: Guest agent is not responding)\nits console ends with: ...", "")
 
 
 def _runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -13,17 +13,24 @@ import libvirt
 import pytest
 
 from vmharness.errors import HarnessError
-from vmharness.guest import ssh, vm
+from vmharness.guest import agent, ssh, stopped, vm
 from vmharness.system import proc
 from vmharness.system.machine import Machine
+
+
+@pytest.fixture(autouse=True)
+def _short_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake domain's state changes within its few looks: the 2 s libvirt is given would be waited out
+    by every running guest's error."""
+    monkeypatch.setattr(stopped, "SETTLE", 0.5)
 
 
 class _Dom:
     def __init__(self, state: tuple[int, int] | None) -> None:
         self._state = state
 
-    def isActive(self) -> bool:  # libvirt's name
-        return self._state is not None and self._state[0] == libvirt.VIR_DOMAIN_RUNNING
+    def isActive(self) -> bool:  # libvirt's name: true of a paused domain too
+        return self._state is not None and self._state[0] != libvirt.VIR_DOMAIN_SHUTOFF
 
     def name(self) -> str:
         return "vmh-test-no-such-domain"
@@ -42,12 +49,12 @@ class _Dom:
     (99, "shut off, reason 99"),
 ])
 def test_libvirts_reason_for_a_stopped_guest_is_said(reason: int, said: str) -> None:
-    assert said in vm._why_stopped(_Dom((libvirt.VIR_DOMAIN_SHUTOFF, reason)))
+    assert said in stopped._why_stopped(_Dom((libvirt.VIR_DOMAIN_SHUTOFF, reason)))
 
 
 def test_a_domain_libvirt_no_longer_knows_is_said_as_such() -> None:
-    assert vm._why_stopped(_Dom(None)).startswith("libvirt did not say why: ")
-    assert vm._why_stopped(_Dom((libvirt.VIR_DOMAIN_RUNNING, 1))) == "libvirt: state 1, reason 1"
+    assert stopped._why_stopped(_Dom(None)).startswith("libvirt did not say why: ")
+    assert stopped._why_stopped(_Dom((libvirt.VIR_DOMAIN_RUNNING, 1))) == "libvirt: state 1, reason 1"
 
 
 def test_a_guest_that_stops_after_its_agent_answered_is_said_with_why_and_its_console(tmp_path: Path) -> None:
@@ -57,7 +64,7 @@ def test_a_guest_that_stops_after_its_agent_answered_is_said_with_why_and_its_co
     console.write_text("booting\nthe last line the guest printed\n")
     gone = _Dom((libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_CRASHED))
     with pytest.raises(HarnessError) as caught, \
-            vm.said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
+            stopped.said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
         raise HarnessError("guest agent: Requested operation is not valid: domain is not running", "")
     said = caught.value.message
     assert said.startswith("the guest stopped after its agent answered (libvirt: its QEMU ended unexpectedly")
@@ -67,7 +74,7 @@ def test_a_guest_that_stops_after_its_agent_answered_is_said_with_why_and_its_co
 def test_an_error_of_a_guest_still_running_is_left_as_it_is(tmp_path: Path) -> None:
     up = _Dom((libvirt.VIR_DOMAIN_RUNNING, 1))
     with pytest.raises(HarnessError, match=r"^the guest has no interface"), \
-            vm.said_if_it_stops(up, str(tmp_path / "console.log"), Machine(), "after its agent answered"):
+            stopped.said_if_it_stops(up, str(tmp_path / "console.log"), Machine(), "after its agent answered"):
         raise HarnessError("the guest has no interface with MAC 52:54:00:00:00:01", "")
 
 
@@ -77,14 +84,14 @@ def test_an_agent_that_stops_answering_while_its_guest_runs_is_said_with_the_con
     console = tmp_path / "console.log"
     console.write_text("booting\nreboot: Restarting system\n")
     up, when = _Dom((libvirt.VIR_DOMAIN_RUNNING, 1)), "after its agent answered"
-    with pytest.raises(HarnessError) as caught, vm.said_if_it_stops(up, str(console), Machine(), when):
+    with pytest.raises(HarnessError) as caught, stopped.said_if_it_stops(up, str(console), Machine(), when):
         raise HarnessError("guest agent: Guest agent is not responding: Guest agent not available for now", "")
     said = caught.value.message
     assert said.startswith("the guest agent stopped answering after its agent answered, the guest still running "
                            "(guest agent: Guest agent is not responding")
     assert "reboot: Restarting system" in said
     other = HarnessError("in the guest, authorizing the harness's key: exit 1", "")
-    with pytest.raises(HarnessError) as kept, vm.said_if_it_stops(up, str(console), Machine(), when):
+    with pytest.raises(HarnessError) as kept, stopped.said_if_it_stops(up, str(console), Machine(), when):
         raise other
     assert kept.value is other
 
@@ -111,8 +118,8 @@ def test_a_guest_that_stops_while_ssh_is_awaited_is_said_at_once_and_as_lost(tmp
     alive = iter([True, True, False])
     _Unreachable.tries = 0
     started = time.monotonic()
-    with pytest.raises(vm.GuestLost) as caught, \
-            vm.said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
+    with pytest.raises(stopped.GuestLost) as caught, \
+            stopped.said_if_it_stops(gone, str(console), Machine(), "after its agent answered"):
         ssh.wait(_Unreachable("root@198.18.1.2"), timeout=300, still=lambda: next(alive))
     assert time.monotonic() - started < 5 and _Unreachable.tries == 2
     assert caught.value.message.startswith("the guest stopped after its agent answered (libvirt: destroyed")
@@ -143,8 +150,84 @@ def test_an_agent_error_that_comes_before_libvirt_says_the_guest_stopped_is_said
     "being shut down" (active): read at once it said the guest still ran; libvirt is given a moment."""
     console = tmp_path / "console.log"
     console.write_text("booting\n")
-    with pytest.raises(vm.GuestLost) as caught, \
-            vm.said_if_it_stops(_Stopping(3), str(console), Machine(), "after its agent answered"):
+    with pytest.raises(stopped.GuestLost) as caught, \
+            stopped.said_if_it_stops(_Stopping(3), str(console), Machine(), "after its agent answered"):
         raise HarnessError("guest agent: Guest agent is not responding: Guest agent disappeared while executing "
                            "command", "")
     assert caught.value.message.startswith("the guest stopped after its agent answered (libvirt: destroyed")
+
+
+@pytest.mark.parametrize(("state", "said"), [
+    ((libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_UNKNOWN), "a KVM internal error or emulation failure"),
+    ((libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_IOERROR), "paused on a disk's I/O error"),
+    ((libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_CRASHED), "paused on the guest's panic"),
+    ((libvirt.VIR_DOMAIN_PAUSED, 99), "paused, reason 99"),
+    ((libvirt.VIR_DOMAIN_SHUTDOWN, 0), "being shut down, its QEMU not yet ended"),
+    ((libvirt.VIR_DOMAIN_CRASHED, 0), "crashed, reason 0"),
+    ((libvirt.VIR_DOMAIN_PMSUSPENDED, 0), "suspended by the guest's power management"),
+])
+def test_an_active_domain_whose_guest_runs_no_more_is_said_halted(state: tuple[int, int], said: str) -> None:
+    why = stopped.halted(_Dom(state))
+    assert why is not None and said in why
+
+
+@pytest.mark.parametrize("state", [
+    (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_RUNNING_BOOTED),
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_STARTING_UP),  # libvirt's own step at a start
+    (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTOFF_DESTROYED),  # stopped, not halted
+    None,  # libvirt no longer knows it
+])
+def test_a_running_starting_or_stopped_domain_is_not_halted(state: tuple[int, int] | None) -> None:
+    assert stopped.halted(_Dom(state)) is None
+
+
+def _qemu_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A QEMU log as QEMU leaves it after a KVM internal error: its words, then the register dump."""
+    monkeypatch.setattr(stopped, "QEMU_LOGS", str(tmp_path))
+    dump = [f"R{i:02d}=000000000000{i:04x}" for i in range(24)]
+    (tmp_path / "vmh-test-no-such-domain.log").write_text(
+        "/usr/bin/qemu-system-x86_64 \\\n-name guest=vmh-test \\\n-msg timestamp=on\n"
+        "KVM internal error. Suberror: 1\nemulation failure\n" + "\n".join(dump) + "\nCode=0f 0b <0f> 01\n")
+
+
+def test_a_paused_guest_after_its_agent_answered_is_said_halted_with_its_qemus_words(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's "domain is not running" while libvirt calls the domain active: its QEMU paused it. Said
+    as halted and lost, with libvirt's reason and QEMU's own line above its register dump; the same error
+    from a running guest is said as the agent's (the control: only the domain's state differs)."""
+    _qemu_log(tmp_path, monkeypatch)
+    console = tmp_path / "console.log"
+    console.write_text("booting\nthe guest's last line\n")
+    error = "guest agent: Requested operation is not valid: domain is not running"
+    paused = _Dom((libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_UNKNOWN))
+    with pytest.raises(stopped.GuestLost) as caught, \
+            stopped.said_if_it_stops(paused, str(console), Machine(), "after its agent answered"):
+        raise HarnessError(error, "")
+    said = caught.value.message
+    assert said.startswith("the guest halted after its agent answered (libvirt: paused for a reason it does not know")
+    assert "the guest's last line" in said and "KVM internal error. Suberror: 1" in said and "Code=0f 0b" in said
+    assert "-msg" not in said and error not in said
+    running = _Dom((libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_RUNNING_BOOTED))
+    with pytest.raises(stopped.GuestLost) as control, \
+            stopped.said_if_it_stops(running, str(console), Machine(), "after its agent answered"):
+        raise HarnessError(error, "")
+    assert control.value.message.startswith("the guest agent stopped answering after its agent answered, the guest "
+                                            "still running")
+    assert "KVM internal error" not in control.value.message
+
+
+def test_a_guest_halted_while_booting_is_said_at_the_next_look_not_at_the_boot_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _qemu_log(tmp_path, monkeypatch)
+    monkeypatch.setattr(vm, "LOOK_S", 0.0)
+    monkeypatch.setattr(agent, "ping", lambda *_, **__: False)
+    paused = _Dom((libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_UNKNOWN))
+    started = time.monotonic()
+    with pytest.raises(HarnessError) as caught:
+        vm._wait_for_agent(paused, str(tmp_path / "console.log"), Machine(), timeout=300)
+    assert time.monotonic() - started < 5
+    assert caught.value.message.startswith("the guest halted while booting (libvirt: paused for a reason")
+    assert "KVM internal error. Suberror: 1" in caught.value.message
+    with pytest.raises(HarnessError, match=r"^the guest agent did not answer within 0\.5 s"):
+        vm._wait_for_agent(_Dom((libvirt.VIR_DOMAIN_RUNNING, 1)), str(tmp_path / "console.log"), Machine(),
+                           timeout=0.5)

@@ -21,7 +21,7 @@ from vmharness.errors import HarnessError
 from vmharness.experiment import hostprep, hostrecord, ops
 from vmharness.experiment.boots import Session, rides, sessions
 from vmharness.experiment.runfolder import ensure_image, note_guest
-from vmharness.guest import provenance, running, session, vm
+from vmharness.guest import provenance, running, session, stopped
 from vmharness.model import derived, profile, switches, vectors
 from vmharness.model.sections import InstanceSection, RunConfig
 from vmharness.rundir import record_check
@@ -158,11 +158,11 @@ class Runner:
 
     def _boot(self, s: Session, inst: InstanceSection, lost: list[str]) -> session.Booted:
         """The session's guest, booted once more where the first was lost after its agent answered
-        (vm.GuestLost, said and kept in `lost`): one such guest would cost a host boot its measurement
+        (stopped.GuestLost, said and kept in `lost`): one such guest would cost a host boot its measurement
         (an L2 under 7.3 in the rig's L1 ended so in two of four clean clones, its cause untraced)."""
         try:
             return session.boot(self.root, self.cfg, inst, self.image, self.say, self.owner)
-        except vm.GuestLost as exc:
+        except stopped.GuestLost as exc:
             lost.append(exc.message)
             self.say(f"{s.instance}, iteration {s.iteration}: its guest was lost after its agent answered; "
                      f"booting it once more: {exc.message.splitlines()[0]}")

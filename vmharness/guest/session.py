@@ -15,7 +15,7 @@ from typing import Any
 
 from vmharness import cpus, progress
 from vmharness.errors import HarnessError
-from vmharness.guest import agent, domain, instance, placement, provenance, running, ssh, vm
+from vmharness.guest import agent, domain, instance, placement, provenance, running, ssh, stopped, vm
 from vmharness.guest.record import Guest
 from vmharness.host.prepare import irqs, knobs
 from vmharness.journal import journal
@@ -160,14 +160,14 @@ def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: 
         conn, dom = running.domain(guest)
         try:
             # everything up to the Booted: a guest lost on the way, however its step failed, is said as lost
-            with vm.said_if_it_stops(dom, guest.console_log, guest.machine, "after its agent answered"):
+            with stopped.said_if_it_stops(dom, guest.console_log, guest.machine, "after its agent answered"):
                 timeout = AGENT_TIMEOUT * agent.patience(guest.kvm)
                 ssh.authorize(dom, timeout)
                 iface = _address_passed_nic(dom, cfg.guest.address, timeout) if cfg.guest.bdf else ""
                 m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)
                 exe = emulator_check(cfg, inst, running.emulator(guest))
                 reached = m  # a try may have started its master
-                waited = ssh.wait(m, cfg.guest.boot_timeout, still=lambda: vm.is_running(dom))
+                waited = ssh.wait(m, cfg.guest.boot_timeout, still=lambda: stopped.is_running(dom))
                 say(f"ssh into the guest works ({waited:.1f} s after the agent)")
                 if cfg.guest.bdf:
                     address = str(ipaddress.IPv4Interface(cfg.guest.address).ip)

@@ -6,21 +6,20 @@ a run's id for its guests), and `up` undoes both on any failure, Ctrl-C, SIGTERM
 harness that dies outright leaves them to the next run (a run's) or to `host-restore`. The journal's
 `domain` op is registered here, beside the code that makes the change: guests own their undo (the
 overlay is a journal.files `file`). The caller holds the host lock (journal.Lock) around `up` and
-`down`. What is kept about a running guest is record.py's; asking it things is running.py's.
+`down`. What is kept about a running guest is record.py's; asking it things is running.py's; what is
+said of one that stopped or halted, stopped.py's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import libvirt
 
 from vmharness.errors import HarnessError
-from vmharness.guest import agent, ssh
+from vmharness.guest import agent, ssh, stopped
 from vmharness.guest.domain import DomainSpec
 from vmharness.guest.record import DOMAIN_PREFIX, Guest, domain_name, forget, save
 from vmharness.guest.running import console_tail
@@ -33,127 +32,31 @@ from vmharness.signals import shielded
 from vmharness.system.machine import Machine, for_uri
 from vmharness.system.root import HostRoot
 
+LOOK_S = 5.0  # seconds between looks at a booting guest's state and console
+
 
 def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout: float) -> float:
     started = time.monotonic()
     looked = started
     while time.monotonic() - started < timeout:
         if not dom.isActive():
-            raise _stopped(dom, log, machine, "while booting")
+            raise stopped.stopped(dom, log, machine, "while booting")
         if agent.ping(dom, timeout=3):
             return time.monotonic() - started
-        if time.monotonic() - looked > 5:  # a panicked guest stays up: read its console now and then
+        if time.monotonic() - looked > LOOK_S:  # a panicked or halted guest stays up: look now and then
             looked = time.monotonic()
+            if (why := stopped.halted(dom)) is not None:
+                raise stopped.halted_error(dom, log, machine, "while booting", why)
             tail = console_tail(log, machine, lines=60)
             if "Kernel panic - not syncing" in tail:
                 raise HarnessError("the guest kernel panicked while booting; its console ends with:\n"
-                                   + _indent(tail[tail.index("Kernel panic"):]),
+                                   + stopped.indent(tail[tail.index("Kernel panic"):]),
                                    "check the kernel, its cmdline (root=, init=) and its drivers; the whole "
                                    "console log is " + log)
         time.sleep(0.2)  # the agent answers a fraction of a second after it starts
     raise HarnessError(f"the guest agent did not answer within {timeout:g} s; the console ends with:\n"
-                       + _indent(console_tail(log, machine)),
+                       + stopped.indent(console_tail(log, machine)),
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
-
-
-def _stopped(dom: libvirt.virDomain, log: str, machine: Machine, when: str,
-             kind: type[HarnessError] = HarnessError) -> HarnessError:
-    """The error (a `kind`) for a guest that stopped `when`: libvirt's reason, its console's and its QEMU
-    log's ends."""
-    return kind(f"the guest stopped {when} ({_why_stopped(dom)}); its console ends with:\n"
-                + _indent(console_tail(log, machine)) + _qemu_log_tail(dom, machine),
-                "check the kernel and cmdline; the whole console log is " + log)
-
-
-class GuestLost(HarnessError):
-    """A guest lost after its agent answered: it stopped, or its agent went silent while it ran (a guest
-    that reset, an agent that ended). Unlike a kernel that panics or never answers, what a second boot of
-    the same guest may not meet (experiment/runner.py boots it once more)."""
-
-
-# Seconds a failed step waits for libvirt to report a stopped guest: the agent's "disappeared while
-# executing command" can come before the domain's end (a guest destroyed from outside at its agent's first
-# answer was once still "being shut down" when the error came, active to libvirt, and stopped within 2 s).
-SETTLE = 2.0
-
-
-def _stops_within(dom: libvirt.virDomain, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while is_running(dom):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def is_running(dom: libvirt.virDomain) -> bool:
-    """Whether the domain runs; one libvirt cannot tell of counts as stopped."""
-    try:
-        return bool(dom.isActive())
-    except libvirt.libvirtError:
-        return False
-
-
-@contextmanager
-def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: str) -> Iterator[None]:
-    """An error in the block from a guest that is no longer running becomes `_stopped`'s: an agent's
-    "domain is not running" alone said nothing of why (an L2 in the rig's L1 under 7.3 that ended after
-    its agent answered, in a clean clone on 2026-12-03). An agent that stops answering while its guest
-    runs (libvirt: "Guest agent is not responding", once the agent's channel closed or a command timed
-    out: a guest that reset, or the agent's process ended) is said with the console's end as well: the
-    same L2 in the next clean clone failed so, and nothing else said what the guest had done."""
-    try:
-        yield
-    except HarnessError as exc:
-        if _stops_within(dom, SETTLE):
-            raise _stopped(dom, log, machine, when, GuestLost) from exc
-        if agent.SAID not in exc.message:
-            raise
-        raise GuestLost(f"the guest agent stopped answering {when}, the guest still running ({exc.message}); "
-                        "its console ends with:\n" + _indent(console_tail(log, machine)),
-                        "a guest that reset or whose agent ended says so on its console; the whole console "
-                        "log is " + log) from exc
-
-
-# libvirt's reason for a domain it has stopped. Every lifecycle event of the harness's domains is
-# "destroy" (domain.py), so a guest that resets (a reboot, a panic with panic=N, a triple fault) is
-# stopped too, as libvirt reports it: "shutdown" through QEMU's -no-reboot, "destroyed" where libvirt
-# handles the reset itself.
-_SHUTOFF = {
-    libvirt.VIR_DOMAIN_SHUTOFF_SHUTDOWN: "libvirt: shut down, by the guest's power-off or reset",
-    libvirt.VIR_DOMAIN_SHUTOFF_DESTROYED: "libvirt: destroyed, on the guest's reset or from outside",
-    libvirt.VIR_DOMAIN_SHUTOFF_CRASHED: "libvirt: its QEMU ended unexpectedly (killed, or crashed)",
-    libvirt.VIR_DOMAIN_SHUTOFF_FAILED: "libvirt: its QEMU failed to start",
-    libvirt.VIR_DOMAIN_SHUTOFF_DAEMON: "libvirt: stopped by the daemon",
-}
-
-
-def _why_stopped(dom: libvirt.virDomain) -> str:
-    try:
-        state, reason = dom.state()
-    except libvirt.libvirtError as exc:
-        return f"libvirt did not say why: {str(exc).strip()}"
-    if state != libvirt.VIR_DOMAIN_SHUTOFF:
-        return f"libvirt: state {state}, reason {reason}"
-    return _SHUTOFF.get(reason, f"libvirt: shut off, reason {reason}")
-
-
-# Where libvirt's system daemon keeps each domain's QEMU log: what QEMU printed to its stderr, and the
-# daemon's line on why it stopped it ("shutting down, reason=..."; "terminating on signal ...").
-QEMU_LOGS = "/var/log/libvirt/qemu"
-
-
-def _qemu_log_tail(dom: libvirt.virDomain, machine: Machine, lines: int = 6) -> str:
-    """The log's last lines past the QEMU command line libvirt wrote at the start (its lines end in a
-    backslash, the last one is `-msg ...`)."""
-    res = machine.run(["tail", "-n", "40", f"{QEMU_LOGS}/{dom.name()}.log"], timeout=30, check=False)
-    said = [line[:300] for line in res.stdout.replace("\r", "").splitlines()
-            if line.strip() and not line.endswith("\\") and not line.startswith("-")] if res.ok else []
-    return "\nits QEMU's log ends with:\n" + _indent("\n".join(said[-lines:])) if said else ""
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.rstrip().splitlines()) or "    (empty)"
 
 
 def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, net: tuple[str, str]) -> None:
@@ -199,7 +102,7 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
         say(f"guest agent answers after {seconds:.1f} s")
         link = None
         if spec.link is not None and link_net is not None:
-            with said_if_it_stops(dom, spec.console_log, machine, "after its agent answered"):
+            with stopped.said_if_it_stops(dom, spec.console_log, machine, "after its agent answered"):
                 _link_up(dom, spec, machine, link_net)
             link = {"tap": spec.link.tap, "host": link_net[0], "guest": link_net[1]}
             say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")

@@ -62,6 +62,8 @@ class Nic:
 
 SYSRQ_WAIT = 3.0  # seconds for L1's kernel to print what a sysrq key asked for
 SYSRQ_LINES = 80  # of it, in the failure's message (the whole console is kept)
+BOOT_LOOK_S = 2.0  # seconds between await_boot's looks at L1's boot id while it answers from the old boot
+SILENT_RETRY_S = 1.0  # and between its tries while L1's agent does not answer
 
 
 class Rig:
@@ -258,14 +260,14 @@ class Rig:
                 if time.monotonic() - answered > WEDGED:
                     what = f"L1's agent has not answered for {WEDGED:g} s and L1 did not boot again"
                     raise self._wedge(what) from None
-                time.sleep(1.0)
+                time.sleep(SILENT_RETRY_S)
                 continue
             answered = time.monotonic()
             if now != before:
                 return time.monotonic() - began
             with suppress(HarnessError):  # the agent quiet under `going`: L1 may be in kexec
                 going()
-            time.sleep(2.0)
+            time.sleep(BOOT_LOOK_S)
 
     def console_tail(self, lines: int = CONSOLE_LINES) -> str:
         try:

@@ -231,3 +231,21 @@ def test_a_guest_halted_while_booting_is_said_at_the_next_look_not_at_the_boot_t
     with pytest.raises(HarnessError, match=r"^the guest agent did not answer within 0\.5 s"):
         vm._wait_for_agent(_Dom((libvirt.VIR_DOMAIN_RUNNING, 1)), str(tmp_path / "console.log"), Machine(),
                            timeout=0.5)
+
+
+def test_a_guest_halted_while_ssh_is_awaited_ends_the_wait_and_is_said_halted(tmp_path: Path) -> None:
+    """As the stopped guest above, one paused there: libvirt calls it active, and the wait asked no more
+    than that, so it held the run for the whole boot timeout; a running guest's wait goes on (the control)."""
+    console = tmp_path / "console.log"
+    console.write_text("booting\n")
+    paused = _Dom((libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_IOERROR))
+    _Unreachable.tries = 0
+    started = time.monotonic()
+    with pytest.raises(stopped.GuestLost) as caught, \
+            stopped.said_if_it_stops(paused, str(console), Machine(), "after its agent answered"):
+        ssh.wait(_Unreachable("root@198.18.1.2"), timeout=300, still=lambda: stopped.runs(paused))
+    assert time.monotonic() - started < 5 and _Unreachable.tries == 0
+    assert caught.value.message.startswith("the guest halted after its agent answered (libvirt: paused on a disk's")
+    running = _Dom((libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_RUNNING_BOOTED))
+    with pytest.raises(HarnessError, match=r"did not work within 0\.6 s"):
+        ssh.wait(_Unreachable("root@198.18.1.2"), timeout=0.6, still=lambda: stopped.runs(running))

@@ -167,7 +167,7 @@ def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: 
                 m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)
                 exe = emulator_check(cfg, inst, running.emulator(guest))
                 reached = m  # a try may have started its master
-                waited = ssh.wait(m, cfg.guest.boot_timeout, still=lambda: stopped.is_running(dom))
+                waited = ssh.wait(m, cfg.guest.boot_timeout, still=lambda: stopped.runs(dom))
                 say(f"ssh into the guest works ({waited:.1f} s after the agent)")
                 if cfg.guest.bdf:
                     address = str(ipaddress.IPv4Interface(cfg.guest.address).ip)

@@ -36,6 +36,11 @@ def is_running(dom: libvirt.virDomain) -> bool:
         return False
 
 
+def runs(dom: libvirt.virDomain) -> bool:
+    """Whether the guest runs on: active to libvirt, and not halted (a paused guest is active too)."""
+    return is_running(dom) and halted(dom) is None
+
+
 def _stops_within(dom: libvirt.virDomain, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while is_running(dom):

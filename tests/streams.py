@@ -50,12 +50,13 @@ import threading
 import time
 from pathlib import Path
 
-from tests import stream_cpu, streams_summary
+from tests import stream_cpu, stream_stop, streams_summary
 from tests.rig.paths import REPO
 from vmharness import signals
 
 LOGS = REPO / ".cache" / "test-streams"
-PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.stream_cpu"]  # each test's CPU
+# each test's CPU; a stop that a test's in-process command took as its own still heard
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.stream_cpu", "-p", "tests.stream_stop"]
 RIG_TESTS = [[*PYTEST, "tests/integration", "-m", "rig"], [*PYTEST, "tests/test_lint.py"]]
 # The unit tier, then the host's integration tests, the longest first; last, those that need the
 # machine to themselves (quiet_machine: the timed load), where they wait for the rig least.
@@ -152,7 +153,8 @@ def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[s
             # SIGINT at its default in the child: a launcher started in the background by a shell script
             # (CI) has it ignored, children inherit that, and the deadline's SIGINT would do nothing
             p = subprocess.Popen(["env", "--default-signal=INT", *cmd, *extra], cwd=REPO, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, env={**os.environ, **ENV, **(env or {})})
+                                 stderr=subprocess.STDOUT,
+                                 env={**os.environ, **ENV, stream_stop.MARK: str(LOGS / STOP_MARK), **(env or {})})
             CHILDREN.append(p)
             if STOPPING.is_set():  # started as stop_children went through CHILDREN
                 p.send_signal(signal.SIGINT)
@@ -167,6 +169,7 @@ def stream(name: str, commands: list[list[str]], extra: list[str], codes: dict[s
     codes[name] = code
 
 
+STOP_MARK = "stopping"  # in LOGS, made before the SIGINT: tests/stream_stop.py
 STOP_GRACE = 60  # seconds a pytest has to tear down after the deadline's Ctrl-C (the rig's QEMU quits in a few)
 CHILDREN: list[subprocess.Popen[bytes]] = []  # the pytests started, stopped with the launcher
 PRINTING = threading.Lock()  # one stream's line at a time
@@ -196,6 +199,7 @@ def main(extra: list[str]) -> int:
         set_up()
         streams = suite_streams()
     codes: dict[str, int] = {}
+    (LOGS / STOP_MARK).unlink(missing_ok=True)  # an earlier launcher's
     groups = {name: stream_cpu.make(name) for name in streams}
     envs = {name: {stream_cpu.GROUP: str(group)} if group else {} for name, (group, _) in groups.items()}
     threads = {name: threading.Thread(target=stream, args=(name, commands, extra, codes, envs[name]), daemon=True)
@@ -230,6 +234,8 @@ def watch(threads: dict[str, threading.Thread], codes: dict[str, int], began: fl
 
 def stop_children() -> None:
     STOPPING.set()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / STOP_MARK).touch()  # before the SIGINT, which a test's in-process command may take as its own
     for p in CHILDREN:
         if p.poll() is None:
             p.send_signal(signal.SIGINT)  # as Ctrl-C: pytest tears its fixtures down (the rig's QEMU)

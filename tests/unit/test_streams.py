@@ -82,6 +82,57 @@ def test_a_launcher_ended_by_sigterm_stops_its_pytests_first(tmp_path: Path) -> 
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler given back
 
 
+SWALLOWS = """
+import pathlib, signal, time
+import pytest
+
+@pytest.fixture(autouse=True)
+def swallowed():
+    # as the harness's command run in-process takes a SIGINT that comes while it runs as its own
+    signal.signal(signal.SIGINT, lambda *_: None)
+
+@pytest.mark.parametrize("n", range(16))
+def test_one(n):
+    pathlib.Path(STARTED).touch()
+    time.sleep(0.25)
+"""
+
+
+def test_a_pytest_whose_test_took_the_sigint_as_its_own_still_stops_after_that_test(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's stop reaches a pytest whose tests take SIGINT for themselves (the unit tier's
+    in-process commands do): it ends after the test it is in, its summary saying why. The control, the same
+    pytest without the plugin, runs all sixteen to their end (its grace here outlasts them)."""
+    monkeypatch.setattr(streams, "STOP_GRACE", 30)
+    started = tmp_path / "started"
+    module = tmp_path / "cases" / "test_swallows.py"
+    module.parent.mkdir()
+    module.write_text(f"STARTED = {str(started)!r}\n" + SWALLOWS)
+    for plugin, ends in ((["-p", "tests.stream_stop"], 2), ([], 0)):
+        started.unlink(missing_ok=True)
+        codes: dict[str, int] = {}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, str(module)]
+        t = threading.Thread(target=streams.stream, args=("rig", [cmd], [], codes), daemon=True)
+        t.start()
+        began = time.monotonic()
+        while not started.exists():
+            assert t.is_alive() and time.monotonic() - began < 60, "the child never started a test"
+            time.sleep(0.05)
+        stopping = time.monotonic()
+        streams.stop_children()
+        t.join(timeout=60)
+        assert not t.is_alive() and codes["rig"] == ends
+        log = (tmp_path / "rig.log").read_text()
+        if ends == 2:  # pytest's own exit for an interrupted session, within a test or two
+            assert time.monotonic() - stopping < 10 and "Interrupted: the test launcher is stopping" in log, log
+            assert "16 passed" not in log, log
+        else:
+            assert "16 passed" in log and "Interrupted" not in log, log
+        (tmp_path / streams.STOP_MARK).unlink()
+        monkeypatch.setattr(streams, "CHILDREN", [])
+        monkeypatch.setattr(streams, "STOPPING", threading.Event())
+
+
 @pytest.mark.parametrize("raw", ["abc", "0", "-5", "1e9", "nan"])
 def test_a_bad_deadline_is_one_line(raw: str, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,8 +28,8 @@ class GuestLost(HarnessError):
 SETTLE = 2.0
 
 
-def is_running(dom: libvirt.virDomain) -> bool:
-    """Whether the domain runs; one libvirt cannot tell of counts as stopped."""
+def _is_active(dom: libvirt.virDomain) -> bool:
+    """Whether libvirt has the domain active (a paused one is); one it cannot tell of counts as stopped."""
     try:
         return bool(dom.isActive())
     except libvirt.libvirtError:
@@ -38,12 +38,12 @@ def is_running(dom: libvirt.virDomain) -> bool:
 
 def runs(dom: libvirt.virDomain) -> bool:
     """Whether the guest runs on: active to libvirt, and not halted (a paused guest is active too)."""
-    return is_running(dom) and halted(dom) is None
+    return _is_active(dom) and halted(dom) is None
 
 
 def _stops_within(dom: libvirt.virDomain, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while is_running(dom):
+    while _is_active(dom):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
@@ -56,7 +56,8 @@ def said_if_it_stops(dom: libvirt.virDomain, log: str, machine: Machine, when: s
     "domain is not running" alone said nothing of why (an L2 in the rig's L1 under 7.3 that ended after
     its agent answered, in a clean clone on 2026-12-03). One that libvirt keeps active but halted is said
     as halted, with libvirt's reason and its QEMU's log (the same L2, in a later clone, failed with the
-    agent's "domain is not running" while libvirt called it active: paused, by its state's rules). An agent
+    agent's "domain is not running" while libvirt called it active, which libvirt says of any state but
+    running: which one was not read then). An agent
     that stops answering while its guest runs (libvirt: "Guest agent is not responding", once the agent's
     channel closed or a command timed out: a guest that reset, or the agent's process ended) is said with
     the console's end as well."""

@@ -74,7 +74,8 @@ def test_a_silent_agent_ends_the_command_after_the_silence_not_its_timeout(tmp_p
 @pytest.fixture()
 def quick_looks(monkeypatch: pytest.MonkeyPatch) -> None:
     """await_boot's looks every few hundredths of a second instead of every 1-2 s: its timeouts here are
-    a tenth of a second's, the order of what it sees unchanged."""
+    a second or two (a margin of over a second for a loaded machine), the order of what it sees
+    unchanged."""
     monkeypatch.setattr(rig_module, "BOOT_LOOK_S", 0.02)
     monkeypatch.setattr(rig_module, "SILENT_RETRY_S", 0.02)
 
@@ -119,12 +120,12 @@ def test_an_l1_whose_agent_stays_silent_is_wedged_and_one_that_answers_is_not(
         monkeypatch.setattr(rig, "boot_id", lambda timeout=60.0: "the same boot")
         began = time.monotonic()
         if silent:
-            said = r"not answered for 0\.2 s" if wedged < 0.8 else r"within 0\.8 s, its agent silent throughout"
+            said = r"not answered for 0\.2 s" if wedged < 1.5 else r"within 1\.5 s, its agent silent throughout"
             with pytest.raises(failures.Wedged, match=rf"(?s){said}.*hrtimer"):
-                rig.await_boot("the same boot", timeout=0.8)
+                rig.await_boot("the same boot", timeout=1.5)
         else:
-            with pytest.raises(failures.RigError, match=r"did not boot again within 0\.8 s") as exc:
-                rig.await_boot("the same boot", timeout=0.8)
+            with pytest.raises(failures.RigError, match=r"did not boot again within 1\.5 s") as exc:
+                rig.await_boot("the same boot", timeout=1.5)
             assert not isinstance(exc.value, failures.Wedged)
         assert time.monotonic() - began < 30
     finally:
@@ -238,9 +239,9 @@ def test_a_boot_whose_kernel_reports_a_stall_is_given_up_early_and_booted_once_m
         rig.agent = _NeverSyncs()  # type: ignore[assignment]
         began = time.monotonic()
         with pytest.raises(failures.RigError) as exc:
-            rig._wait_for_agent(began + 2.0, 2.0)
+            rig._wait_for_agent(began + 3.0, 3.0)
         assert exc.value.stalled is (console != "booting")
-        assert (time.monotonic() - began < 1.5) is (console != "booting")
+        assert (time.monotonic() - began < 2.5) is (console != "booting")
     finally:
         qemu.kill()
         qemu.wait()
@@ -255,8 +256,8 @@ def test_a_boot_whose_kernel_reports_a_stall_is_given_up_early_and_booted_once_m
         return "the second boot"
     monkeypatch.setattr(rig_module.Rig, "_boot", boot)
     if console != "booting":
-        assert str(rig_module.Rig.start(timeout=2.0)) == "the second boot" and len(boots) == 2
+        assert str(rig_module.Rig.start(timeout=3.0)) == "the second boot" and len(boots) == 2
     else:
-        with pytest.raises(failures.RigError, match="did not answer within 2 s"):
-            rig_module.Rig.start(timeout=2.0)
+        with pytest.raises(failures.RigError, match="did not answer within 3 s"):
+            rig_module.Rig.start(timeout=3.0)
         assert len(boots) == 1

@@ -21,7 +21,7 @@ class SessionRig:
 
     def usable(self) -> Rig:
         if self.rig is not None and not self.rig.usable:
-            warnings.warn("the session's L1 wedged in an earlier module; this module boots a fresh one", stacklevel=2)
+            warnings.warn("the session's L1 wedged in an earlier module or test; a fresh one is booted", stacklevel=2)
             self.rig.stop()
             self.rig = None
         if self.rig is None:

@@ -7,17 +7,14 @@ from the root namespace over a veth pair in 198.19.<index>.0/24 (RFC 2544 benchm
 
 Only the network is separate: the namespace sees this machine's filesystem, programs and users, so a
 command run over ssh there is this machine's command with its own NIC. Nothing that exists already is
-reused or deleted; a name or index in use is an error.
+reused; a name or index in use is an error. One thing is deleted: a namespace these tests made in a run
+that was killed before it could delete it (tests/integration/netns_records.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import shlex
-import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -25,14 +22,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.integration.netns_records import (
+    NAME,
+    NETNS_DIR,
+    RECORDS,
+    forget,
+    give_back_leftovers,
+    ip,
+    kill_all_in,
+    record,
+)
 from vmharness.errors import HarnessError
 from vmharness.system import proc
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
 READY_TIMEOUT = 20.0  # sshd answers within about 0.1 s here
-IP_TIMEOUT = 30.0
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
 
 
 @dataclass(frozen=True)
@@ -51,17 +56,14 @@ class NetnsHost:
         return ["ssh", "-F", str(self.ssh_config), self.name, "--", shlex.join(argv)]
 
 
-def _ip(*args: str, check: bool = True) -> proc.Result:
-    return proc.run(["ip", *args], timeout=IP_TIMEOUT, check=check)
-
-
 def _refuse_if_in_use(netns: str, links: tuple[str, ...], subnet: str) -> None:
-    if (Path("/run/netns") / netns).exists():
-        raise HarnessError(f"network namespace {netns} exists already", "delete it if it is a leftover")
+    if (NETNS_DIR / netns).exists():
+        raise HarnessError(f"network namespace {netns} exists already",
+                           f"{RECORDS} has no record of a killed run making it: delete it if it is a leftover")
     for link in links:
-        if _ip("-o", "link", "show", "dev", link, check=False).ok:
+        if ip("-o", "link", "show", "dev", link, check=False).ok:
             raise HarnessError(f"network interface {link} exists already", "pick another index")
-    used = _ip("-o", "-4", "addr", "show", "to", subnet).stdout.strip()
+    used = ip("-o", "-4", "addr", "show", "to", subnet).stdout.strip()
     if used:
         raise HarnessError(f"{subnet} is in use already: {used.splitlines()[0]}", "pick another index")
 
@@ -108,35 +110,7 @@ def _write_configs(tmp: Path, name: str, address: str) -> tuple[Path, Path]:
 def _stop_namespace_processes(sshd: subprocess.Popen[bytes], netns: str) -> None:
     """Stop sshd, then whatever is still in the namespace: sessions sshd forked outlive it."""
     proc.stop(sshd)
-    try:
-        ns = os.stat(Path("/run/netns") / netns)
-    except FileNotFoundError:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = _pids_in(ns)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + 5.0
-        while pids and time.monotonic() < deadline:
-            time.sleep(0.05)
-            pids = _pids_in(ns)
-        if not pids:
-            return
-
-
-def _pids_in(ns: os.stat_result) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            st = os.stat(f"/proc/{entry}/ns/net")
-        except OSError:  # gone, or a kernel thread
-            continue
-        if (st.st_dev, st.st_ino) == (ns.st_dev, ns.st_ino):
-            pids.append(int(entry))
-    return pids
+    kill_all_in(netns)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -163,28 +137,30 @@ def _wait_for_ssh(sshd: subprocess.Popen[bytes], ssh_config: Path, name: str, st
 def netns_host(name: str, index: int) -> Iterator[NetnsHost]:
     """A namespace vmh-<name> with sshd on 198.19.<index>.2, reachable as ssh Host <name> through
     NetnsHost.ssh_config; sshd, the veth pair, the namespace and the temp dir are gone afterwards."""
-    if not _NAME.fullmatch(name):
+    if not NAME.fullmatch(name):
         raise ValueError(f"netns host name {name!r}: lower-case letters, digits and '-', at most 31")
     if not 0 <= index <= 255:
         raise ValueError(f"netns host index {index}: 0..255 (it is the third octet of 198.19.<index>.0/24)")
     netns, root_if, ns_if = f"vmh-{name}", f"vmhr{index}", f"vmhn{index}"
     root_address, address = f"198.19.{index}.1", f"198.19.{index}.2"
+    give_back_leftovers()
     _refuse_if_in_use(netns, (root_if, ns_if), f"198.19.{index}.0/24")
 
     with contextlib.ExitStack() as cleanup:  # each undo is registered once its step has succeeded
         tmp = Path(tempfile.mkdtemp(prefix=f"{netns}-"))
-        cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
+        cleanup.callback(forget, netns, tmp)  # the last undo: the record outlives what it names
+        record(netns, ns_if, tmp)
         sshd_config, ssh_config = _write_configs(tmp, name, address)
 
-        _ip("netns", "add", netns)  # fails if another one took the name meanwhile: nothing to undo
-        cleanup.callback(_ip, "netns", "delete", netns)
-        _ip("link", "add", root_if, "type", "veth", "peer", "name", ns_if, "netns", netns)
-        cleanup.callback(_ip, "link", "delete", root_if, check=False)  # gone already if the netns went
-        _ip("addr", "add", f"{root_address}/24", "dev", root_if)
-        _ip("link", "set", root_if, "up")
-        _ip("-n", netns, "link", "set", "lo", "up")
-        _ip("-n", netns, "addr", "add", f"{address}/24", "dev", ns_if)
-        _ip("-n", netns, "link", "set", ns_if, "up")
+        ip("netns", "add", netns)  # fails if another one took the name meanwhile: nothing to undo
+        cleanup.callback(ip, "netns", "delete", netns)
+        ip("link", "add", root_if, "type", "veth", "peer", "name", ns_if, "netns", netns)
+        cleanup.callback(ip, "link", "delete", root_if, check=False)  # gone already if the netns went
+        ip("addr", "add", f"{root_address}/24", "dev", root_if)
+        ip("link", "set", root_if, "up")
+        ip("-n", netns, "link", "set", "lo", "up")
+        ip("-n", netns, "addr", "add", f"{address}/24", "dev", ns_if)
+        ip("-n", netns, "link", "set", ns_if, "up")
 
         if not PRIVSEP_DIR.is_dir():  # shared with every sshd here: left in place
             PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.integration.netns_host import netns_host
+from tests.integration.netns_records import NETNS_DIR, RECORDS
 from vmharness.errors import HarnessError
 from vmharness.system import proc
-from vmharness.system.machine import SSH_CONFIG_ENV, Machine
+from vmharness.system.machine import SSH_CONFIG_ENV, Machine, alive
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +53,51 @@ def test_the_same_name_twice_is_refused_and_the_first_survives(monkeypatch: pyte
         assert Machine(host.name).run(["true"], timeout=30).ok  # the refusals took nothing away
     assert "vmh-nsdup" not in proc.run(["ip", "netns", "list"], timeout=10).stdout.split()
     assert "vmh-nsother" not in proc.run(["ip", "netns", "list"], timeout=10).stdout.split()
+
+
+KILLED_RUN = """
+import sys, time
+from tests.integration.netns_host import netns_host
+with netns_host("nskill", int(sys.argv[1])) as host:
+    print(host.sshd_pid, host.ssh_config.parent, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_runs_namespace_is_given_back_and_one_not_of_these_tests_stays(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A run killed inside netns_host leaves its namespace, sshd and temp dir; the next netns_host gives
+    them back. Controls: while the maker runs, its namespace is in use and stays; a namespace with no
+    record (not made by these tests) stays, and its name is refused."""
+    root, here = Path(__file__).resolve().parents[2], Machine()
+    maker = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(INDEX + 2)], cwd=root, stdout=subprocess.PIPE,
+                             text=True)
+    proc.run(["ip", "netns", "add", "vmh-nsforeign"], timeout=30)
+    try:
+        assert maker.stdout is not None
+        pid_text, tmp_text = maker.stdout.readline().split()
+        sshd, tmp = int(pid_text), Path(tmp_text)
+        with pytest.raises(HarnessError, match="vmh-nskill exists already"), netns_host("nskill", INDEX + 4):
+            pass
+        assert alive(here, sshd) and (RECORDS / "vmh-nskill").is_file()  # its maker is at work
+        maker.send_signal(signal.SIGKILL)
+        maker.wait(timeout=30)
+        assert (NETNS_DIR / "vmh-nskill").exists() and alive(here, sshd) and tmp.is_dir()
+
+        with caplog.at_level(logging.WARNING), netns_host("nskill", INDEX + 2) as host:
+            assert host.sshd_pid != sshd
+        assert "giving back network namespace vmh-nskill, left by a killed run" in caplog.text
+        assert not alive(here, sshd) and not tmp.exists()  # a zombie until init reaps it
+        assert not (NETNS_DIR / "vmh-nskill").exists() and not (RECORDS / "vmh-nskill").exists()
+
+        assert (NETNS_DIR / "vmh-nsforeign").exists() and not (RECORDS / "vmh-nsforeign").exists()
+        with pytest.raises(HarnessError, match="vmh-nsforeign exists already"), netns_host("nsforeign", INDEX + 3):
+            pass
+        assert (NETNS_DIR / "vmh-nsforeign").exists()
+    finally:
+        maker.kill()
+        maker.wait(timeout=30)
+        proc.run(["ip", "netns", "delete", "vmh-nsforeign"], timeout=30, check=False)
 
 
 def test_a_machine_reads_its_ssh_config_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

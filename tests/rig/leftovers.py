@@ -14,6 +14,8 @@ import signal
 import tempfile
 from pathlib import Path
 
+from vmharness.system.machine import Machine, start_time
+
 log = logging.getLogger("tests.rig.leftovers")
 
 PREFIX = "vmharness-rig-"
@@ -52,11 +54,7 @@ def _owner_alive(tmp: Path) -> bool:
 
 
 def _start_time(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "gone"
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the comm field
+    return start_time(Machine(), pid) or "gone"
 
 
 def _cmdline(pid: int) -> bytes:

@@ -102,7 +102,7 @@ def give_back_leftovers() -> None:
 def _give_back_each() -> None:
     for path in sorted(RECORDS.iterdir()):
         record = _read_record(path)
-        if record is None or not NAME.fullmatch(path.name.removeprefix("vmh-")):
+        if record is None or not path.name.startswith("vmh-") or not NAME.fullmatch(path.name[4:]):
             log.warning("%s is not a record these tests wrote: left alone", path)
             continue
         maker = record["maker"]

@@ -35,7 +35,7 @@ import pytest
 from tests.integration.conftest import BOOT_TIMEOUT
 from tests.integration.test_run_nested import font_list, in_l1, libvirt_in_l1, read_json_lines
 from tests.rig import Rig, kernel, kernel_index, l2root, qmp
-from tests.rig.failures import Wedged, once_more
+from tests.rig.failures import WEDGED, Wedged, once_more
 from vmharness.errors import HarnessError
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm, pytest.mark.slow]
@@ -52,6 +52,10 @@ V2_OFF, UNAFFECTED = "host-no-spectre_v2", "spec_store_bypass_disable"  # the se
 SAME = f"host-no-{UNAFFECTED}"
 K73, VECTORS = "k73", "mitigations=auto,no_guest_host"  # the second kernel's host boot, and its switch
 SWITCH = 900.0  # seconds from a command's start to L1's next boot: an L2 booted and measured, then kexec
+# How long a quick command in L1 (a poll, a start) waits for L1's agent: as long as it takes to call L1
+# wedged, so that a wedged L1 goes round once more on a fresh one. A clean clone of 988ba66 lost the test
+# at its first poll of the held kexec -e to a 60 s wait, with every vCPU of L1 halted and each timer one-shot.
+POLL = WEDGED
 
 
 def config(rig: Rig, other: kernel.Kernel) -> str:
@@ -89,7 +93,7 @@ def started(rig: Rig, argv: list[str], log: str) -> int:
     """argv started in L1 in a session of its own, its output into `log`: a switch reboots L1 under it,
     so it cannot be waited for through the agent. Its pid."""
     line = 'setsid "$@" </dev/null >"$LOG" 2>&1 & echo $!'
-    res = in_l1(rig, "sh", "-c", line, "sh", *argv, env={"LOG": log, "MPLCONFIGDIR": MPL}, timeout=60)
+    res = in_l1(rig, "sh", "-c", line, "sh", *argv, env={"LOG": log, "MPLCONFIGDIR": MPL}, timeout=POLL)
     assert res.ok, res.stderr
     return int(res.stdout.strip())
 
@@ -97,7 +101,7 @@ def started(rig: Rig, argv: list[str], log: str) -> int:
 def switched(rig: Rig, before: str, pid: int, log: str) -> float:
     """Seconds until L1 came back in another boot; the command's output if it ended without a switch."""
     def going() -> None:
-        if in_l1(rig, "test", "-d", f"/proc/{pid}", timeout=60).returncode != 0:
+        if in_l1(rig, "test", "-d", f"/proc/{pid}", timeout=POLL).returncode != 0:
             raise AssertionError(f"the run ended without switching the host:\n{said_so_far(rig, log)}")
     try:
         return rig.await_boot(before, SWITCH, going)
@@ -145,8 +149,8 @@ def killed_at_the_switch(rig: Rig, pid: int, log: str) -> None:
     """Wait until the run's `kexec -e` is held, then SIGKILL the run's session: its kernel is loaded
     and journaled; host-restore unloads it."""
     deadline = time.monotonic() + SWITCH
-    while in_l1(rig, "test", "-e", HELD, timeout=60).returncode != 0:
-        assert in_l1(rig, "test", "-d", f"/proc/{pid}", timeout=60).returncode == 0, \
+    while in_l1(rig, "test", "-e", HELD, timeout=POLL).returncode != 0:
+        assert in_l1(rig, "test", "-d", f"/proc/{pid}", timeout=POLL).returncode == 0, \
             f"the run ended before its kexec -e:\n{said_so_far(rig, log)}"
         assert time.monotonic() < deadline, f"no kexec -e within {SWITCH:g} s:\n{said_so_far(rig, log)}"
         time.sleep(3.0)

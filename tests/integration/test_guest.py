@@ -145,7 +145,11 @@ def test_qemu_killed_mid_boot_leaves_nothing(built: image.Image) -> None:
     p = spawn_vmh("vm", "up", "--name", "ikill")
     qemu = _wait_for_qemu(p, "ikill")
     time.sleep(3)
-    os.kill(qemu, signal.SIGKILL)
+    try:
+        os.kill(qemu, signal.SIGKILL)
+    except ProcessLookupError:  # ended on its own first, which the harness must say the same way: in a
+        # clean clone of 785c619 QEMU 7.2's "CPU 0/TCG" thread segfaulted within 2 s of its start
+        print(f"QEMU {qemu} had ended before it was killed")
     _, err = p.communicate(timeout=120)
     text = err.decode()
     assert p.returncode == 2, text

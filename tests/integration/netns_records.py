@@ -24,6 +24,7 @@ from pathlib import Path
 from vmharness.errors import HarnessError
 from vmharness.system import proc
 from vmharness.system.machine import Machine, start_time
+from vmharness.userfile import read_inside
 
 log = logging.getLogger("tests.integration.netns_records")
 
@@ -68,17 +69,9 @@ def forget(netns: str, tmp: Path) -> None:
 
 def _read_record(path: Path) -> dict[str, object] | None:
     """A record as these tests wrote it; None for anything else (it is then left alone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not os.path.isfile(f"/proc/self/fd/{f.fileno()}"):
-            return None
-        raw = f.read(RECORD_LIMIT + 1)
-    try:
-        record = json.loads(raw) if len(raw) <= RECORD_LIMIT else None
-    except ValueError:
+    try:  # a regular file of one name, no link, at most RECORD_LIMIT bytes
+        record = json.loads(read_inside(path.parent, path.name, RECORD_LIMIT))
+    except (OSError, HarnessError, ValueError):
         return None
     ok = (isinstance(record, dict) and isinstance(record.get("maker"), list) and len(record["maker"]) == 3
           and isinstance(record["maker"][0], int) and isinstance(record.get("interface"), str)

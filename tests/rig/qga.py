@@ -7,7 +7,7 @@ import logging
 import secrets
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +95,11 @@ class GuestAgent:
         env: Mapping[str, str],
         timeout: float,
         input: bytes | None = None,
+        watch: Callable[[], None] | None = None,
     ) -> Result:
         """Run argv in the guest with exactly `env`; a process still running at the
-        deadline is killed and AgentError is raised."""
+        deadline is killed and AgentError is raised. `watch` is called at each look at the process, and
+        what it raises ends the wait (the process is left to the caller)."""
         deadline = time.monotonic() + timeout
         arguments: dict[str, object] = {
             "path": argv[0],
@@ -117,6 +119,8 @@ class GuestAgent:
             status = self._call_map("guest-exec-status", {"pid": pid}, timeout=max(min(remaining, self._silence), 1))
             if status.get("exited"):
                 break
+            if watch is not None:
+                watch()
             time.sleep(min(pause, remaining))
             pause = min(pause * 1.5, 0.25)
         if status.get("out-truncated") or status.get("err-truncated"):

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Self
 
 from tests.rig import initramfs, kernel, kexec_tools, l0_trees, leftovers, topology
+from tests.rig.console_watch import ConsoleWatch, Stalled
 from tests.rig.failures import (
     CONSOLE_LINES,
     STALLED_BOOT,
@@ -81,6 +82,7 @@ class Rig:
         self.boot_seconds = 0.0
         self._stopped = False
         self._wedged: Wedged | None = None
+        self._watch: ConsoleWatch | None = None  # from the end of L1's first boot (console_watch.py)
         atexit.register(self.stop)
 
     @property
@@ -155,6 +157,7 @@ class Rig:
         try:
             rig._wait_for_agent(began + timeout, timeout)
             rig._discover_nics(max(began + timeout - time.monotonic(), 30.0))
+            rig._watch = ConsoleWatch(files.console)
         except BaseException:
             rig.stop()
             raise
@@ -180,7 +183,10 @@ class Rig:
                 env={**GUEST_ENV, **(env or {})},
                 timeout=timeout,
                 input=None if input is None else input.encode(),
+                watch=self._watch,
             )
+        except Stalled as exc:  # a task blocked for minutes: L1 waits for what does not come (console_watch.py)
+            raise self._wedge(f"L1's kernel said {exc.line!r} while {shlex.join(argv)[:300]} ran") from None
         except AgentError as exc:
             # L1 silent or past the command's time: what its console said then is the only trace of why
             # (a nested run's L1 went silent in host-prepare's hugepage write, docs/testing.md)

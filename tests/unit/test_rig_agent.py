@@ -5,13 +5,8 @@ socket that speaks the agent's framing; the real one is tested in tests/integrat
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,37 +14,8 @@ import pytest
 from tests.rig import failures, topology
 from tests.rig import rig as rig_module
 from tests.rig.qga import AgentError, AgentSilent, GuestAgent
+from tests.unit.fake_agent import fake_agent
 from vmharness.system.proc import Result
-
-
-@contextmanager
-def _agent(path: Path, answer_status: bool) -> Iterator[None]:
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen(1)
-
-    def serve() -> None:
-        conn, _ = server.accept()
-        with conn, conn.makefile("rb") as lines:
-            for raw in lines:
-                request = json.loads(raw.strip(b"\xff"))
-                command, args = request["execute"], request.get("arguments", {})
-                if command == "guest-sync-delimited":
-                    reply: object = args["id"]
-                elif command == "guest-exec":
-                    reply = {"pid": 7}
-                elif answer_status:
-                    reply = {"exited": True, "exitcode": 0, "out-data": "b2sK"}  # "ok\n"
-                else:
-                    continue  # silent: a hung agent
-                conn.sendall(json.dumps({"return": reply}).encode() + b"\n")
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        server.close()
 
 
 @pytest.mark.parametrize("answer_status", [True, False], ids=["answering", "silent"])
@@ -58,7 +24,7 @@ def test_a_silent_agent_ends_the_command_after_the_silence_not_its_timeout(tmp_p
     path = tmp_path / "agent.sock"
     agent = GuestAgent(path, silence=1.0)
     began = time.monotonic()
-    with _agent(path, answer_status):
+    with fake_agent(path, {"exited": True, "exitcode": 0, "out-data": "b2sK"} if answer_status else None):
         agent.connect(timeout=10)
         try:
             if answer_status:
@@ -168,7 +134,8 @@ class _SilentExec(_Answering):
     def __init__(self, waited: float) -> None:
         self.waited = waited
 
-    def exec(self, argv: list[str], *, env: dict[str, str], timeout: float, input: bytes | None = None) -> None:
+    def exec(self, argv: list[str], *, env: dict[str, str], timeout: float, input: bytes | None = None,
+             watch: object = None) -> None:
         raise AgentSilent(f"the guest agent did not answer guest-exec-status within {self.waited:g} s", self.waited)
 
 

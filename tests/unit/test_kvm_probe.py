@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vmharness.errors import HarnessError
 from vmharness.host.inspect import kvm, kvm_boot
 from vmharness.host.inspect.kvm_boot import Boot
 from vmharness.system import proc
@@ -245,3 +246,15 @@ def test_the_tiny_guests_clock_starts_when_its_vcpu_runs(script: str, timeout: f
 def test_a_device_that_is_not_kvm_is_named_by_the_childs_error(dev: str, says: str) -> None:
     result = kvm.long_mode(dev)
     assert not result.usable and says in result.detail
+
+
+def test_a_probe_that_cannot_be_stopped_is_an_unusable_kvm_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def stuck(p: subprocess.Popen[bytes], *, grace: float = 5.0, group: bool = False) -> int:
+        p.kill()
+        p.wait()
+        raise HarnessError(f"process {p.pid} (python3) did not end within 60 s of SIGKILL: it is stuck in the kernel")
+
+    monkeypatch.setattr(proc, "stop", stuck)
+    result = kvm.long_mode("/dev/null")
+    assert not result.usable
+    assert result.detail.startswith("the probe could not be stopped: process ") and "of SIGKILL" in result.detail

@@ -5,6 +5,7 @@ mounted filesystem. Real processes and a real tmpfs mount (the test runs as root
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -93,3 +94,41 @@ def test_a_stale_build_with_a_mount_is_refused_by_the_next_build(mounted: Path) 
     with pytest.raises(HarnessError, match="still has 1 filesystem"):
         imagebuild._stale_builds(mounted.parent.parent.parent)
     assert (mounted / "a file of the mounted filesystem").read_text() == "keep me"
+
+
+class _Unkillable:
+    """A child that outlives SIGKILL, as one held in the kernel does (a vCPU in KVM_RUN on a host whose
+    KVM hangs): no real process can be made to, so it stands in for subprocess.Popen here. Its PID is
+    this test's own, for the /proc it names."""
+
+    def __init__(self) -> None:
+        self.args = ["/usr/bin/qemu-system-x86_64", "-enable-kvm"]
+        self.pid = os.getpid()
+        self.returncode = None
+        self.sent: list[int] = []
+
+    def poll(self) -> None:
+        return None
+
+    def send_signal(self, sig: int) -> None:
+        self.sent.append(sig)
+
+    def wait(self, timeout: float | None = None) -> int:
+        raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+
+
+def test_a_child_that_outlives_sigkill_is_one_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proc, "KILL_WAIT", 0.2)
+    child = _Unkillable()
+    with pytest.raises(HarnessError) as err:
+        proc.stop(child, grace=0.1)  # type: ignore[arg-type]
+    assert child.sent == [signal.SIGTERM, signal.SIGKILL]
+    assert err.value.message.startswith(f"process {child.pid} (qemu-system-x86_64) did not end within 0.2 s of "
+                                        "SIGKILL: it is stuck in the kernel, in state ")
+    assert f"/proc/{child.pid}/stack" in (err.value.hint or "")
+
+
+def test_a_child_killed_after_the_grace_is_waited_for(tmp_path: Path) -> None:
+    child = proc.spawn(["sh", "-c", IGNORES_TERM], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"started\n"
+    assert proc.stop(child, grace=0.3) == -signal.SIGKILL

@@ -95,7 +95,7 @@ def _stop_child(p: subprocess.Popen[str]) -> None:
         p.wait(timeout=STOP_GRACE)
     except subprocess.TimeoutExpired:
         p.kill()
-        p.wait()
+        _reap_killed(p)
 
 
 def run(
@@ -200,5 +200,32 @@ def stop(p: subprocess.Popen[bytes], *, grace: float = 5.0, group: bool = False)
             p.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             send(signal.SIGKILL)
-            p.wait(timeout=grace)
+            _reap_killed(p)
     return p.returncode
+
+
+KILL_WAIT = 60.0  # seconds a SIGKILLed child has to end: it ends when it leaves the kernel, which a
+#                  loaded machine (or one whose own KVM is emulated) can take seconds to let it do
+
+
+def _reap_killed(p: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
+    """Wait for a child sent SIGKILL. One that outlives KILL_WAIT is stuck in the kernel: an error
+    naming it and where it waits, not a wait that never ends nor a traceback."""
+    try:
+        p.wait(timeout=KILL_WAIT)
+    except subprocess.TimeoutExpired:
+        name = Path(str(p.args[0] if isinstance(p.args, list | tuple) else p.args)).name
+        raise HarnessError(
+            f"process {p.pid} ({name}) did not end within {KILL_WAIT:g} s of SIGKILL: it is stuck in the "
+            f"kernel{_where(p.pid)}",
+            f"`cat /proc/{p.pid}/stack` shows where; it ends when the kernel lets it, or at a reboot") from None
+
+
+def _where(pid: int) -> str:
+    """', in state D at WCHAN' for a live PID, read from /proc; '' where that cannot be read."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+    except (OSError, IndexError):
+        return ""
+    return f", in state {state}" + (f" at {wchan}" if wchan and wchan != "0" else "")

@@ -150,7 +150,9 @@ def long_mode(dev: str = "/dev/kvm", timeout: float = PROBE_TIMEOUT, startup: fl
     try:
         out, err, state = _read_probe(child, timeout, startup)
     finally:
-        code = proc.stop(child, grace=2.0)
+        code = _stop(child)
+    if isinstance(code, HarnessError):  # a child that outlives SIGKILL: its vCPU holds it in the kernel
+        return KvmProbe(False, f"the probe could not be stopped: {code.message}")
     if state == "hung":
         return KvmProbe(False, f"the probe guest did not finish within {timeout:g} s: /dev/kvm exists but guests hang")
     if state == "slow":
@@ -162,6 +164,15 @@ def long_mode(dev: str = "/dev/kvm", timeout: float = PROBE_TIMEOUT, startup: fl
     if code == 0:
         return KvmProbe(True, f"a guest entered long mode and ran (KVM API {data.get('api_version')})")
     return KvmProbe(False, str(data.get("error", "unknown failure")))
+
+
+def _stop(child: subprocess.Popen[bytes]) -> int | HarnessError:
+    """The child's exit status, or the error of one that would not end (returned, not raised: raised
+    in a `finally`, it would hide what ended the probe)."""
+    try:
+        return proc.stop(child, grace=2.0)
+    except HarnessError as exc:
+        return exc
 
 
 def _read_probe(child: subprocess.Popen[bytes], timeout: float, startup: float) -> tuple[str, str, str]:

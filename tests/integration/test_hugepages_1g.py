@@ -15,10 +15,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.integration.conftest import ONCE_MORE_IF_WEDGED
 from tests.integration.test_run_nested import host_state, in_l1, libvirt_in_l1
 from tests.rig import Rig, commands
 
-pytestmark = [pytest.mark.integration, pytest.mark.vm]
+pytestmark = [pytest.mark.integration, pytest.mark.vm, ONCE_MORE_IF_WEDGED]
 
 PAGES = "/sys/devices/system/node/node1/hugepages/hugepages-1048576kB"
 MOUNT = "/run/vmharness/hugepages-1G"

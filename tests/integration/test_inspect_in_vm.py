@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import ONCE_MORE_IF_WEDGED
 from tests.rig import Rig, commands
 
-pytestmark = [pytest.mark.integration, pytest.mark.vm]
+pytestmark = [pytest.mark.integration, pytest.mark.vm, ONCE_MORE_IF_WEDGED]
 
 
 def vmharness(l1: Rig, *args: str) -> tuple[int, Any]:

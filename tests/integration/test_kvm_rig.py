@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.rig import Rig, commands
+from tests.rig.session import SessionRig
 
 pytestmark = [pytest.mark.integration, pytest.mark.vm]
 
@@ -25,7 +26,8 @@ def sh(rig: Rig, script: str, timeout: float = 120) -> str:
 
 
 @pytest.fixture(scope="module")
-def kvm_in_l1(l1: Rig) -> Iterator[Rig]:
+def kvm_in_l1(session_rig: SessionRig) -> Iterator[Rig]:
+    l1 = session_rig.usable()
     with l1.kvm():
         yield l1
 

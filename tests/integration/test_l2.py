@@ -57,13 +57,13 @@ def prepared(rig: Rig) -> Prepared:
 
 
 @pytest.fixture(scope="module")
-def vfio_l1(l1: Rig, session_rig: SessionRig) -> Iterator[Prepared]:
+def vfio_l1(session_rig: SessionRig) -> Iterator[Prepared]:
     """L1 prepared for VFIO, and `host-restore` at the end whatever happened. Where L1 wedges while it is
     prepared, the preparation goes once more on a fresh L1 (a clean clone of f0d4fa9 lost this module to
     an unbind in `host-prepare` that never ended in L1's kernel: docs/testing.md, 2026-12-04 evening)."""
     began = time.monotonic()
     try:
-        ready = prepared(l1)
+        ready = prepared(session_rig.usable())
     except Wedged as exc:
         once_more(exc)  # the wedged L1 is stopped already
         ready = prepared(session_rig.usable())

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import ONCE_MORE_IF_WEDGED
 from tests.rig import Rig, commands
-from tests.rig.session import SessionRig
 from vmharness.system.proc import Result
 
-pytestmark = [pytest.mark.integration, pytest.mark.vm]
+pytestmark = [pytest.mark.integration, pytest.mark.vm, ONCE_MORE_IF_WEDGED]
 
 # Read with the shell's own `read` and globs: each program started in L1 costs about 0.1 s under TCG, and
 # this ran in 5.5 s with one for each value.
@@ -63,16 +63,6 @@ def state(l1: Rig) -> list[str]:
 
 def group_of(l1: Rig, bdf: str) -> str:
     return sh(l1, f"basename $(readlink /sys/bus/pci/devices/{bdf}/iommu_group)").stdout.strip()
-
-
-@pytest.fixture
-def l1(session_rig: SessionRig) -> Rig:
-    """The session's L1 asked for per test here, not per module: a test whose L1 wedges fails alone, said
-    with L1's console, and the next gets a fresh L1. Beside the host's stream (a clean clone, 2026-12-04),
-    L1 wedged in the hugepage test's unbind of nic1 (every vCPU halted, the unbind asleep in
-    pci_power_up's usleep_range for 300 s: a timer that never expired, docs/testing.md), and the
-    clean-ups in L1 and the snapshot test's set-up each failed again on the stopped L1."""
-    return session_rig.usable()
 
 
 @pytest.fixture

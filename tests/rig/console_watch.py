@@ -12,8 +12,9 @@ an L1 whose vCPUs a loaded L0 starves and then go on; the second one, at four mi
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
+
+from tests.rig.pacing import Pacing
 
 BLOCKED = re.compile(r"INFO: task (\S+) blocked for more than (\d+) seconds")
 WEDGED_TASK_S = 240  # a task's second report
@@ -36,18 +37,15 @@ class ConsoleWatch:
 
     def __init__(self, console: Path, every: float = LOOK_S) -> None:
         self._console = console
-        self._every = every
-        self._next = time.monotonic() + every
+        self._pacing = Pacing(every)
         try:
             self._offset = console.stat().st_size
         except OSError:
             self._offset = 0
 
     def __call__(self) -> None:
-        now = time.monotonic()
-        if now < self._next:
+        if not self._pacing.due():
             return
-        self._next = now + self._every
         try:
             with self._console.open("rb") as f:
                 f.seek(self._offset)

@@ -32,6 +32,7 @@ from tests.rig.failures import (
 from tests.rig.paths import REPO, cache_dir
 from tests.rig.qga import AgentError, AgentSilent, GuestAgent
 from tests.rig.qmp import quit_qemu, sysrq, where_cpus
+from tests.rig.timer_watch import TimerLost, TimerWatch, overdue
 from vmharness.errors import HarnessError
 from vmharness.system.proc import Result, spawn, stop
 
@@ -65,6 +66,8 @@ SYSRQ_WAIT = 3.0  # seconds for L1's kernel to print what a sysrq key asked for
 SYSRQ_LINES = 80  # of it, in the failure's message (the whole console is kept)
 BOOT_LOOK_S = 2.0  # seconds between await_boot's looks at L1's boot id while it answers from the old boot
 SILENT_RETRY_S = 1.0  # and between its tries while L1's agent does not answer
+TIMER_LIST_WAIT = 20.0  # seconds for L1's agent to give its /proc/timer_list
+LOST_AT_ONE_LOOK_S = 60.0  # a timer this overdue at a single look was lost (check_timers)
 
 
 class Rig:
@@ -82,7 +85,8 @@ class Rig:
         self.boot_seconds = 0.0
         self._stopped = False
         self._wedged: Wedged | None = None
-        self._watch: ConsoleWatch | None = None  # from the end of L1's first boot (console_watch.py)
+        # from the end of L1's first boot: its console and its timers, read while a command runs
+        self._watches: tuple[Callable[[], None], ...] = ()
         atexit.register(self.stop)
 
     @property
@@ -157,7 +161,7 @@ class Rig:
         try:
             rig._wait_for_agent(began + timeout, timeout)
             rig._discover_nics(max(began + timeout - time.monotonic(), 30.0))
-            rig._watch = ConsoleWatch(files.console)
+            rig._watches = (ConsoleWatch(files.console), TimerWatch(rig._timer_list))
         except BaseException:
             rig.stop()
             raise
@@ -187,17 +191,38 @@ class Rig:
             )
         except Stalled as exc:  # a task blocked for minutes: L1 waits for what does not come (console_watch.py)
             raise self._wedge(f"L1's kernel said {exc.line!r} while {shlex.join(argv)[:300]} ran") from None
+        except TimerLost as exc:  # a CPU that never takes its timer: its sleepers never wake (timer_watch.py)
+            raise self._wedge(f"{exc} while {shlex.join(argv)[:300]} ran") from None
         except AgentError as exc:
             # L1 silent or past the command's time: what its console said then is the only trace of why
             # (a nested run's L1 went silent in host-prepare's hugepage write, docs/testing.md)
             what = f"{exc.message} (running {shlex.join(argv)[:300]})"
             if isinstance(exc, AgentSilent) and exc.waited >= WEDGED:
                 raise self._wedge(what) from None
-            failure = self._failure(what)
+            failure = self.failure(what)
             raise AgentError(failure.message, failure.hint) from None
         if check and not result.ok:
             raise result.failure("in L1: ")
         return result
+
+    def _watch(self) -> None:
+        for watch in self._watches:
+            watch()
+
+    def _timer_list(self) -> str:
+        """L1's /proc/timer_list, read through its agent (no process started in L1)."""
+        return self.agent.read_file("/proc/timer_list", timeout=TIMER_LIST_WAIT).decode(errors="replace")
+
+    def check_timers(self, what: str) -> None:
+        """For a test that saw `what` not happen in L1 (a sleep that never ended): Wedged, L1 stopped, where
+        a CPU of L1 has a timer LOST_AT_ONE_LOOK_S overdue; a machine only slow never leaves one so long
+        while its agent answers. Nothing where none is, or where the timers cannot be read."""
+        try:
+            late = [t for t in overdue(self._timer_list()).values() if t.late_s >= LOST_AT_ONE_LOOK_S]
+        except HarnessError:
+            return
+        if late:
+            raise self._wedge(f"{what}: {TimerLost(max(late, key=lambda t: t.late_s))}")
 
     def put_file(self, path: str, data: bytes, *, mode: int | None = None, timeout: float = 60.0) -> None:
         """Write `data` to `path` in L1 (somewhere writable: /tmp, /run, /var/tmp)."""
@@ -258,7 +283,7 @@ class Rig:
             if time.monotonic() - began > timeout:
                 if answered == began:
                     raise self._wedge(f"L1 did not boot again within {timeout:g} s, its agent silent throughout")
-                raise self._failure(f"L1 did not boot again within {timeout:g} s")
+                raise self.failure(f"L1 did not boot again within {timeout:g} s")
             try:
                 self.agent.sync(timeout=2.0)  # replies a request sent while L1 rebooted got are skipped
                 now = self.boot_id(timeout=10.0)
@@ -327,21 +352,21 @@ class Rig:
         if self._stopped:
             raise RigError("the rig has been stopped")
         if self.qemu.poll() is not None:
-            raise self._failure(f"QEMU exited with status {self.qemu.returncode}")
+            raise self.failure(f"QEMU exited with status {self.qemu.returncode}")
 
     def _wait_for_agent(self, deadline: float, timeout: float) -> None:
         self.agent.connect(timeout=max(deadline - time.monotonic(), 0.1))
         while True:
             if self.qemu.poll() is not None:
-                failure = self._failure(f"QEMU exited with status {self.qemu.returncode} during boot")
+                failure = self.failure(f"QEMU exited with status {self.qemu.returncode} during boot")
                 failure.crashed = self.qemu.returncode < 0
                 raise failure
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self._failure(f"the guest agent in L1 did not answer within {timeout:g} s")
+                raise self.failure(f"the guest agent in L1 did not answer within {timeout:g} s")
             waited = timeout - remaining
             if waited > STALLED_BOOT and any(said in self.console_tail(lines=1000) for said in STALLS):
-                failure = self._failure(f"L1's kernel reported a stalled CPU or task and its agent did not answer "
+                failure = self.failure(f"L1's kernel reported a stalled CPU or task and its agent did not answer "
                                         f"within {waited:.0f} s")
                 failure.stalled = True
                 raise failure
@@ -361,27 +386,29 @@ class Rig:
             seen[mac.lower()] = (ifname, bdf)
         for spec in topology.NICS:
             if spec.mac not in seen:
-                raise self._failure(f"no interface in L1 has {spec.name}'s MAC {spec.mac}: {out!r}")
+                raise self.failure(f"no interface in L1 has {spec.name}'s MAC {spec.mac}: {out!r}")
             ifname, bdf = seen[spec.mac]
             self.nics[spec.name] = Nic(spec.name, spec.mac, spec.hub, bdf, ifname)
         one, two = self.nic1.bdf, self.nic2.bdf
         if one[:-1] != two[:-1] or not (one.endswith(".0") and two.endswith(".1")):
-            raise self._failure(f"nic1 {one} and nic2 {two} are not functions 0 and 1 of one slot")
+            raise self.failure(f"nic1 {one} and nic2 {two} are not functions 0 and 1 of one slot")
         if self.nic0.bdf.split(":")[1] == one.split(":")[1]:
-            raise self._failure(f"nic0 {self.nic0.bdf} shares a bus with nic1 {one}")
+            raise self.failure(f"nic0 {self.nic0.bdf} shares a bus with nic1 {one}")
 
     def _wedge(self, what: str, failure: HarnessError | None = None) -> Wedged:
         """L1 wedged: said with its console and vCPUs (`failure`, where they were read already), then
         stopped. Its QEMU spun on at 170-190% of the two cores while a wedged nested run's test waited out
         two more silences (the run's, then host-restore's in its `finally`: CI's run of d986ba9, 923 s),
         slowing every test beside it."""
-        failure = failure or self._failure(what)
+        failure = failure or self.failure(what)
         self._wedged = Wedged(failure.message if what in failure.message else f"{what}: {failure.message}",
                               failure.hint)
         self.stop()
         return self._wedged
 
-    def _failure(self, what: str) -> RigError:
+    def failure(self, what: str) -> RigError:
+        """`what` went wrong in L1: said with QEMU's output, L1's vCPUs and blocked tasks (where it runs)
+        and its console's end."""
         try:
             qemu_out = self.files.qemu_log.read_text(errors="replace").strip()
         except OSError:
@@ -389,11 +416,23 @@ class Rig:
         extra = [("QEMU's own output", qemu_out[-3000:])] if qemu_out else []
         if self.qemu.poll() is None and self.files.qmp.exists():
             extra += self._where_l1_waits()
+        if self.qemu.poll() is None:
+            extra += self._late_timers()
         try:
             console = self.files.console.read_text(errors="replace")
         except OSError:
             console = ""
         return RigError(*described(what, "L1", console, extra, "last-failed-console.log"))
+
+    def _late_timers(self) -> list[tuple[str, str]]:
+        """Each CPU of a running L1 with a timer in the past, and how long ago it was due: a CPU whose
+        timer stays due never took its interrupt (timer_watch.py); a machine only slow has none far late."""
+        try:
+            late = overdue(self._timer_list())
+        except HarnessError as exc:
+            return [("L1's overdue timers", f"not read: {exc.message}")]
+        said = "; ".join(f"cpu{t.cpu} {t.late_s:.1f} s late" for _, t in sorted(late.items()))
+        return [("L1's overdue timers (/proc/timer_list)", said or "none")]
 
     def _where_l1_waits(self) -> list[tuple[str, str]]:
         """A running L1 that failed: where its vCPUs are (all halted: it waits for something that does not

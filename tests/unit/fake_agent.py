@@ -1,23 +1,30 @@
 """A stand-in for L1's guest agent in unit tests of the rig: a socket that speaks the agent's framing
 (a request per line, a leading 0xFF before a sync), answers guest-sync-delimited and guest-exec, and
-answers guest-exec-status with `status`, or never where it is None (a hung agent). The real agent is
-tested in tests/integration/test_rig.py."""
+answers guest-exec-status with `status`, or never where it is None (a hung agent), and gives each file of
+`files` (path: what a read of it returns, one read after another) to guest-file-open and guest-file-read.
+The real agent is tested in tests/integration/test_rig.py."""
 
 from __future__ import annotations
 
+import base64
+import itertools
 import json
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 
 @contextmanager
-def fake_agent(path: Path, status: Mapping[str, object] | None) -> Iterator[None]:
+def fake_agent(path: Path, status: Mapping[str, object] | None,
+               files: Mapping[str, Sequence[bytes]] | None = None) -> Iterator[None]:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     server.listen(1)
+    reads = {name: list(texts) for name, texts in (files or {}).items()}
+    opened: dict[int, bytes] = {}
+    handles = itertools.count(1)
 
     def serve() -> None:
         conn, _ = server.accept()
@@ -29,6 +36,16 @@ def fake_agent(path: Path, status: Mapping[str, object] | None) -> Iterator[None
                     reply: object = args["id"]
                 elif command == "guest-exec":
                     reply = {"pid": 7}
+                elif command == "guest-file-open" and args["path"] in reads:
+                    texts = reads[args["path"]]
+                    handle = next(handles)
+                    opened[handle] = texts.pop(0) if len(texts) > 1 else texts[0]
+                    reply = handle
+                elif command == "guest-file-read":
+                    data = opened.pop(args["handle"], b"")
+                    reply = {"count": len(data), "buf-b64": base64.b64encode(data).decode(), "eof": True}
+                elif command == "guest-file-close":
+                    reply = {}
                 elif status is not None:
                     reply = dict(status)
                 else:

@@ -59,6 +59,9 @@ class _Unanswered:
     def sync(self, timeout: float) -> None:
         raise AgentError("the guest agent did not answer guest-sync")
 
+    def read_file(self, path: str, *, timeout: float) -> bytes:
+        raise AgentError(f"the guest agent did not answer guest-file-open {path}")
+
     def close(self) -> None:
         pass
 

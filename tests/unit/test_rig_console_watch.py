@@ -53,7 +53,7 @@ def test_a_task_blocked_for_four_minutes_wedges_l1_at_once_and_one_report_does_n
     monkeypatch.setattr(rig_module, "where_cpus", lambda path, timeout: "CPU#0 HLT=1")
     rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
     rig.agent = GuestAgent(tmp_path / "agent.sock", silence=5.0)
-    rig._watch = ConsoleWatch(console, every=0.05)
+    rig._watches = (ConsoleWatch(console, every=0.05),)
     began = time.monotonic()
     try:
         with fake_agent(tmp_path / "agent.sock", {"exited": False}):  # a command that never ends

@@ -39,7 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rig: uses the nested-VM rig (tests/streams.py runs these beside the rest)")
 
 
-RIGS = ("l1", "l1_that_reboots", "own_rigs")  # the fixtures that boot a rig: the tests that use one are `rig`'s
+# the fixtures that boot a rig: the tests that use one are `rig`'s (`l1` asks `session_rig`, and so do the
+# module fixtures that hold L1 for all their tests)
+RIGS = ("session_rig", "l1_that_reboots", "own_rigs")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -32,7 +32,7 @@ from tests.rig.failures import (
 from tests.rig.paths import REPO, cache_dir
 from tests.rig.qga import AgentError, AgentSilent, GuestAgent
 from tests.rig.qmp import quit_qemu, sysrq, where_cpus
-from tests.rig.timer_watch import TimerLost, TimerWatch, overdue
+from tests.rig.timer_watch import Late, TimerLost, TimerWatch, overdue
 from vmharness.errors import HarnessError
 from vmharness.system.proc import Result, spawn, stop
 
@@ -68,6 +68,7 @@ BOOT_LOOK_S = 2.0  # seconds between await_boot's looks at L1's boot id while it
 SILENT_RETRY_S = 1.0  # and between its tries while L1's agent does not answer
 TIMER_LIST_WAIT = 20.0  # seconds for L1's agent to give its /proc/timer_list
 LOST_AT_ONE_LOOK_S = 60.0  # a timer this overdue at a single look was lost (check_timers)
+LATE_TIMERS = "late-timers.log"  # in the rig's cache: each timer of L1 a look found late (_note_late)
 
 
 class Rig:
@@ -161,7 +162,7 @@ class Rig:
         try:
             rig._wait_for_agent(began + timeout, timeout)
             rig._discover_nics(max(began + timeout - time.monotonic(), 30.0))
-            rig._watches = (ConsoleWatch(files.console), TimerWatch(rig._timer_list))
+            rig._watches = (ConsoleWatch(files.console), TimerWatch(rig._timer_list, note=rig._note_late))
         except BaseException:
             rig.stop()
             raise
@@ -208,6 +209,13 @@ class Rig:
     def _watch(self) -> None:
         for watch in self._watches:
             watch()
+
+    def _note_late(self, late: Late) -> None:
+        """A timer of L1's that a look found late, a line in the rig's cache (LATE_TIMERS): how often
+        L1's timers come late, across runs of the suite."""
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} L1 {self.qemu.pid} cpu{late.cpu} {late.late_s:.1f} s late\n"
+        with suppress(OSError), (cache_dir() / LATE_TIMERS).open("a") as f:
+            f.write(line)
 
     def _timer_list(self) -> str:
         """L1's /proc/timer_list, read through its agent (no process started in L1)."""

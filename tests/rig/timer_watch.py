@@ -22,6 +22,7 @@ from vmharness.errors import HarnessError
 
 LOOK_S = 30.0  # seconds between looks at L1's timers
 LATE_S = 20.0  # a timer this overdue at two looks in a row was never fired
+NOTED_S = 1.0  # a timer this overdue at a look is noted (TimerWatch's `note`), lost or not
 _NS = 1e9
 _NOW = re.compile(r"^now at (\d+) nsecs$", re.MULTILINE)
 _CPU = re.compile(r"^cpu: (\d+)$")
@@ -83,10 +84,12 @@ class TimerWatch:
     """Called now and then while a command runs in L1 (qga's exec loop): every `every` s it reads L1's
     /proc/timer_list with `read`, and raises TimerLost for a CPU whose timer was LATE_S overdue at the
     look before and still is, with the same expiry. A read that fails is passed over (the agent's own
-    silence is the exec loop's to judge)."""
+    silence is the exec loop's to judge). `note` is given each CPU's timer NOTED_S late or more at a look:
+    how often L1's timers come late at all, which a timer lost for good is the extreme of."""
 
-    def __init__(self, read: Callable[[], str], every: float = LOOK_S, late: float = LATE_S) -> None:
-        self._read, self._pacing, self._late = read, Pacing(every), late
+    def __init__(self, read: Callable[[], str], every: float = LOOK_S, late: float = LATE_S,
+                 note: Callable[[Late], None] = lambda late: None) -> None:
+        self._read, self._pacing, self._late, self._note = read, Pacing(every), late, note
         self._seen: dict[int, int] = {}
 
     def __call__(self) -> None:
@@ -96,7 +99,11 @@ class TimerWatch:
             text = self._read()
         except (HarnessError, OSError):  # a look skipped, never the command's end
             return
-        late = {c: t for c, t in overdue(text).items() if t.late_s >= self._late}
+        found = overdue(text)
+        for t in found.values():
+            if t.late_s >= NOTED_S:
+                self._note(t)
+        late = {c: t for c, t in found.items() if t.late_s >= self._late}
         lost = [t for c, t in sorted(late.items()) if self._seen.get(c) == t.due_ns]
         self._seen = {c: t.due_ns for c, t in late.items()}
         if lost:

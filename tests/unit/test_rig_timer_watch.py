@@ -145,3 +145,12 @@ def test_a_sleep_that_never_ended_is_l1s_where_a_timer_is_a_minute_late(stand_in
         else:
             rig.check_timers("the kill never came")
             assert rig.usable
+
+
+def test_each_timer_late_by_a_second_or_more_is_noted_lost_or_not() -> None:
+    noted: list[tuple[int, float]] = []
+    texts = [timer_list(NOW - 500_000_000), timer_list(NOW - 3_000_000_000)]
+    watch = TimerWatch(lambda: texts.pop(0), every=0.0, note=lambda t: noted.append((t.cpu, round(t.late_s, 1))))
+    watch()
+    watch()
+    assert noted == [(1, 3.0)]  # half a second late is not noted

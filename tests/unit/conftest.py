@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,9 @@ import pytest
 from hypothesis import settings
 
 from tests.fakehost import FakeHost
+from tests.rig import failures, topology
+from tests.rig import rig as rig_module
+from tests.rig.qga import GuestAgent
 from tests.streams import shares_state
 from vmharness.cli.main import main
 
@@ -65,3 +70,23 @@ def _own_kvm_memo(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     from vmharness.host.inspect import kvm_memo
 
     monkeypatch.setattr(kvm_memo, "STATE_DIR", tmp_path_factory.mktemp("run-vmharness"))
+
+
+@pytest.fixture
+def stand_in_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[rig_module.Rig]:
+    """A Rig for the rig's unit tests: its QEMU a stand-in that QMP's quit ends, no QMP or sysrq, its agent
+    on the socket tests/unit/fake_agent.py serves (not yet served), failures' kept console in tmp_path."""
+    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(rig_module, "sysrq", lambda path, key, timeout: None)
+    monkeypatch.setattr(rig_module, "SYSRQ_WAIT", 0.0)
+    qemu = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(rig_module, "quit_qemu", lambda path, timeout: qemu.kill())
+    monkeypatch.setattr(rig_module, "where_cpus", lambda path, timeout: "CPU#0 HLT=1")
+    rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
+    rig.agent = GuestAgent(tmp_path / "agent.sock", silence=5.0)
+    try:
+        yield rig
+    finally:
+        qemu.kill()
+        qemu.wait()
+        rig._stopped = True

@@ -5,17 +5,16 @@ the agent's framing and never sees the command end; L1's console is a file the t
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.rig import failures, topology
+from tests.rig import failures
 from tests.rig import rig as rig_module
 from tests.rig.console_watch import ConsoleWatch, Stalled
-from tests.rig.qga import AgentError, GuestAgent
+from tests.rig.qga import AgentError
 from tests.unit.fake_agent import fake_agent
 
 BOOT = "[    4.05] e1000e 0000:00:02.0 eth0: Intel(R) PRO/1000 Network Connection\n"
@@ -42,37 +41,25 @@ def _written_later(console: Path, *parts: str) -> threading.Thread:
 
 @pytest.mark.parametrize("said", [(FIRST, STACK, SECOND, STACK), (FIRST, STACK)], ids=["reported-twice", "once"])
 def test_a_task_blocked_for_four_minutes_wedges_l1_at_once_and_one_report_does_not(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: tuple[str, ...]) -> None:
-    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(rig_module, "sysrq", lambda path, key, timeout: None)
-    monkeypatch.setattr(rig_module, "SYSRQ_WAIT", 0.0)
+        stand_in_rig: rig_module.Rig, tmp_path: Path, said: tuple[str, ...]) -> None:
+    rig = stand_in_rig
     console = tmp_path / "console.log"
     console.write_text(BOOT + EARLIER)
-    qemu = subprocess.Popen(["sleep", "60"])  # L1's QEMU: QMP's quit ends it, as the real one's
-    monkeypatch.setattr(rig_module, "quit_qemu", lambda path, timeout: qemu.kill())
-    monkeypatch.setattr(rig_module, "where_cpus", lambda path, timeout: "CPU#0 HLT=1")
-    rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
-    rig.agent = GuestAgent(tmp_path / "agent.sock", silence=5.0)
     rig._watches = (ConsoleWatch(console, every=0.05),)
     began = time.monotonic()
-    try:
-        with fake_agent(tmp_path / "agent.sock", {"exited": False}):  # a command that never ends
-            rig.agent.connect(timeout=10)
-            writer = _written_later(console, *said)
-            if SECOND in said:
-                with pytest.raises(failures.Wedged, match=r"(?s)blocked for more than 241 seconds.*host-prepare"):
-                    rig.run(["vmharness", "host-prepare", "--bdf", "0000:81:00.0"], timeout=600)
-                assert not rig.usable and qemu.wait(timeout=10) != 0  # stopped, long before the 600 s
-                assert time.monotonic() - began < 60
-            else:
-                with pytest.raises(AgentError, match=r"did not finish within 3 s") as exc:
-                    rig.run(["vmharness", "host-prepare", "--bdf", "0000:81:00.0"], timeout=3)
-                assert not isinstance(exc.value, failures.Wedged) and rig.usable
-            writer.join()
-    finally:
-        qemu.kill()
-        qemu.wait()
-        rig._stopped = True
+    with fake_agent(tmp_path / "agent.sock", {"exited": False}):  # a command that never ends
+        rig.agent.connect(timeout=10)
+        writer = _written_later(console, *said)
+        if SECOND in said:
+            with pytest.raises(failures.Wedged, match=r"(?s)blocked for more than 241 seconds.*host-prepare"):
+                rig.run(["vmharness", "host-prepare", "--bdf", "0000:81:00.0"], timeout=600)
+            assert not rig.usable and rig.qemu.wait(timeout=10) != 0  # stopped, long before the 600 s
+            assert time.monotonic() - began < 60
+        else:
+            with pytest.raises(AgentError, match=r"did not finish within 3 s") as exc:
+                rig.run(["vmharness", "host-prepare", "--bdf", "0000:81:00.0"], timeout=3)
+            assert not isinstance(exc.value, failures.Wedged) and rig.usable
+        writer.join()
 
 
 def test_a_report_cut_between_two_looks_is_read_whole(tmp_path: Path) -> None:

@@ -6,16 +6,13 @@ looks (a machine that is only slow), does not. The parser is tried on this machi
 from __future__ import annotations
 
 import re
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.rig import failures, topology
+from tests.rig import failures
 from tests.rig import rig as rig_module
-from tests.rig.qga import GuestAgent
 from tests.rig.timer_watch import LATE_S, TimerLost, TimerWatch, overdue
 from tests.unit.fake_agent import fake_agent
 from vmharness.errors import HarnessError
@@ -98,27 +95,8 @@ def test_a_failed_read_is_a_look_skipped() -> None:
     TimerWatch(read, every=0.0)()
 
 
-@pytest.fixture
-def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[rig_module.Rig]:
-    """A Rig on a stand-in QEMU (QMP's quit ends it) and the fake agent's socket, not yet served."""
-    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(rig_module, "sysrq", lambda path, key, timeout: None)
-    monkeypatch.setattr(rig_module, "SYSRQ_WAIT", 0.0)
-    qemu = subprocess.Popen(["sleep", "60"])
-    monkeypatch.setattr(rig_module, "quit_qemu", lambda path, timeout: qemu.kill())
-    monkeypatch.setattr(rig_module, "where_cpus", lambda path, timeout: "CPU#0 HLT=1")
-    rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
-    rig.agent = GuestAgent(tmp_path / "agent.sock", silence=5.0)
-    try:
-        yield rig
-    finally:
-        qemu.kill()
-        qemu.wait()
-        rig._stopped = True
-
-
-def test_a_lost_timer_wedges_l1_at_once(stand_in: rig_module.Rig, tmp_path: Path) -> None:
-    rig = stand_in
+def test_a_lost_timer_wedges_l1_at_once(stand_in_rig: rig_module.Rig, tmp_path: Path) -> None:
+    rig = stand_in_rig
     rig._watches = (TimerWatch(rig._timer_list, every=0.05),)
     stuck = timer_list(cpu1_due=NOW - 25_000_000_000).encode()
     began = time.monotonic()
@@ -132,9 +110,9 @@ def test_a_lost_timer_wedges_l1_at_once(stand_in: rig_module.Rig, tmp_path: Path
 
 
 @pytest.mark.parametrize(("late_s", "wedged"), [(300, True), (25, False)])
-def test_a_sleep_that_never_ended_is_l1s_where_a_timer_is_a_minute_late(stand_in: rig_module.Rig, tmp_path: Path,
+def test_a_sleep_that_never_ended_is_l1s_where_a_timer_is_a_minute_late(stand_in_rig: rig_module.Rig, tmp_path: Path,
                                                                         late_s: int, wedged: bool) -> None:
-    rig = stand_in
+    rig = stand_in_rig
     text = timer_list(cpu1_due=NOW - late_s * 1_000_000_000).encode()
     with fake_agent(tmp_path / "agent.sock", {"exited": True, "exitcode": 0}, {"/proc/timer_list": [text]}):
         rig.agent.connect(timeout=10)

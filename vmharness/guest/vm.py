@@ -33,6 +33,7 @@ from vmharness.system.machine import Machine, for_uri
 from vmharness.system.root import HostRoot
 
 LOOK_S = 5.0  # seconds between looks at a booting guest's state and console
+NIC_WAIT_S = 10.0  # seconds (times agent.patience) for the link's interface to appear once the agent answers
 
 
 def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout: float) -> float:
@@ -66,10 +67,25 @@ def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, n
     host_addr, guest_addr = net
     machine.run(["ip", "addr", "add", host_addr, "dev", spec.link.tap], timeout=10)
     machine.run(["ip", "link", "set", "dev", spec.link.tap, "up"], timeout=10)
-    ifname = agent.interfaces(guest_dom).get(spec.link.mac)
-    if ifname is None:
-        raise HarnessError(f"the guest has no interface with MAC {spec.link.mac}", "is virtio_net in its kernel?")
+    ifname = _interface(guest_dom, spec.link.mac, NIC_WAIT_S * agent.patience(spec.kvm))
     ssh.listen(guest_dom, guest_addr, ifname, timeout=30 * agent.patience(spec.kvm))
+
+
+def _interface(dom: libvirt.virDomain, mac: str, timeout: float) -> str:
+    """The name of the guest's interface with `mac`. The agent can answer before the guest's udev has
+    probed virtio_net (both come from the same coldplug, in no set order; under TCG the gap is seconds),
+    so the interface is looked for until `timeout`, not once."""
+    started = time.monotonic()
+    while True:
+        seen = agent.interfaces(dom)
+        if mac in seen:
+            return seen[mac]
+        if time.monotonic() - started >= timeout:
+            break
+        time.sleep(0.5)
+    others = ", ".join(f"{name} ({addr})" for addr, name in sorted(seen.items())) or "none"
+    raise HarnessError(f"the guest has no interface with MAC {mac} after {timeout:g} s (it has: {others})",
+                       "is virtio_net in its kernel or its initramfs?")
 
 
 def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say, owner: str,

@@ -73,8 +73,8 @@ def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, n
 
 def _interface(dom: libvirt.virDomain, mac: str, timeout: float) -> str:
     """The name of the guest's interface with `mac`. The agent can answer before the guest's udev has
-    probed virtio_net (both come from the same coldplug, in no set order; under TCG the gap is seconds),
-    so the interface is looked for until `timeout`, not once."""
+    probed virtio_net (two events of the same coldplug, handled by parallel workers in no set order), so
+    the interface is looked for until `timeout`, not once."""
     started = time.monotonic()
     while True:
         seen = agent.interfaces(dom)

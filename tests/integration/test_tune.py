@@ -23,7 +23,9 @@ pytestmark = pytest.mark.integration
 JOURNAL = Path("/run/vmharness/journal.jsonl")
 
 
-def vmh(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> proc.Result:
+# past `vm up`'s own --boot-timeout (300 s by default), so that a boot which never ends is said by the
+# harness, with its console, not cut short here (as the project's CI once had it, at 300 s)
+def vmh(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> proc.Result:
     return proc.run([sys.executable, "-m", "vmharness.cli", *args], timeout=timeout, check=False, env=env)
 
 

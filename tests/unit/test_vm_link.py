@@ -44,3 +44,16 @@ def test_an_interface_that_never_appears_is_said_with_what_the_guest_has(monkeyp
     assert 1.0 <= time.monotonic() - started < 5
     assert f"no interface with MAC {MAC} after 1 s (it has: lo (00:00:00:00:00:00))" in caught.value.message
     assert "virtio_net" in caught.value.hint
+
+
+def test_the_link_gets_what_is_left_of_the_boot_timeout_and_none_past_it() -> None:
+    """`vm up` ends within its --boot-timeout: the link's steps are cut to what the agent's wait left, and
+    a boot whose time ran out while its agent answered ends there, said (a test that gave `vm up` as long
+    as its own timeout killed it mid-wait, and what it waited on went unsaid)."""
+    now = time.monotonic()
+    assert vm._left(100.0, now + 1000) == 100.0
+    assert 5.0 < vm._left(100.0, now + 10) <= 10.0
+    with pytest.raises(HarnessError) as caught:
+        vm._left(100.0, now - 1)
+    assert "boot timeout ran out before its link was up" in caught.value.message
+    assert "--boot-timeout" in caught.value.hint

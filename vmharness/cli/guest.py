@@ -172,7 +172,7 @@ def register(subs: Any, add: Any) -> None:
     p.add_argument("--image", metavar="DIR", help="an image folder (default: the current recipe's)")
     p.add_argument("--image-dir", metavar="DIR", help="where images are kept")
     p.add_argument("--boot-timeout", type=cli_types.seconds(1), default=300, metavar="S",
-                   help="wait this long for the agent")
+                   help="wait this long for the agent, then the link")
     p.add_argument("--print-xml", action="store_true", help="print the domain XML and stop (no libvirtd needed)")
 
     p = add(vm_subs, "exec", cmd_vm_exec, "run a command in the guest through its agent; exits with its status",

@@ -60,15 +60,26 @@ def _wait_for_agent(dom: libvirt.virDomain, log: str, machine: Machine, timeout:
                        "raise --boot-timeout (TCG boots take tens of seconds), or check the console log " + log)
 
 
-def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, net: tuple[str, str]) -> None:
+def _link_up(guest_dom: libvirt.virDomain, spec: DomainSpec, machine: Machine, net: tuple[str, str],
+             deadline: float) -> None:
     """Address both ends of the management link (the host's tap and the guest's virtio-net), then start
-    sshd in the guest on its end alone."""
+    sshd in the guest on its end alone; each step in the guest within its own limit and before `deadline`
+    (time.monotonic's), the boot's."""
     assert spec.link is not None
     host_addr, guest_addr = net
     machine.run(["ip", "addr", "add", host_addr, "dev", spec.link.tap], timeout=10)
     machine.run(["ip", "link", "set", "dev", spec.link.tap, "up"], timeout=10)
-    ifname = _interface(guest_dom, spec.link.mac, NIC_WAIT_S * agent.patience(spec.kvm))
-    ssh.listen(guest_dom, guest_addr, ifname, timeout=30 * agent.patience(spec.kvm))
+    ifname = _interface(guest_dom, spec.link.mac, _left(NIC_WAIT_S * agent.patience(spec.kvm), deadline))
+    ssh.listen(guest_dom, guest_addr, ifname, timeout=_left(30 * agent.patience(spec.kvm), deadline))
+
+
+def _left(limit: float, deadline: float) -> float:
+    """`limit` seconds, or what is left before `deadline` where that is less; a boot out of time is an error."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise HarnessError("the guest's agent answered, but its boot timeout ran out before its link was up",
+                           "raise --boot-timeout (TCG boots take tens of seconds)")
+    return min(limit, left)
 
 
 def _interface(dom: libvirt.virDomain, mac: str, timeout: float) -> str:
@@ -90,8 +101,9 @@ def _interface(dom: libvirt.virDomain, mac: str, timeout: float) -> str:
 
 def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say: Say, owner: str,
        boot_timeout: float = 300, link_net: tuple[str, str] | None = None) -> Guest:
-    """Boot the guest `spec` describes (its overlay over `base_disk`) and wait for its agent. `owner`
-    goes into its journal records, so that what a dead run left can be reclaimed by the next."""
+    """Boot the guest `spec` describes (its overlay over `base_disk`) and wait for its agent, then bring up
+    its link (`link_net`), all within `boot_timeout` seconds. `owner` goes into its journal records, so
+    that what a dead run left can be reclaimed by the next."""
     machine = for_uri(uri)
     conn = api.connect(uri)
     seqs: list[int] = []
@@ -113,13 +125,14 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
         dom = _define(conn, xml)
         say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
         _start(dom, spec, machine)
+        started = time.monotonic()  # the agent, then the link, within boot_timeout: `up` ends within it
         with Progress(f"{spec.name} booting", None):
             seconds = _wait_for_agent(dom, spec.console_log, machine, boot_timeout)
         say(f"guest agent answers after {seconds:.1f} s")
         link = None
         if spec.link is not None and link_net is not None:
             with stopped.said_if_it_stops(dom, spec.console_log, machine, "after its agent answered"):
-                _link_up(dom, spec, machine, link_net)
+                _link_up(dom, spec, machine, link_net, started + boot_timeout)
             link = {"tap": spec.link.tap, "host": link_net[0], "guest": link_net[1]}
             say(f"link {spec.link.tap}: host {link_net[0]}, guest {link_net[1]}")
         guest = Guest(spec.name.removeprefix(DOMAIN_PREFIX), uri, spec.uuid, spec.disk, spec.console_log,

@@ -9,13 +9,15 @@ import json
 import shlex
 import sys
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 
+from tests.integration.conftest import ONCE_MORE_IF_WEDGED
 from tests.rig import Rig, commands
 from tests.rig.session import SessionRig
 
-pytestmark = [pytest.mark.integration, pytest.mark.vm]
+pytestmark = [pytest.mark.integration, pytest.mark.vm, ONCE_MORE_IF_WEDGED]
 
 PARAMS = "/sys/module/{module}/parameters/{name}"
 IMAGES = "/tmp/kvm-probe-images"  # in L1's own /tmp: one "image" holding the rig's kernel
@@ -25,11 +27,40 @@ def sh(rig: Rig, script: str, timeout: float = 120) -> str:
     return rig.run(["sh", "-c", script], timeout=timeout, check=True).stdout
 
 
+class KvmL1:
+    """The session's L1 with KVM loaded, for the module's tests; a fresh L1, KVM loaded in it, where the one
+    before wedged (stopped), so that the test it wedged in can go once more (ONCE_MORE_IF_WEDGED) and the
+    tests after it are not lost with it: this module's guests run under KVM in L1, where L1 has wedged."""
+
+    def __init__(self, session_rig: SessionRig) -> None:
+        self._session = session_rig
+        self._loaded = ExitStack()  # Rig.kvm of the L1 in use
+        self._rig: Rig | None = None
+
+    def rig(self) -> Rig:
+        if self._rig is None or not self._rig.usable:
+            self._loaded.pop_all()  # a wedged L1 was stopped with its modules: nothing to unload
+            self._rig = self._session.usable()
+            self._loaded.enter_context(self._rig.kvm())
+        return self._rig
+
+    def close(self) -> None:
+        if self._rig is not None and self._rig.usable:
+            self._loaded.close()
+
+
 @pytest.fixture(scope="module")
-def kvm_in_l1(session_rig: SessionRig) -> Iterator[Rig]:
-    l1 = session_rig.usable()
-    with l1.kvm():
-        yield l1
+def kvm_l1s(session_rig: SessionRig) -> Iterator[KvmL1]:
+    held = KvmL1(session_rig)
+    try:
+        yield held
+    finally:
+        held.close()
+
+
+@pytest.fixture
+def kvm_in_l1(kvm_l1s: KvmL1) -> Rig:
+    return kvm_l1s.rig()
 
 
 def test_kvm_amd_loads_with_nested_paging(kvm_in_l1: Rig) -> None:

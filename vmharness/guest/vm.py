@@ -125,7 +125,7 @@ def up(root: HostRoot, spec: DomainSpec, uri: str, base_disk: str, xml: str, say
         dom = _define(conn, xml)
         say(f"defined {spec.name} ({'KVM' if spec.kvm else 'TCG: no usable KVM'}); starting")
         _start(dom, spec, machine)
-        started = time.monotonic()  # the agent, then the link, within boot_timeout: `up` ends within it
+        started = time.monotonic()  # the agent, then the link, within boot_timeout: `up` gives up about then
         with Progress(f"{spec.name} booting", None):
             seconds = _wait_for_agent(dom, spec.console_log, machine, boot_timeout)
         say(f"guest agent answers after {seconds:.1f} s")

@@ -47,7 +47,7 @@ def test_an_interface_that_never_appears_is_said_with_what_the_guest_has(monkeyp
 
 
 def test_the_link_gets_what_is_left_of_the_boot_timeout_and_none_past_it() -> None:
-    """`vm up` ends within its --boot-timeout: the link's steps are cut to what the agent's wait left, and
+    """`vm up` gives up at about its --boot-timeout: the link's steps are cut to what the agent's wait left, and
     a boot whose time ran out while its agent answered ends there, said (a test that gave `vm up` as long
     as its own timeout killed it mid-wait, and what it waited on went unsaid)."""
     now = time.monotonic()

@@ -9,7 +9,7 @@ import json
 import shlex
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 
 import pytest
 
@@ -51,11 +51,8 @@ class KvmL1:
 
 @pytest.fixture(scope="module")
 def kvm_l1s(session_rig: SessionRig) -> Iterator[KvmL1]:
-    held = KvmL1(session_rig)
-    try:
+    with closing(KvmL1(session_rig)) as held:
         yield held
-    finally:
-        held.close()
 
 
 @pytest.fixture

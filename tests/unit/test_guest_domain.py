@@ -189,8 +189,8 @@ def test_under_tcg_the_timer_check_is_skipped_before_the_researchers_words(tmp_p
     req = instance.VmRequest(name="t", image_dir=str(tmp_path / "images"), cmdline="mitigations=auto")
     tcg = instance.plan(root, instance.VmRequest(**{**req.__dict__, "accel": "tcg"}), for_print=True)
     kvm = instance.plan(root, instance.VmRequest(**{**req.__dict__, "accel": "kvm"}), for_print=True)
-    assert tcg.spec.cmdline.split()[-3:] == ["no_timer_check", "tsc=reliable", "mitigations=auto"]
-    assert not {"no_timer_check", "tsc=reliable"} & set(kvm.spec.cmdline.split())
+    assert tcg.spec.cmdline.split()[-4:] == ["no_timer_check", "tsc=reliable", "cryptomgr.notests", "mitigations=auto"]
+    assert not {"no_timer_check", "tsc=reliable", "cryptomgr.notests"} & set(kvm.spec.cmdline.split())
     assert kvm.spec.cmdline.endswith(" mitigations=auto")
 
 

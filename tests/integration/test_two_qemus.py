@@ -39,7 +39,7 @@ qemu = "{new}"
 
 [sweep]
 connections = "2,8"
-iterations = 2
+iterations = 1
 duration = 2
 warmup = 0
 wait = 0
@@ -53,7 +53,8 @@ profile = "none"
 
 [report]
 figures = false
-"""  # nothing here reads a figure (FIGURES_OFF, test_experiment.py)
+"""  # nothing here reads a figure (FIGURES_OFF, test_experiment.py); one boot of each: what is asserted
+# is the binary each boot runs, which a second boot of each (as before) asserted again for some 30 s
 
 
 
@@ -98,8 +99,8 @@ def test_qemu_72_against_100_in_one_run(daemon: None, tmp_path: Path) -> None:
         watch.join()
     print(res.stderr[-4000:], res.stdout, sep="\n")
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout
-    # from the host, apart from the harness: two boots of each, each process running its instance's QEMU
-    assert sorted(watch.seen.values()) == sorted([old, old, str(new), str(new)]), watch.seen
+    # from the host, apart from the harness: a boot of each, its process running its instance's QEMU
+    assert sorted(watch.seen.values()) == sorted([old, str(new)]), watch.seen
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     manifest: dict[str, Any] = json.loads((run / "manifest.json").read_text())
     named = {"qemu-7.2": (old, "7.2."), "qemu-10.0": (str(new), "10.0.")}
@@ -107,12 +108,12 @@ def test_qemu_72_against_100_in_one_run(daemon: None, tmp_path: Path) -> None:
         rec = manifest["qemu"][name]
         assert rec["real"] == path and rec["version"].startswith(version) and rec["sha256"] == _sha256(path), rec
     sessions = [r for r in records if r["kind"] == "session"]
-    assert sorted(s["instance"] for s in sessions) == ["qemu-10.0", "qemu-10.0", "qemu-7.2", "qemu-7.2"]
+    assert sorted(s["instance"] for s in sessions) == ["qemu-10.0", "qemu-7.2"]
     for s in sessions:
         assert s["ok"] and s["riders"] == [] and s["qemu"]["exe"] == named[s["instance"]][0], s
         assert s["qemu"]["sha256"] == manifest["qemu"][s["instance"]]["sha256"]
     points = [r for r in records if r["kind"] == "measurement"]
-    assert len(points) == 2 * 2 * 2 and all(r["ok"] and r["client"]["requests"] > 0 for r in points)
+    assert len(points) == 2 * 2 and all(r["ok"] and r["client"]["requests"] > 0 for r in points)
     xml = (run / "domains" / "qemu-10.0.xml").read_text()
     assert f"<emulator>{new}</emulator>" in xml
     full = (run / "report" / "report.txt").read_text()  # the variant check's lines: the full text, not the terminal's

@@ -26,13 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from vmharness.guest import agent, domain, image, imagebuild, instance, running, session, vm
+from vmharness.guest import agent, domain, image, imagebuild, instance, running, vm
 from vmharness.guest.recipe import load_recipe
 from vmharness.journal import journal
 from vmharness.system import proc
 from vmharness.system.root import HostRoot
 
-INITS = {"systemd": "", "minimal": session.MINIMAL_INIT}
+INITS = ("systemd", "minimal")
 
 
 def one_boot(root: HostRoot, req: instance.VmRequest) -> dict[str, float]:
@@ -100,8 +100,9 @@ def main() -> int:
     root = HostRoot.open(None)
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in INITS}
     for i in range(args.boots):
-        for name, cmdline in INITS.items():
-            req = instance.VmRequest(name="bench", vcpus=args.vcpus, memory_mib=args.memory, cmdline=cmdline)
+        for name in INITS:
+            req = instance.VmRequest(name="bench", vcpus=args.vcpus, memory_mib=args.memory,
+                                     cmdline=instance.with_init(name, ""))
             row = one_boot(root, req)
             rows[name].append(row)
             print(f"{name:8} boot {i + 1}: " + "  ".join(f"{k} {v:6.2f}" for k, v in row.items()), flush=True)

@@ -278,7 +278,8 @@ def test_researchers_kernel_with_modules(daemon: None) -> None:
         assert data["base_tree"] == ("kept" if base_was_kept else "built"), data
         assert basetree.path(recipe, images).is_file()
         print(f"built in {data['build_seconds']} s from a base tree {data['base_tree']}")
-        up = vmh("vm", "up", "--name", "ikern", "--image", data["folder"], "--no-link")
+        # the image's minimal init, which loads the virtio drivers from the image as systemd's udev does
+        up = vmh("vm", "up", "--name", "ikern", "--image", data["folder"], "--no-link", "--init", "minimal")
         assert up.ok, up.stderr + up.stdout
         try:
             assert vmh("vm", "exec", "ikern", "--", "uname", "-r").stdout.strip() == k.release

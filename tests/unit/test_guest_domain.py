@@ -230,6 +230,22 @@ def test_print_xml_against_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "not built yet" in out.err and "accelerator: KVM" in out.err
 
 
+def test_vm_up_boots_the_minimal_init_when_asked_and_the_researchers_init_still_wins(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    h = _host(tmp_path)
+
+    def cmdline(*more: str) -> list[str]:
+        code = cli.main(["vm", "up", "--print-xml", "--host-root", str(h.base), "--name", "t", "--no-link",
+                         "--image-dir", str(tmp_path / "images"), *more])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        return ET.fromstring(out.out).findtext("os/cmdline", "").split()
+
+    assert instance.MINIMAL_INIT not in cmdline("--cmdline", "quiet")  # systemd, the image's own boot
+    assert cmdline("--init", "minimal", "--cmdline", "quiet")[-2:] == [instance.MINIMAL_INIT, "quiet"]
+    assert cmdline("--init", "minimal", "--cmdline", "init=/bin/sh")[-2:] == [instance.MINIMAL_INIT, "init=/bin/sh"]
+
+
 def test_print_xml_refuses_more_memory_than_the_snapshot_reserved(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     h = _host(tmp_path)

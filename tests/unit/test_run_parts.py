@@ -12,7 +12,7 @@ from vmharness.analysis import saturation
 from vmharness.bench import at_peak, plan
 from vmharness.errors import HarnessError
 from vmharness.experiment import boots, runner
-from vmharness.guest import provenance, session
+from vmharness.guest import instance, provenance, session
 from vmharness.guest.domain import Placement
 from vmharness.journal import journal, restore
 from vmharness.model import config, derived, sections
@@ -350,6 +350,6 @@ def test_an_instances_own_init_wins_over_the_minimal_init() -> None:
     cfg = config.run_from_json({"instance": [{"name": "a", "cmdline": "mitigations=off init=/bin/false"}]})
     assert cfg.guest.init == "minimal"
     req = session.request(cfg, cfg.instance[0], "run:0123456789")
-    assert req.cmdline == f"{session.MINIMAL_INIT} mitigations=off init=/bin/false"  # the kernel takes the last init=
+    assert req.cmdline == f"{instance.MINIMAL_INIT} mitigations=off init=/bin/false"  # the kernel takes the last init=
     systemd = config.run_from_json({"guest": {"init": "systemd"}, "instance": [{"name": "a", "cmdline": "quiet"}]})
     assert session.request(systemd, systemd.instance[0], "run:0123456789").cmdline == "quiet"

@@ -38,6 +38,15 @@ LINK_RANGE = ipaddress.IPv4Network("198.18.0.0/16")  # half of the benchmarking 
 # 4.6-4.9 s with it against 5.3-5.4 s without (three boots of each in turn, docs/testing.md).
 # All before the researcher's words, which win.
 TCG_CMDLINE = "no_timer_check tsc=reliable cryptomgr.notests"
+# The image's minimal init (data/images/overlay/usr/local/sbin/vmh-init: mounts, drivers, agent, sshd), which
+# `run` boots by default ([guest] init) and `vm up --init minimal` too.
+MINIMAL_INIT = "init=/usr/local/sbin/vmh-init"
+
+
+def with_init(init: str, cmdline: str) -> str:
+    """`cmdline` after the minimal init's word where `init` is "minimal" (else as it is): the researcher's
+    words last, so that an init= of theirs wins (the kernel takes the last)."""
+    return " ".join(filter(None, [MINIMAL_INIT if init == "minimal" else "", cmdline.strip()]))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from vmharness.system.root import HostRoot
 
 STATE_DIR = f"{instance.VM_DIR}/_run"  # the overlay and console log of a run's guest (one at a time: the
 # run holds the host lock; a name `vm up` cannot take)
-MINIMAL_INIT = "init=/usr/local/sbin/vmh-init"
 
 # The guest's NICs that are not virtio: the passed-through ones, in PCI order.
 AGENT_TIMEOUT = 60.0  # seconds for one command through the agent while the guest is set up (under KVM)
@@ -71,8 +70,7 @@ def qemu_of(cfg: RunConfig, inst: InstanceSection) -> str:
 def request(cfg: RunConfig, inst: InstanceSection, owner: str, default_image: str | None = None
             ) -> instance.VmRequest:
     g = cfg.guest
-    # the instance's own words last: its init= (or anything else) wins over the minimal init's
-    cmdline = " ".join(filter(None, [MINIMAL_INIT if g.init == "minimal" else "", inst.cmdline]))
+    cmdline = instance.with_init(g.init, inst.cmdline)
     return instance.VmRequest(
         name=guest_name(owner), owner=owner, state_dir=STATE_DIR, memory_mib=g.memory, vcpus=g.vcpus or None,
         cmdline=cmdline, kernel=inst.kernel or None,

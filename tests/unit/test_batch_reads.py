@@ -1,5 +1,5 @@
-"""Reading several files in one command (machine.read_many), writing several and reading each back in
-one (machine.write_many, ShellTarget.set_many), and a plan's first reads answered from one batch
+"""Reading several files in one command (batched.read_many), writing several and reading each back in
+one (batched.write_many, ShellTarget.set_many), and a plan's first reads answered from one batch
 (Prefetched): each file is answered as a read or write of its own would answer it (text stripped, None
 when missing, the refusal of a file that is not regular or too big raised only when that file is read),
 a path or a file's text is data, and a file read again is read again. Over a guest's agent each command
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from vmharness.errors import HarnessError
-from vmharness.system import machine, proc
+from vmharness.system import batched, proc
 from vmharness.tune.access import IRQBALANCE_PIDS, Prefetched, ShellTarget
 
 calls: list[list[str]] = []
@@ -47,7 +47,7 @@ def files(tmp_path: Path) -> dict[str, str]:
 
 def test_one_command_answers_each_file_as_its_own_read_would(files: dict[str, str]) -> None:
     calls.clear()
-    got = machine.read_many(runner, list(files.values()), "m", limit=100)
+    got = batched.read_many(runner, list(files.values()), "m", limit=100)
     assert len(calls) == 1 and list(got) == list(files.values())
     by_name = {name: got[path] for name, path in files.items()}
     assert by_name["plain"] == "1024 65000" and by_name["two lines"] == "a\nb" and by_name["empty"] == ""
@@ -59,7 +59,7 @@ def test_one_command_answers_each_file_as_its_own_read_would(files: dict[str, st
         assert isinstance(refused, HarnessError) and fault in refused.message, name
     for name, path in files.items():  # what read_with says of each, alone
         try:
-            alone: object = machine.read_with(lambda argv: proc.run(argv, timeout=10, check=False), path, "m", 100)
+            alone: object = batched.read_with(lambda argv: proc.run(argv, timeout=10, check=False), path, "m", 100)
         except HarnessError as exc:
             alone = exc.message
         mine = by_name[name]
@@ -73,8 +73,8 @@ def test_a_batch_cut_short_is_an_error_not_a_missing_file(files: dict[str, str])
         return proc.Result(res.argv, 0, res.stdout[: len(res.stdout) // 2], "")
 
     with pytest.raises(HarnessError, match=r"its answer for .* is cut short"):
-        machine.read_many(cut, list(files.values()), "m", limit=100)
-    assert machine.read_many(cut, [], "m") == {}
+        batched.read_many(cut, list(files.values()), "m", limit=100)
+    assert batched.read_many(cut, [], "m") == {}
 
 
 def test_a_plans_first_reads_come_from_one_batch_and_a_second_read_is_fresh(files: dict[str, str]) -> None:
@@ -126,8 +126,8 @@ def test_a_batch_of_writes_cut_short_is_an_error(files: dict[str, str]) -> None:
     pairs = [(files["plain"], "1"), (files["empty"], "2"), (files["two lines"], "3")]
     for read_back in (True, False):
         with pytest.raises(HarnessError, match=r"writing 3 files on m: its answer for .* is cut short"):
-            machine.write_many(cut, pairs, "m", read_back)
-    assert machine.write_many(cut, [], "m", True) == []
+            batched.write_many(cut, pairs, "m", read_back)
+    assert batched.write_many(cut, [], "m", True) == []
 
 
 def test_irqbalance_is_found_by_its_name_alone(tmp_path: Path) -> None:
@@ -179,3 +179,45 @@ def test_a_plans_files_are_set_in_one_command_and_put_back_in_one(tmp_path: Path
     assert [p.read_text() for p in knobs.values()] == ["a-before\n", "b-before\n", "c-before\n"]
     assert [line.split(":")[1].strip() for line in said] == [str(knobs[n]) + " -> " + f"{n}-before" for n in "cba"]
     assert journal.outstanding(journal.read(root)) == []
+
+
+def test_folders_are_listed_in_one_command_each_as_ls_lists_it(tmp_path: Path) -> None:
+    """A listing's names are data too: a marker, `$(...)`, a dangling link; an empty or missing folder lists
+    nothing, first or last."""
+    full = tmp_path / "full"
+    full.mkdir()
+    for name in ("rx-0", "$(touch pwned)", "@vmh-0123456789abcdef", ".hidden"):
+        (full / name).write_text("")
+    (full / "sub").mkdir()
+    (full / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    folders = [str(tmp_path / "empty"), str(full), str(tmp_path / "missing"), str(tmp_path / "empty")]
+    calls.clear()
+    got = _target().listdir_many(folders)
+    assert len(calls) == 1 and list(got) == folders[:3]
+    assert got[str(full)] == sorted(["rx-0", "$(touch pwned)", "@vmh-0123456789abcdef", "sub", "dangling"])
+    ls = {f: sorted(proc.run(["ls", "-1", f], timeout=10, check=False).stdout.splitlines()) for f in folders}
+    assert got == ls and _target().listdir(str(full)) == ls[str(full)]  # as `ls -1` lists each
+    assert not (Path.cwd() / "pwned").exists()
+
+    def cut(argv: list[str]) -> proc.Result:
+        res = proc.run(argv, timeout=10, check=False)
+        return proc.Result(res.argv, 0, res.stdout[: len(res.stdout) // 2], "")
+
+    with pytest.raises(HarnessError, match="listing 4 folders on m: its answer is cut short"):
+        batched.list_many(cut, folders, "m")
+    assert batched.list_many(cut, [], "m") == {}
+
+
+def test_a_plan_reads_and_lists_a_machine_in_batches_only() -> None:
+    """What a plan is made from (its sysctls, CPUs, nodes, a NIC's queues and vectors) comes in four
+    commands; none lists one folder or reads one file alone (each a round trip through a guest's agent).
+    Read from this machine, through a shell as a guest's are."""
+    from vmharness.model import profile
+    from vmharness.tune import knobs
+
+    calls.clear()
+    knobs.make(_target(), profile.load("seeds"), ("lo",), is_host=False)
+    scripts = [c[2] for c in calls if c[:2] == ["sh", "-c"]]
+    assert not [c for c in calls if c[0] == "ls"] and "exec head -c" not in " ".join(scripts), calls  # one alone
+    assert sum(s.startswith(("m=$1; n=$2; shift 2; for p;", "m=$1; shift; for d;")) for s in scripts) == 4, calls

@@ -17,7 +17,7 @@ from tests.fakehost import FakeHost
 from tests.unit.test_cli_errors import assert_one_line_error
 from vmharness.errors import HarnessError
 from vmharness.host.snapshot import snapshot
-from vmharness.system import machine, proc
+from vmharness.system import batched, machine, proc
 from vmharness.system.root import HostRoot
 from vmharness.tune.access import ShellTarget
 from vmharness.userfile import MAX_READ
@@ -189,14 +189,14 @@ def test_a_remote_read_answers_as_read_optional(tmp_path: Path) -> None:
     (tmp_path / "f").write_text(" 42 \n")
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "big").write_text("x" * 101)
-    assert machine.read_with(local_runner, str(tmp_path / "f"), "m") == "42"
-    assert machine.read_with(local_runner, str(tmp_path / "absent"), "m") is None
-    assert machine.read_with(local_runner, str(tmp_path / "f" / "below"), "m") is None
+    assert batched.read_with(local_runner, str(tmp_path / "f"), "m") == "42"
+    assert batched.read_with(local_runner, str(tmp_path / "absent"), "m") is None
+    assert batched.read_with(local_runner, str(tmp_path / "f" / "below"), "m") is None
     with pytest.raises(HarnessError, match=r"fifo on m is not a regular file"):
-        _raise(no_hang(machine.read_with, local_runner, str(tmp_path / "fifo"), "m"))
+        _raise(no_hang(batched.read_with, local_runner, str(tmp_path / "fifo"), "m"))
     with pytest.raises(HarnessError, match=r"big on m is larger than 100 bytes"):
-        machine.read_with(local_runner, str(tmp_path / "big"), "m", limit=100)
-    assert machine.read_with(local_runner, str(tmp_path / "big"), "m", limit=101) == "x" * 101
+        batched.read_with(local_runner, str(tmp_path / "big"), "m", limit=100)
+    assert batched.read_with(local_runner, str(tmp_path / "big"), "m", limit=101) == "x" * 101
 
 
 def _raise(value: object) -> object:
@@ -208,7 +208,7 @@ def _raise(value: object) -> object:
 def test_a_path_is_data_to_the_remote_reader(tmp_path: Path) -> None:
     hostile = tmp_path / "$(touch pwned); `touch pwned2`"
     hostile.write_text("ok")
-    assert machine.read_with(local_runner, str(hostile), "m") == "ok"
+    assert batched.read_with(local_runner, str(hostile), "m") == "ok"
     assert not (Path.cwd() / "pwned").exists() and not (Path.cwd() / "pwned2").exists()
 
 
@@ -227,7 +227,7 @@ def test_a_remote_read_that_cannot_run_is_an_error_not_a_missing_file() -> None:
         return proc.Result(("ssh", "h", *argv), 255, "", "ssh: connect to host h port 22: Connection refused")
 
     with pytest.raises(HarnessError, match=r"reading /proc/1/stat on h: .*exit 255.*Connection refused"):
-        machine.read_with(ssh_failed, "/proc/1/stat", "h")
+        batched.read_with(ssh_failed, "/proc/1/stat", "h")
 
 
 def test_this_machine_reads_its_processes_through_host_root() -> None:

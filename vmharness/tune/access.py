@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vmharness.errors import HarnessError
-from vmharness.system import machine, proc
+from vmharness.system import batched, machine, proc
 from vmharness.system.machine import Machine
 from vmharness.system.root import HostRoot
 
@@ -17,13 +17,14 @@ class Target(Protocol):
     label: str
 
     def read(self, path: str) -> str | None: ...
-    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]: ...
+    def read_many(self, paths: list[str]) -> dict[str, batched.Answer]: ...
     # each (path, value) written in order, each answered None or the error its refusal is
     def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]: ...
     # each written, then what its file reads (or the error reading it is); the first refused write (an
     # error) or file not regular ends the list: the answers are of the writes made
-    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]: ...
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[batched.Answer]: ...
     def listdir(self, path: str) -> list[str]: ...
+    def listdir_many(self, paths: list[str]) -> dict[str, list[str]]: ...  # each as listdir lists it
     def run(self, argv: list[str], check: bool = True) -> proc.Result: ...
     def spec(self) -> dict[str, Any]: ...
 
@@ -41,8 +42,8 @@ class HostTarget:
     def read(self, path: str) -> str | None:
         return self.root.read_optional(path)
 
-    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
-        out: dict[str, machine.Answer] = {}
+    def read_many(self, paths: list[str]) -> dict[str, batched.Answer]:
+        out: dict[str, batched.Answer] = {}
         for path in paths:
             try:
                 out[path] = self.read(path)
@@ -63,10 +64,10 @@ class HostTarget:
     def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]:
         return [self._write(path, value) for path, value in pairs]
 
-    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]:
-        out: list[machine.Answer] = []
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[batched.Answer]:
+        out: list[batched.Answer] = []
         for path, value in pairs:
-            got: machine.Answer = self._write(path, value)
+            got: batched.Answer = self._write(path, value)
             if got is None:
                 try:
                     got = self.read(path)
@@ -79,6 +80,9 @@ class HostTarget:
 
     def listdir(self, path: str) -> list[str]:
         return self.root.listdir(path)
+
+    def listdir_many(self, paths: list[str]) -> dict[str, list[str]]:
+        return {path: self.listdir(path) for path in paths}
 
     def run(self, argv: list[str], check: bool = True) -> proc.Result:
         if not self.root.live:  # a snapshot: no programs to run; planning says what it cannot tell
@@ -109,26 +113,28 @@ class ShellTarget:
         return res
 
     def read(self, path: str) -> str | None:
-        return machine.read_with(lambda argv: self.run(argv, check=False), path, self.label)
+        return batched.read_with(lambda argv: self.run(argv, check=False), path, self.label)
 
-    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
-        return machine.read_many(lambda argv: self.run(argv, check=False), paths, self.label)
+    def read_many(self, paths: list[str]) -> dict[str, batched.Answer]:
+        return batched.read_many(lambda argv: self.run(argv, check=False), paths, self.label)
 
-    def _many(self, pairs: list[tuple[str, str]], read_back: bool) -> list[machine.Answer]:
+    def _many(self, pairs: list[tuple[str, str]], read_back: bool) -> list[batched.Answer]:
         """One round trip for every write (and read back): a guest's tuning sets a dozen files."""
-        got = machine.write_many(lambda argv: self.run(argv, check=False), pairs, self.label, read_back)
-        return [_rejected(path, value, a.why) if isinstance(a, machine.Refused) else a
+        got = batched.write_many(lambda argv: self.run(argv, check=False), pairs, self.label, read_back)
+        return [_rejected(path, value, a.why) if isinstance(a, batched.Refused) else a
                 for (path, value), a in zip(pairs, got, strict=False)]
 
     def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]:
         return [a if isinstance(a, HarnessError) else None for a in self._many(pairs, False)]
 
-    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]:
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[batched.Answer]:
         return self._many(pairs, True)
 
     def listdir(self, path: str) -> list[str]:
-        res = self.run(["ls", "-1", path], check=False)
-        return sorted(res.stdout.split()) if res.ok else []
+        return self.listdir_many([path])[path]
+
+    def listdir_many(self, paths: list[str]) -> dict[str, list[str]]:
+        return batched.list_many(lambda argv: self.run(argv, check=False), paths, self.label)
 
     def spec(self) -> dict[str, Any]:
         return self.spec_data
@@ -188,12 +194,14 @@ def from_spec(spec: dict[str, Any], root: HostRoot) -> Target | None:
 
 @dataclass
 class Prefetched:
-    """A target whose first read of each of some files is answered from one batch (read_many): a plan
-    reads a score of files, and over a guest's agent each read is a round trip of about 0.1 s. A file
-    read again is read again."""
+    """A target whose first read of each of some files, and first listing of each of some folders, is
+    answered from a batch (read_many, listdir_many): a plan reads a score of files, and over a guest's
+    agent each read is a round trip of about 0.1 s. A file read again, or a folder listed again, is read
+    or listed again."""
 
     t: Target
-    known: dict[str, machine.Answer]
+    known: dict[str, batched.Answer]
+    listed: dict[str, list[str]] = field(default_factory=dict)
     label: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -207,7 +215,7 @@ class Prefetched:
             raise got
         return got
 
-    def read_many(self, paths: list[str]) -> dict[str, machine.Answer]:
+    def read_many(self, paths: list[str]) -> dict[str, batched.Answer]:
         return self.t.read_many(paths)
 
     def write_many(self, pairs: list[tuple[str, str]]) -> list[HarnessError | None]:
@@ -215,13 +223,18 @@ class Prefetched:
             self.known.pop(path, None)
         return self.t.write_many(pairs)
 
-    def set_many(self, pairs: list[tuple[str, str]]) -> list[machine.Answer]:
+    def set_many(self, pairs: list[tuple[str, str]]) -> list[batched.Answer]:
         for path, _ in pairs:
             self.known.pop(path, None)
         return self.t.set_many(pairs)
 
     def listdir(self, path: str) -> list[str]:
+        if path in self.listed:
+            return self.listed.pop(path)
         return self.t.listdir(path)
+
+    def listdir_many(self, paths: list[str]) -> dict[str, list[str]]:
+        return self.t.listdir_many(paths)
 
     def run(self, argv: list[str], check: bool = True) -> proc.Result:
         return self.t.run(argv, check)

@@ -17,7 +17,7 @@ from vmharness.journal.journal import Op
 from vmharness.journal.kinds import OpKind
 from vmharness.progress import Say
 from vmharness.signals import shielded
-from vmharness.system import machine
+from vmharness.system import batched
 from vmharness.system.root import HostRoot
 from vmharness.tune.access import IRQBALANCE_PIDS, Target, from_spec
 from vmharness.tune.plan import Change, Plan, same
@@ -68,7 +68,7 @@ def is_file(path: str) -> bool:
     return not path.startswith(("ethtool:", "service:"))
 
 
-def _kept(c: Change, got: machine.Answer) -> HarnessError | None:
+def _kept(c: Change, got: batched.Answer) -> HarnessError | None:
     """Why a file's write did not take (its refusal, or what it reads instead), or None."""
     if isinstance(got, HarnessError):
         return got

@@ -91,9 +91,34 @@ def vector_queue(label: str, iface: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_NODE = re.compile(r"node[0-9]{1,4}")
+
+
+def _numa_node_files(iface: str) -> tuple[str, str]:
+    """Where a NIC's node is: its device's, else its parent's (a virtual function's, a bridge's)."""
+    return f"{NET}/{iface}/device/numa_node", f"{NET}/{iface}/device/../numa_node"
+
+
+def _msi_folders(iface: str) -> tuple[str, str]:
+    return f"{NET}/{iface}/device/msi_irqs", f"{NET}/{iface}/device/../msi_irqs"
+
+
+def folders_listed(ifaces: tuple[str, ...]) -> list[str]:
+    """Every folder `facts` lists, for one batch (Target.listdir_many) ahead of it."""
+    return [NODES, *(d for iface in ifaces for d in (f"{NET}/{iface}/queues", *_msi_folders(iface)))]
+
+
+def files_read(listed: dict[str, list[str]], ifaces: tuple[str, ...]) -> list[str]:
+    """The files `facts` reads beyond a plan's first batch, for one batch ahead of it once `folders_listed` are
+    listed: each node's CPUs, each NIC's node (both places: the second is read only where the first says
+    nothing, so one round trip holds both)."""
+    return [*(f"{NODES}/{d}/cpulist" for d in listed.get(NODES, []) if _NODE.fullmatch(d)),
+            *(f for iface in ifaces for f in _numa_node_files(iface))]
+
+
 def _vectors(t: Target, iface: str) -> tuple[Vector, ...]:
     msi: list[str] = []
-    for where in (f"{NET}/{iface}/device/msi_irqs", f"{NET}/{iface}/device/../msi_irqs"):
+    for where in _msi_folders(iface):
         msi = t.listdir(where)
         if msi:
             break
@@ -108,11 +133,12 @@ def facts(t: Target, ifaces: tuple[str, ...]) -> Facts:
         raise HarnessError(f"{CPU}/{'online' if possible else 'possible'} lists no CPU", "the host root is damaged")
     nodes = {}
     for d in t.listdir(NODES):
-        if re.fullmatch(r"node[0-9]{1,4}", d):
+        if _NODE.fullmatch(d):
             nodes[int(d[4:])] = parse_cpulist(t.read(f"{NODES}/{d}/cpulist") or "", f"{NODES}/{d}/cpulist")
     nics = []
     for iface in ifaces:
-        node_text = t.read(f"{NET}/{iface}/device/numa_node") or t.read(f"{NET}/{iface}/device/../numa_node")
+        own, parents = _numa_node_files(iface)
+        node_text = t.read(own) or t.read(parents)
         node = integer(node_text or "", signed=True)
         node = node if node is not None and node >= 0 else None
         rx = tuple(sorted((q for q in t.listdir(f"{NET}/{iface}/queues") if q.startswith("rx-") and is_digits(q[3:])),

@@ -12,7 +12,7 @@ from vmharness.errors import HarnessError
 from vmharness.model.profile import SEED_SYSCTLS, Profile
 from vmharness.system import sysfs
 from vmharness.tune.access import IRQBALANCE_PIDS, Prefetched, Target
-from vmharness.tune.facts import Facts, Nic, facts
+from vmharness.tune.facts import Facts, Nic, facts, files_read, folders_listed
 from vmharness.tune.plan import Plan, Skip
 
 CLOCK, CPU, NET = sysfs.CLOCKSOURCE, sysfs.CPU, sysfs.NET
@@ -198,7 +198,8 @@ def _second_reads(f: Facts, p: Profile) -> list[str]:
 
 def make(t: Target, p: Profile, ifaces: tuple[str, ...], is_host: bool) -> Plan:
     """Every knob of the profile on this target: the changes, what is already so, what is skipped."""
-    t = Prefetched(t, t.read_many(_first_reads(t, p, ifaces, is_host)))
+    t = Prefetched(t, t.read_many(_first_reads(t, p, ifaces, is_host)), t.listdir_many(folders_listed(ifaces)))
+    t.known.update(t.read_many(files_read(t.listed, ifaces)))  # what facts() reads: one round trip each
     f = facts(t, ifaces)
     t.known.update(t.read_many(_second_reads(f, p)))
     plan = Plan(t.label)

@@ -3,7 +3,7 @@ against one command per step, side by side in one guest, in one run.
 
     .venv/bin/python -m vmharness.host.libvirt.daemon .venv/bin/python benchmarks/guest_round_trips.py [--rounds 5]
 
-One guest of the image under TCG (`vmharness vm up`), its key authorized as a run's session does. Each
+One guest of the image under TCG (`vmharness vm up`, which authorizes the harness's key as a run's boot does). Each
 round, in alternating order:
 
 - **tuning**: the guest's seed profile planned (its reads in two batches) and applied through the
@@ -117,9 +117,7 @@ def main() -> int:
     try:
         conn = api.connect("qemu:///system")
         try:
-            dom = conn.lookupByName(f"vmh-{NAME}")
-            ssh.authorize(dom, timeout=120)
-            uuid = dom.UUIDString()
+            uuid = conn.lookupByName(f"vmh-{NAME}").UUIDString()  # `vm up` authorized the harness's key
         finally:
             conn.close()
         m = ssh.machine(str(up["link"]["guest"]).split("/")[0], "qemu:///system", bool(up["kvm"]))

@@ -15,7 +15,6 @@ import pytest
 
 from vmharness.bench import syscalls
 from vmharness.guest import ssh
-from vmharness.host.libvirt import api
 from vmharness.host.libvirt import daemon as libvirtd
 from vmharness.system import proc
 from vmharness.system.machine import Machine
@@ -44,13 +43,8 @@ def guest() -> Iterator[dict[str, object]]:
 
 @pytest.fixture(scope="module")
 def machine(guest: dict[str, object]) -> Machine:
-    link = guest["link"]
+    link = guest["link"]  # `vm up` authorized the harness's key with its link, as a run's boot does
     assert isinstance(link, dict)
-    conn = api.connect("qemu:///system")
-    try:  # the harness's key into the guest, as a run's session puts it
-        ssh.authorize(conn.lookupByName("vmh-calls"), timeout=120)
-    finally:
-        conn.close()
     return ssh.machine(str(link["guest"]).split("/")[0], "qemu:///system", bool(guest["kvm"]))
 
 

@@ -139,23 +139,35 @@ SS_EVERYWHERE = ("LISTEN 0      128          0.0.0.0:22        0.0.0.0:*\n"
                  "LISTEN 0      128             [::]:22           [::]:*\n")
 
 
-def test_sshd_in_the_guest_must_listen_on_the_management_link_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sshd_in_the_guest_must_listen_on_the_management_link_alone(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
     from vmharness.guest import agent, ssh
 
+    monkeypatch.setattr(ssh, "KEY_DIR", tmp_path / "ssh")
+    monkeypatch.setattr(ssh, "KEY", tmp_path / "ssh" / "id_ed25519")  # made here, not in /var/lib/vmharness
     assert ssh.listeners(SS_EVERYWHERE) == ["0.0.0.0:22", "[::]:22"]
     ran: list[list[str]] = []
+    given: list[bytes | None] = []
     answer = {"out": SS_LINK_ONLY}
 
-    def fake_run(dom: object, argv: list[str], timeout: float = 60) -> proc.Result:
+    def fake_run(dom: object, argv: list[str], timeout: float = 60, input: bytes | None = None) -> proc.Result:
         ran.append(argv)
+        given.append(input)
         return proc.Result(tuple(argv), 0, answer["out"], "")
 
     monkeypatch.setattr(agent, "run", fake_run)
     ssh.listen(None, "198.18.1.2/24", "eth0")
     assert ran[0][:2] == ["/bin/sh", "-c"] and ran[0][-3:] == ["198.18.1.2", "198.18.1.2/24", "eth0"]  # data
+    # the harness's public key, to root's authorized_keys in the same command
+    assert given == [(tmp_path / "ssh" / "id_ed25519.pub").read_bytes()]
+    assert given[0] is not None and given[0].startswith(b"ssh-ed25519 ")
     for out, shown in ((SS_EVERYWHERE, "0.0.0.0:22, [::]:22"), ("", "nothing"),
                        (SS_LINK_ONLY + "LISTEN 0 128 198.19.0.2:22 0.0.0.0:*\n", "198.18.1.2:22, 198.19.0.2:22")):
         answer["out"] = out
         with pytest.raises(HarnessError, match=f"sshd in the guest listens on {re.escape(shown)}, not on "
                                                "198.18.1.2:22 alone"):
             ssh.listen(None, "198.18.1.2/24", "eth0")
+    monkeypatch.setattr(agent, "run", lambda dom, argv, timeout=60, input=None: proc.Result(
+        tuple(argv), 12, "", "mkdir: cannot create directory '/root/.ssh': Read-only file system"))
+    with pytest.raises(HarnessError, match="in the guest, authorizing the harness's key failed: mkdir: cannot"):
+        ssh.listen(None, "198.18.1.2/24", "eth0")

@@ -160,7 +160,6 @@ def _boot(root: HostRoot, cfg: RunConfig, inst: InstanceSection, default_image: 
             # everything up to the Booted: a guest lost on the way, however its step failed, is said as lost
             with stopped.said_if_it_stops(dom, guest.console_log, guest.machine, "after its agent answered"):
                 timeout = AGENT_TIMEOUT * agent.patience(guest.kvm)
-                ssh.authorize(dom, timeout)
                 iface = _address_passed_nic(dom, cfg.guest.address, timeout) if cfg.guest.bdf else ""
                 m = ssh.machine(guest.link["guest"].split("/")[0], guest.uri, guest.kvm)
                 exe = emulator_check(cfg, inst, running.emulator(guest))

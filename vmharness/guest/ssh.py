@@ -31,30 +31,18 @@ def harness_key() -> Path:
     return KEY
 
 
-# Run in the guest through the agent, the harness's public key on stdin: one command (each through the
-# agent is a round trip of some 0.2 s under TCG, at every boot of a run).
-_AUTHORIZE = """umask 077
-mkdir -p /root/.ssh && chmod 700 /root/.ssh || exit
-cat > /root/.ssh/authorized_keys.vmh && chmod 600 /root/.ssh/authorized_keys.vmh || exit
-exec mv -f /root/.ssh/authorized_keys.vmh /root/.ssh/authorized_keys
-"""
-
-
-def authorize(dom: libvirt.virDomain, timeout: float = 60) -> None:
-    """Let the harness's key log in as root."""
-    pub = harness_key().with_suffix(".pub")
-    res = agent.run(dom, ["/bin/sh", "-c", _AUTHORIZE], timeout=timeout, input=pub.read_bytes())
-    if not res.ok:
-        raise res.failure("in the guest, authorizing the harness's key: ")
-
-
-# Run in the guest through the agent: $1 is the management link's address there, $2 the same with its
-# prefix, $3 the guest's interface on the link. The interface is addressed and brought up (exit 10 or
-# 11 if not), then sshd (re)starts listening on the address alone, the same way under either init:
-# systemd restarts its unit; the minimal init ends an sshd an older image started at boot (on every
-# address), then starts one. Prints what listens on port 22 afterwards. One command: each through the
-# agent is a round trip.
+# Run in the guest through the agent, the harness's public key on stdin: $1 is the management link's
+# address there, $2 the same with its prefix, $3 the guest's interface on the link. The key is put into
+# root's authorized_keys (exit 12 if not), the interface addressed and brought up (exit 10 or 11 if
+# not), then sshd (re)starts listening on the address alone, the same way under either init: systemd
+# restarts its unit; the minimal init ends an sshd an older image started at boot (on every address),
+# then starts one. Prints what listens on port 22 afterwards. One command: each through the agent is a
+# round trip of some 0.2 s under TCG, at every boot of a run.
 _LISTEN = r"""
+(umask 077
+mkdir -p /root/.ssh && chmod 700 /root/.ssh &&
+cat > /root/.ssh/authorized_keys.vmh && chmod 600 /root/.ssh/authorized_keys.vmh &&
+exec mv -f /root/.ssh/authorized_keys.vmh /root/.ssh/authorized_keys) || exit 12
 /sbin/ip addr add "$2" dev "$3" || exit 10
 /sbin/ip link set dev "$3" up || exit 11
 printf 'ListenAddress %s\n' "$1" > /etc/ssh/sshd_config.d/vmharness-listen.conf || exit
@@ -77,13 +65,15 @@ def listeners(ss_output: str) -> list[str]:
 
 
 def listen(dom: libvirt.virDomain, cidr: str, iface: str, timeout: float = 60) -> None:
-    """Address the guest's `iface` with `cidr` (its end of the management link), then start sshd in
-    the guest listening on that address and nowhere else, so that it never answers on a
-    passed-through NIC, which carries the benchmark: checked with `ss` in the guest, an error if
-    anything else listens on port 22."""
+    """Let the harness's key log in as root, address the guest's `iface` with `cidr` (its end of the
+    management link), then start sshd in the guest listening on that address and nowhere else, so that
+    it never answers on a passed-through NIC, which carries the benchmark: checked with `ss` in the
+    guest, an error if anything else listens on port 22."""
     address = cidr.split("/")[0]
-    res = agent.run(dom, ["/bin/sh", "-c", _LISTEN, "sh", address, cidr, iface], timeout=timeout)
-    step = {10: f"ip addr add {cidr} dev {iface}", 11: f"ip link set dev {iface} up"}.get(res.returncode)
+    res = agent.run(dom, ["/bin/sh", "-c", _LISTEN, "sh", address, cidr, iface], timeout=timeout,
+                    input=harness_key().with_suffix(".pub").read_bytes())
+    step = {10: f"ip addr add {cidr} dev {iface}", 11: f"ip link set dev {iface} up",
+            12: "authorizing the harness's key"}.get(res.returncode)
     if step is not None:
         raise HarnessError(f"in the guest, {step} failed: {res.stderr.strip()}", "see the console log")
     if not res.ok:

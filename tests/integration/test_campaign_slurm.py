@@ -24,7 +24,10 @@ from vmharness.system.machine import SSH_CONFIG_ENV
 
 pytestmark = pytest.mark.integration
 
-WAIT = 300.0  # seconds: a cell takes about 5 here
+WAIT = 300.0  # seconds: a cell takes about 3 here
+# One count a cell: what these tests hold is the campaign's (its cells on Slurm, waited for, gathered,
+# submitted again), not the sweep's, which tests/integration/test_bench.py holds; a second count (as
+# before) measured two more points in each of some twenty cells, about 50 s of the host's stream.
 
 
 def campaign(port: int, backend: str, wrk_values: str = '["wrk"]', wrk_names: str = '["wrk"]') -> str:
@@ -45,7 +48,7 @@ workers = 1
 threads = 1
 
 [base.sweep]
-connections = "2,4"
+connections = "4"
 iterations = 2
 duration = 1
 wait = 0.2
@@ -274,7 +277,7 @@ def test_an_interrupted_cell_is_resumed_by_the_next_submit(tmp_path: Path) -> No
     records = [json.loads(line) for line in (out / "runs/0000-filesize-64_wrk-wrk/records.jsonl").read_text()
                .splitlines()]
     keys = [r["key"] for r in records if r["kind"] == "measurement" and r["ok"]]
-    assert set(got["before"]) <= set(keys) and len(keys) == len(set(keys)) == 2 * 4, keys
+    assert set(got["before"]) <= set(keys) and len(keys) == len(set(keys)) == 4, keys
     res = proc.run([sys.executable, "-m", "vmharness.cli", "campaign", "status", str(out), "--json"], timeout=60,
                    check=False)
     assert res.ok and [r["state"] for r in json.loads(res.stdout)["cells"]] == ["done"], res.stdout + res.stderr

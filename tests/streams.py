@@ -14,7 +14,7 @@ most of its time is spent in two kinds of work that each leave a CPU idle:
   are busy nearly all the time, so work moved between the streams changes little.
 
 Run one after the other they took 49 minutes here; side by side, 35 (docs/testing.md); the goal is
-under 40 for the whole `.ci/run`.
+under 25 for the whole `.ci/run` (issue 39).
 
 What the two share is set up first, once, so that they do not race for it: the guest image (two
 concurrent builds would each build it; `image build` also takes a lock), the harness's ssh key, and

@@ -96,9 +96,8 @@ def _loaded_once_booted(args: list[str], run: Path, busy: Callable[[], list[int]
         busy()
         p.wait(timeout=1800)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        if p.poll() is None:  # a run that failed the wait: SIGTERM, so that it gives back what it took
+            proc.stop(p, grace=120)
     return proc.Result(tuple(args), p.returncode, out.read_text(), err.read_text())
 
 

@@ -20,6 +20,11 @@ _READ = '[ -e "$1" ] || exit 3; [ -f "$1" ] || exit 4; exec head -c "$2" -- "$1"
 Runner = Callable[[list[str]], proc.Result]  # runs argv on a machine, check=False
 
 
+def _cut_short(what: str) -> HarnessError:
+    """A batch whose output ended before the answer to `what` (a file's, or a listing's)."""
+    return HarnessError(f"{what} is cut short", "the machine's shell or its connection failed mid-way: try again")
+
+
 def read_with(run: Runner, path: str, where: str, limit: int = MAX_READ) -> str | None:
     """A file's text stripped, read by a command runner (ssh, a guest's agent), as
     HostRoot.read_optional reads one here: None if it is missing or cannot be read; an error if it
@@ -87,8 +92,7 @@ def _framed(head: str, rest: str, mark: str, path: str, where: str, limit: int, 
             return HarnessError(f"{path} on {where} is larger than {limit} bytes: refusing to read it",
                                 "a kernel attribute is never this big"), rest
         return (text.strip() if status == "0" else None), rest
-    raise HarnessError(f"{doing} on {where}: its answer for {path} is cut short",
-                       "the machine's shell or its connection failed mid-way: try again")
+    raise _cut_short(f"{doing} on {where}: its answer for {path}")
 
 
 # Run on the machine: $1 a marker, then the folders. Each folder's entries (those `ls` lists: not the
@@ -116,8 +120,7 @@ def list_many(run: Runner, paths: Sequence[str], where: str) -> dict[str, list[s
         else:
             names.append(line)
     if len(listed) != len(paths) or names:
-        raise HarnessError(f"listing {len(paths)} folders on {where}: its answer is cut short",
-                           "the machine's shell or its connection failed mid-way: try again")
+        raise _cut_short(f"listing {len(paths)} folders on {where}: its answer")
     return dict(zip(paths, listed, strict=True))
 
 
@@ -169,8 +172,7 @@ def write_many(run: Runner, pairs: Sequence[tuple[str, str]], where: str, read_b
             told.append(said)
             said, _, rest = rest.partition("\n")
         if head != f"{mark} w" or said not in (f"{mark} ok", f"{mark} 5", f"{mark} 4", f"{mark} 0"):
-            raise HarnessError(f"{doing} on {where}: its answer for {path} is cut short",
-                               "the machine's shell or its connection failed mid-way: try again")
+            raise _cut_short(f"{doing} on {where}: its answer for {path}")
         if said == f"{mark} 5":
             out.append(Refused((told or ["write failed"])[-1].strip()))
         elif said == f"{mark} ok":
@@ -179,6 +181,5 @@ def write_many(run: Runner, pairs: Sequence[tuple[str, str]], where: str, read_b
             got, rest = _framed(said, rest, mark, path, where, limit, doing)
             out.append(got)
     if len(out) < len(pairs) and not (read_back and out and isinstance(out[-1], Refused | HarnessError)):
-        raise HarnessError(f"{doing} on {where}: its answer for {pairs[len(out)][0]} is cut short",
-                           "the machine's shell or its connection failed mid-way: try again")
+        raise _cut_short(f"{doing} on {where}: its answer for {pairs[len(out)][0]}")
     return out

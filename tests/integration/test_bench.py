@@ -20,7 +20,7 @@ import pytest
 
 from tests.integration.netns_host import NetnsHost, netns_host
 from vmharness.analysis import saturation
-from vmharness.bench import plan, threads, wrk
+from vmharness.bench import plan, wrk
 from vmharness.model import config as config_mod
 from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.histogram import Histogram
@@ -31,6 +31,7 @@ from vmharness.system.machine import SSH_CONFIG_ENV
 pytestmark = pytest.mark.integration
 
 JOURNAL = Path("/run/vmharness/journal.jsonl")
+BUSY_ENOUGH = 90.0  # percent of all CPUs: a machine this busy may wake a reader late
 
 
 def config(port: int, sweep: str, *, host: str = "127.0.0.1", url_host: str | None = None,
@@ -134,11 +135,33 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     assert least * measured <= window["covered_s"] <= point["end"] - point["start"] + 0.5, window
     (detail,) = point["client"]["clients_detail"]
     cpu = detail["threads_cpu"]
-    _, span = threads.instants(3)
-    assert cpu["seconds"] == pytest.approx(span, abs=0.3) and len(cpu["percent_of_one"]) == 2
-    assert all(5 < v <= 101 for v in cpu["percent_of_one"]) and cpu["main_percent_of_one"] <= 2, cpu
     assert "@vmh-threads" not in point["raw"][0]["stderr"]
-    # the same wrk process, seen by the sampler over its own (slightly different) window
+    busy = point["samples"]["local"]["cpu"]["cpu"]["busy"]
+    print(f"wrk threads {cpu}; the machine {busy:.0f}% busy")
+    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--full"], timeout=60, check=False)
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads(proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--format", "json"],
+                               timeout=60).stdout)
+    if "note" in cpu:
+        # a machine too busy to wake the reader inside wrk's 3 s (a reading 0.3 s late is past its end):
+        # said, no figure given or shown, and taken only together with the busy share the sampler measured
+        # (quiet, wrk and nginx keep these 2 CPUs 82-85% busy; beside `stress-ng --cpu 2`, 100%)
+        assert busy >= BUSY_ENOUGH, (cpu, busy)
+        assert "wrk threads" not in rep.stdout and data["rows"][0]["client_thread_max_percent"] is None
+        return
+    # both readings inside the load: the figure, its window no longer than the load, two workers near
+    # half a core each (the machine's two CPUs shared with nginx), the main thread asleep
+    assert 0 < cpu["seconds"] <= 3.0 and len(cpu["percent_of_one"]) == 2, cpu
+    assert all(5 < v <= 101 for v in cpu["percent_of_one"]) and cpu["main_percent_of_one"] <= 2, cpu
+    _gate_within_sampler(run, point, window, cpu)
+    shown = ", ".join(f"{v:.0f}%" for v in cpu["percent_of_one"])
+    assert f"wrk threads on this machine {shown} of a core" in rep.stdout
+    assert data["rows"][0]["client_thread_max_percent"] == max(cpu["percent_of_one"])
+
+
+def _gate_within_sampler(run: Path, point: dict[str, Any], window: dict[str, Any], cpu: dict[str, Any]) -> None:
+    """The same wrk process, seen by the sampler over its own (slightly different) window, used the
+    CPU the gate's reader saw."""
     _, snaps = samples.parse(next((run / "samples").glob("local-*.txt")).read_text())
     chosen, _ = sample_summary.choose(snaps, point["start"], point["measured_end"])
     # wrk as the window's snapshots hold it: the first may come before its exec (a clean clone's busy
@@ -150,7 +173,7 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
     seen = 100.0 * (last - first) / samples.USER_HZ / (chosen[-1].t - chosen[0].t)
     said = sum(cpu["percent_of_one"]) + cpu["main_percent_of_one"]
     outer = chosen[-1].t - chosen[0].t
-    print(f"wrk threads {cpu}; the sampler saw wrk at {seen:.1f}% over {outer:.2f} s")
+    print(f"the sampler saw wrk at {seen:.1f}% over {outer:.2f} s")
     if window["how"] == "woken":
         # the gate's window (its two instants inside the load) lies inside the sampler's, which holds the
         # whole load and its edges, where wrk connects and reports and uses less (a quiet clean clone: 56.6%
@@ -161,13 +184,6 @@ def test_a_real_wrk_shows_each_threads_cpu_and_the_samplers_window_inside_its_lo
             (inner, total)
     else:  # the sampler's snapshots inside the load alone: both windows in its steady part
         assert said == pytest.approx(seen, rel=0.15, abs=5)
-    rep = proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--full"], timeout=60, check=False)
-    assert rep.returncode == 0, rep.stderr
-    shown = ", ".join(f"{v:.0f}%" for v in cpu["percent_of_one"])
-    assert f"wrk threads on this machine {shown} of a core" in rep.stdout
-    data = json.loads(proc.run([sys.executable, "-m", "vmharness.cli", "report", str(run), "--format", "json"],
-                               timeout=60).stdout)
-    assert data["rows"][0]["client_thread_max_percent"] == max(cpu["percent_of_one"])
 
 
 def _histogram_is_wrks(point: dict[str, Any]) -> None:

@@ -92,7 +92,7 @@ def test_sampler_stream() -> None:
     assert a.irq_per_cpu == (9136421, 9936440) and a.softirq["NET_RX"] == (715218, 825290)
     assert a.net == {"lo": (243139707, 1456471, 243139707, 1456471), "ifb0": (0, 0, 0, 0), "ifb1": (0, 0, 0, 0),
                      "eth0": (3190701710, 75679, 3342570, 42168)}  # bytes and packets, received then sent
-    assert a.procs[1] == samples.Proc("process_api", 0, 2743, 889045, 38424576, 2349)  # utime+stime 401+2342
+    assert a.procs[1] == samples.Proc("process_api", 0, 2743, 889045, 38424576, 2349, 26)  # utime+stime 401+2342
     s = sample_summary.summarize(snaps, roots={1}, sampler_pid=pid)
     # The golden's two `cpu` lines differ by user 72, system 32, idle 86 ticks (190 in all), 1.009 s apart.
     assert s["samples"] == 2 and s["seconds"] == 1.009 and s["ncpu"] == 2

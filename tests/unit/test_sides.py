@@ -1,14 +1,12 @@
 """Saturation from both sides, on inputs of known answer: the samplers' window against the load's,
-busy without steal, the host's vfio interrupts from a fake /proc/interrupts, the generator's threads
-from the gate's reader (and the gate itself, for real, on a spinning thread), the vCPU reader, and
-what the report says of them; hostile and damaged inputs beside each."""
+busy without steal, the host's vfio interrupts from a fake /proc/interrupts, the vCPU reader, and
+what the report says of them (the generator's threads: test_threads.py); hostile and damaged inputs
+beside each."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +14,10 @@ from typing import Any
 import pytest
 
 from vmharness.analysis import report, saturation, sides
-from vmharness.bench import clients, hostview, sampler, threads
+from vmharness.bench import hostview, sampler
 from vmharness.rundir import sample_summary, samples
 from vmharness.rundir.samples import Snapshot
 from vmharness.rundir.store import RunDir
-from vmharness.system import proc
 
 
 # the window ----------------------------------------------------------------------------------------
@@ -150,89 +147,6 @@ def test_lines_that_only_look_like_vfio_are_not_counted(line: str) -> None:
     later = line.replace("7", "9")
     _, snaps = samples.parse(_text(0.0, 0, 0, f"{head}{line}\n") + _text(1.0, 0, 0, f"{head}{later}\n"))
     assert "vfio_interrupts_per_s" not in sample_summary.summarize(snaps)
-
-
-# the generator's threads ---------------------------------------------------------------------------
-def _reading(t: float, ticks: dict[int, int]) -> str:
-    body = "".join(f"{tid} (wrk) R 1 1 1 0 -1 0 0 0 0 0 {v} 0 0 0 20 0 3 0 1 100 10\n" for tid, v in ticks.items())
-    return f"{threads.MARK} {t}\n{body}{threads.END}\n"
-
-
-def test_each_thread_share_between_two_readings_with_the_main_thread_apart() -> None:
-    err = ("unable to connect?\n" + _reading(100.0, {500: 3, 501: 10, 502: 20})
-           + _reading(102.0, {500: 3, 501: 204, 502: 120}))
-    kept, readings = threads.split(err)
-    assert kept == "unable to connect?\n" and len(readings) == 2
-    assert threads.shares(readings, 500) == {"seconds": 2.0, "percent_of_one": [97.0, 50.0],
-                                             "main_percent_of_one": 0.0}
-    assert threads.shares(readings, 999)["percent_of_one"] == [0.0, 97.0, 50.0]  # no main thread seen
-    single = threads.split(_reading(1.0, {7: 0}) + _reading(2.0, {7: 80}))[1]
-    assert threads.shares(single, 7) == {"seconds": 1.0, "percent_of_one": [80.0], "main_percent_of_one": 80.0}
-
-
-@pytest.mark.parametrize(("err", "note"), [
-    ("", "0 readings"),
-    (_reading(1.0, {7: 0}), "1 readings"),
-    (_reading(1.0, {7: 0}) + f"{threads.MARK} 2.0\n7 (wrk) R 1 1 1 0 -1 0 0 0 0 0 90", "1 readings"),  # cut short
-    (_reading(1.0, {7: 0}) + f"{threads.MARK} soon\n" + _reading(2.0, {7: 9})[len(threads.MARK) + 5:], "1 readings"),
-    (_reading(2.0, {7: 0}) + _reading(1.0, {7: 50}), "-1 s apart"),
-    (_reading(1.0, {7: 0}) + _reading(2.0, {8: 50}), "no thread"),  # a TID seen once
-    (_reading(1.0, {7: 90}) + _reading(2.0, {7: 10}), "no thread"),  # time that ran backwards
-    (f"{threads.MARK} 1.0\n{threads.END}\n{threads.MARK} 2.0\n{threads.END}\n", "0 readings"),  # /proc unreadable
-])
-def test_damaged_readings_give_a_note_not_a_figure(err: str, note: str) -> None:
-    got = threads.shares(threads.split(err)[1], 7)
-    assert set(got) == {"note"} and note in got["note"], got
-
-
-def test_the_readings_lie_inside_the_load_and_clear_of_its_ends() -> None:
-    assert threads.instants(1) == (0.1, 0.8)
-    assert threads.instants(30) == (2.0, 26.0)
-    assert threads.instants(0.2) == pytest.approx((0.05, 0.1))
-
-
-def test_the_gate_reads_a_spinning_thread_and_a_sleeping_one_for_real() -> None:
-    """The gate as the clients run it, on this machine: the generator is a Python whose main thread
-    sleeps in a read of its stdin while a second one spins until that read ends, which the test
-    brings about only once the reader's two readings are in, so the worker spins all through the
-    window however late a loaded machine makes it. What a loaded machine changes is how much of a
-    CPU the spinning thread gets, so its share is checked against the sleeping one, not against a
-    fixed half of a CPU."""
-    spin = ("import sys, threading\n"
-            "done = threading.Event()\n"
-            "def spin():\n    while not done.is_set(): pass\n"
-            "t = threading.Thread(target=spin); t.start(); sys.stdin.read(); done.set(); t.join()\n")
-    p = proc.spawn(["sh", "-c", clients.GATE, "sh", "0.5", "1.0", sys.executable, "-S", "-c", spin],
-                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert p.stdin is not None and p.stderr is not None
-        p.stdin.write(b"go\n")
-        p.stdin.flush()
-        err, ends = b"", 0
-        while ends < 2:  # the reader's two readings, each ended by its marker line
-            line = p.stderr.readline()
-            assert line, err
-            err, ends = err + line, ends + (line == f"{threads.END}\n".encode())
-        p.stdin.close()
-        out = p.stdout.read() if p.stdout is not None else b""
-        assert p.wait(timeout=30) == 0
-    finally:
-        proc.stop(p, grace=1.0)
-    assert out.decode().startswith(f"ready {p.pid}\n")
-    kept, readings = threads.split(err.decode())
-    got = threads.shares(readings, p.pid)
-    assert kept == "" and got["seconds"] >= 1.0, got  # `sleep 1.0` between the readings: never less
-    (worker,) = got["percent_of_one"]
-    # The worker ran whenever it was given a CPU, the main thread slept throughout: one clock tick
-    # over the window is at most 1%; a loaded machine still gives the spinner a tenth of a CPU.
-    assert worker >= 10 and got["main_percent_of_one"] <= 2, got
-
-
-def test_no_reader_runs_without_instants() -> None:
-    p = proc.spawn(["sh", "-c", clients.GATE, "sh", "-", "-", "sh", "-c", "echo said >&2"],
-                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, err = p.communicate(b"go\n", timeout=30)
-    assert err.decode() == "said\n"
 
 
 # the vCPU threads --------------------------------------------------------------------------------

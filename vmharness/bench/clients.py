@@ -155,7 +155,7 @@ def run_together(runs: list[ClientRun], margin: float = 15.0, setup: float = 30.
     duration, timeout = max(r.run.duration_s for r in runs), max(r.run.timeout_s for r in runs)
     try:
         for r in runs:
-            at = [f"{x:.3f}" for x in threads.instants(r.run.duration_s)] if _probed(r, probe) else ["-", "-"]
+            at = threads.gate_args(r.run.duration_s) if _probed(r, probe) else ["-", "-"]
             argv = r.client.machine.argv(["sh", "-c", GATE, "sh", *at, *r.client.command(r.run)])
             r.popen = proc.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  die_with_parent=True)
@@ -198,7 +198,7 @@ def _finish(r: ClientRun, deadline: float, probed: bool) -> None:
     r.stdout = out.decode(errors="replace")
     r.stderr, readings = threads.split(err.decode(errors="replace"))
     if probed:
-        r.threads = threads.shares(readings, r.pid)
+        r.threads = threads.shares(readings, r.pid, r.run.duration_s)
     if r.hung:
         r.error = f"{_name(r.run)} on {r.client.machine.label} did not finish in time: killed"
         return

@@ -35,6 +35,7 @@ class Proc:
     child_ticks: int  # cutime + cstime: children it has waited for
     vsize: int
     rss_pages: int
+    started: int = 0  # starttime: clock ticks from boot to its start (the clock /proc/uptime counts on)
 
 
 @dataclass
@@ -61,7 +62,7 @@ def proc_line(line: str) -> tuple[int, Proc] | None:
     f = tail.split()
     try:
         return int(pid_text), Proc(comm, int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14]),
-                                   int(f[20]), int(f[21]))
+                                   int(f[20]), int(f[21]), int(f[19]))
     except (ValueError, IndexError):
         return None  # a process that went away mid-read
 

@@ -27,6 +27,18 @@ class Wedged(RigError):
     its progress lines (docs/testing.md). The cause is not found; a test may start again on a fresh L1."""
 
 
+class ResetItself(Wedged):
+    """L1's QEMU exited with status 0 (under -no-reboot: L1 reset) and L1's console said nothing first of
+    what resets it on purpose: a reboot or power-off ("reboot: "), a panic (panic=-1), the rig's init
+    giving up. What is left is its CPU resetting itself, a triple fault. Seen once, under TCG, in a
+    clean clone of 61d9acf (2026-12-05): L1 in kernel 7.3 ran an L2 under KVM, its console's last line
+    KVM's "Unhandled WRMSR(0xc0010007)" from that L2, QEMU's own a VT-d translation fault. Taken as a
+    wedge is: the rig under TCG, not the run (a run cannot reset L1 without the kernel saying so)."""
+
+
+SAID_BEFORE_AN_EXIT = ("reboot: ", "Kernel panic", "rig-init: FATAL")
+
+
 def once_more(exc: Wedged) -> None:
     """Said where a test goes round once more on a fresh L1 because L1 wedged: printed with L1's console, and
     a warning, which the log's summary keeps also where the test then passes (pytest drops its prints)."""

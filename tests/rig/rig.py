@@ -21,9 +21,11 @@ from tests.rig import initramfs, kernel, kexec_tools, l0_trees, leftovers, topol
 from tests.rig.console_watch import ConsoleWatch, Stalled
 from tests.rig.failures import (
     CONSOLE_LINES,
+    SAID_BEFORE_AN_EXIT,
     STALLED_BOOT,
     STALLS,
     WEDGED,
+    ResetItself,
     RigError,
     Wedged,
     described,
@@ -66,6 +68,7 @@ SYSRQ_WAIT = 3.0  # seconds for L1's kernel to print what a sysrq key asked for
 SYSRQ_LINES = 80  # of it, in the failure's message (the whole console is kept)
 BOOT_LOOK_S = 2.0  # seconds between await_boot's looks at L1's boot id while it answers from the old boot
 SILENT_RETRY_S = 1.0  # and between its tries while L1's agent does not answer
+RESET_LOOK_LINES = 40  # of L1's console's end, looked through for why its QEMU exited (a panic's stack fits)
 TIMER_LIST_WAIT = 20.0  # seconds for L1's agent to give its /proc/timer_list
 LOST_AT_ONE_LOOK_S = 60.0  # a timer this overdue at a single look was lost (check_timers)
 LATE_TIMERS = "late-timers.log"  # in the rig's cache: each timer of L1 a look found late (_note_late)
@@ -267,7 +270,7 @@ class Rig:
         except AgentError as exc:
             if self._wedged is not None:
                 raise
-            raise self._wedge("kvm_amd and kvm were not unloaded", exc) from None
+            raise self._wedge("kvm_amd and kvm were not unloaded", failure=exc) from None
 
     def read_file(self, path: str, *, timeout: float = 60.0) -> bytes:
         self._require_running()
@@ -360,7 +363,11 @@ class Rig:
         if self._stopped:
             raise RigError("the rig has been stopped")
         if self.qemu.poll() is not None:
-            raise self.failure(f"QEMU exited with status {self.qemu.returncode}")
+            what = f"QEMU exited with status {self.qemu.returncode}"
+            if self.qemu.returncode == 0 and not any(said in self.console_tail(lines=RESET_LOOK_LINES)
+                                                     for said in SAID_BEFORE_AN_EXIT):
+                raise self._wedge(f"{what}: L1 reset itself, its console saying nothing of why", ResetItself)
+            raise self.failure(what)
 
     def _wait_for_agent(self, deadline: float, timeout: float) -> None:
         self.agent.connect(timeout=max(deadline - time.monotonic(), 0.1))
@@ -403,14 +410,14 @@ class Rig:
         if self.nic0.bdf.split(":")[1] == one.split(":")[1]:
             raise self.failure(f"nic0 {self.nic0.bdf} shares a bus with nic1 {one}")
 
-    def _wedge(self, what: str, failure: HarnessError | None = None) -> Wedged:
+    def _wedge(self, what: str, kind: type[Wedged] = Wedged, failure: HarnessError | None = None) -> Wedged:
         """L1 wedged: said with its console and vCPUs (`failure`, where they were read already), then
         stopped. Its QEMU spun on at 170-190% of the two cores while a wedged nested run's test waited out
         two more silences (the run's, then host-restore's in its `finally`: CI's run of d986ba9, 923 s),
         slowing every test beside it."""
         failure = failure or self.failure(what)
-        self._wedged = Wedged(failure.message if what in failure.message else f"{what}: {failure.message}",
-                              failure.hint)
+        self._wedged = kind(failure.message if what in failure.message else f"{what}: {failure.message}",
+                            failure.hint)
         self.stop()
         return self._wedged
 

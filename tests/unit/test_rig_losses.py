@@ -1,9 +1,12 @@
-"""An L1 whose QEMU exited: with status 0 and nothing said on its console first, L1 reset itself (a
+"""What the rig takes as lost to TCG, not as the test's failure, told from what looks like it.
+
+An L1 whose QEMU exited: with status 0 and nothing said on its console first, L1 reset itself (a
 triple fault under TCG), which is taken as a wedge is, so that a test may go once more on a fresh L1;
 a reboot, power-off, panic or the rig's init giving up each said so first, and stay the test's
 failure, as does any other status. The stand-in for QEMU is a process that has exited with the
-status given; the console is a file the test writes."""
-
+status given; the console is a file the test writes. An L2 that KVM stopped with an internal error:
+only "cannot emulate during event delivery" on a nested page fault is TCG's, on the record of a real
+one as the run wrote it."""
 from __future__ import annotations
 
 import subprocess
@@ -48,3 +51,27 @@ def test_an_l1_that_reset_itself_is_told_from_one_that_said_why(tmp_path: Path, 
         with pytest.raises(failures.Wedged, match="L1 wedged earlier and was stopped: QEMU exited with status 0"):
             rig.run(["true"], timeout=60)  # said once; what follows fails at once
     rig._stopped = True
+
+
+# A failed point's error as `vmharness run` wrote it in the kexec test's 7.3 boot (clean clone of 22afd6b,
+# 2026-12-05), its register dump shortened.
+LOST = ("the guest did not boot: the guest halted after its agent answered (libvirt: paused for a reason it "
+        "does not know (QEMU stops a guest so on a KVM internal error or emulation failure: see its log)); its "
+        "console ends with:\n    vmh-init: ready: the guest agent is up\nits QEMU's log ends with:\n"
+        "    KVM internal error. Suberror: 3\n    extra data[0]: 0x00000000fea03000\n"
+        "    extra data[1]: 0x0000000000000400\n    extra data[2]: 0x0000000100000006\n"
+        "    extra data[3]: 0x00000000fea03000\n    extra data[4]: 0x0000000000000000\n"
+        "    RAX=ffffffffc022f070 RBX=ffff8880066fb300 RCX=0000000000000100 RDX=ffff8880066c1240\n")
+
+
+@pytest.mark.parametrize(("error", "lost"), [
+    (LOST, True),
+    (LOST.replace("Suberror: 3", "Suberror: 1"), False),  # an emulation failure: the guest's or KVM's
+    (LOST.replace("data[1]: 0x0000000000000400", "data[1]: 0x000000000000004e"), False),  # not an NPF
+    (LOST.split("its QEMU's log")[0], False),  # halted, its QEMU saying nothing of KVM
+    ("the guest did not boot within 900 s", False),
+])
+def test_only_an_l2_stopped_for_an_event_in_delivery_at_a_nested_page_fault_is_lost_to_tcg(error: str,
+                                                                                            lost: bool) -> None:
+    assert failures.lost_under_tcg(error) is lost
+    assert issubclass(failures.L2Lost, failures.Wedged)  # so that the test goes once more, as after a wedge

@@ -12,8 +12,9 @@ reader after the load has ended, `shares` says so and gives no figure: the threa
 the reading's instant are on one clock (the client's, from its boot), so the check needs no clock
 shared with the harness. Two forks of sleep and two of cat per point, on the client only. The times
 are in clock ticks (USER_HZ, 1/100 s), so over the window's W seconds a thread's share is known to
-+-1/W % (+-1.25% for a 1 s load, +-0.04% for 30 s).
+±1/W % (±1.25% for a 1 s load, ±0.04% for 30 s).
 """
+
 from __future__ import annotations
 
 from typing import Any

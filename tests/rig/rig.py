@@ -70,6 +70,7 @@ BOOT_LOOK_S = 2.0  # seconds between await_boot's looks at L1's boot id while it
 SILENT_RETRY_S = 1.0  # and between its tries while L1's agent does not answer
 RESET_LOOK_LINES = 40  # of L1's console's end, looked through for why its QEMU exited (a panic's stack fits)
 TIMER_LIST_WAIT = 20.0  # seconds for L1's agent to give its /proc/timer_list
+TIMERS = "L1's overdue timers (/proc/timer_list)"  # their part of a failure's message
 LOST_AT_ONE_LOOK_S = 60.0  # a timer this overdue at a single look was lost (check_timers)
 LATE_TIMERS = "late-timers.log"  # in the rig's cache: each timer of L1 a look found late (_note_late)
 
@@ -201,9 +202,10 @@ class Rig:
             # L1 silent or past the command's time: what its console said then is the only trace of why
             # (a nested run's L1 went silent in host-prepare's hugepage write, docs/testing.md)
             what = f"{exc.message} (running {shlex.join(argv)[:300]})"
+            silent = isinstance(exc, AgentSilent)
             if isinstance(exc, AgentSilent) and exc.waited >= WEDGED:
-                raise self._wedge(what) from None
-            failure = self.failure(what)
+                raise self._wedge(what, silent=True) from None
+            failure = self.failure(what, silent=silent)
             raise AgentError(failure.message, failure.hint) from None
         if check and not result.ok:
             raise result.failure("in L1: ")
@@ -293,7 +295,8 @@ class Rig:
             self._require_running()
             if time.monotonic() - began > timeout:
                 if answered == began:
-                    raise self._wedge(f"L1 did not boot again within {timeout:g} s, its agent silent throughout")
+                    raise self._wedge(f"L1 did not boot again within {timeout:g} s, its agent silent throughout",
+                                      silent=True)
                 raise self.failure(f"L1 did not boot again within {timeout:g} s")
             try:
                 self.agent.sync(timeout=2.0)  # replies a request sent while L1 rebooted got are skipped
@@ -301,7 +304,7 @@ class Rig:
             except HarnessError:
                 if time.monotonic() - answered > WEDGED:
                     what = f"L1's agent has not answered for {WEDGED:g} s and L1 did not boot again"
-                    raise self._wedge(what) from None
+                    raise self._wedge(what, silent=True) from None
                 time.sleep(SILENT_RETRY_S)
                 continue
             answered = time.monotonic()
@@ -378,11 +381,11 @@ class Rig:
                 raise failure
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self.failure(f"the guest agent in L1 did not answer within {timeout:g} s")
+                raise self.failure(f"the guest agent in L1 did not answer within {timeout:g} s", silent=True)
             waited = timeout - remaining
             if waited > STALLED_BOOT and any(said in self.console_tail(lines=1000) for said in STALLS):
                 failure = self.failure(f"L1's kernel reported a stalled CPU or task and its agent did not answer "
-                                        f"within {waited:.0f} s")
+                                        f"within {waited:.0f} s", silent=True)
                 failure.stalled = True
                 raise failure
             try:
@@ -410,20 +413,22 @@ class Rig:
         if self.nic0.bdf.split(":")[1] == one.split(":")[1]:
             raise self.failure(f"nic0 {self.nic0.bdf} shares a bus with nic1 {one}")
 
-    def _wedge(self, what: str, kind: type[Wedged] = Wedged, failure: HarnessError | None = None) -> Wedged:
+    def _wedge(self, what: str, kind: type[Wedged] = Wedged, failure: HarnessError | None = None,
+               silent: bool = False) -> Wedged:
         """L1 wedged: said with its console and vCPUs (`failure`, where they were read already), then
         stopped. Its QEMU spun on at 170-190% of the two cores while a wedged nested run's test waited out
         two more silences (the run's, then host-restore's in its `finally`: CI's run of d986ba9, 923 s),
         slowing every test beside it."""
-        failure = failure or self.failure(what)
+        failure = failure or self.failure(what, silent=silent)
         self._wedged = kind(failure.message if what in failure.message else f"{what}: {failure.message}",
                             failure.hint)
         self.stop()
         return self._wedged
 
-    def failure(self, what: str) -> RigError:
-        """`what` went wrong in L1: said with QEMU's output, L1's vCPUs and blocked tasks (where it runs)
-        and its console's end."""
+    def failure(self, what: str, silent: bool = False) -> RigError:
+        """`what` went wrong in L1: said with QEMU's output, L1's vCPUs and blocked tasks (where it runs),
+        its overdue timers (asked of its agent, unless the agent is `silent`: the question would wait out
+        TIMER_LIST_WAIT for nothing) and its console's end."""
         try:
             qemu_out = self.files.qemu_log.read_text(errors="replace").strip()
         except OSError:
@@ -432,7 +437,7 @@ class Rig:
         if self.qemu.poll() is None and self.files.qmp.exists():
             extra += self._where_l1_waits()
         if self.qemu.poll() is None:
-            extra += self._late_timers()
+            extra += [(TIMERS, "not read: L1's agent is silent")] if silent else self._late_timers()
         try:
             console = self.files.console.read_text(errors="replace")
         except OSError:
@@ -445,9 +450,9 @@ class Rig:
         try:
             late = overdue(self._timer_list())
         except HarnessError as exc:
-            return [("L1's overdue timers", f"not read: {exc.message}")]
+            return [(TIMERS, f"not read: {exc.message}")]
         said = "; ".join(f"cpu{t.cpu} {t.late_s:.1f} s late" for _, t in sorted(late.items()))
-        return [("L1's overdue timers (/proc/timer_list)", said or "none")]
+        return [(TIMERS, said or "none")]
 
     def _where_l1_waits(self) -> list[tuple[str, str]]:
         """A running L1 that failed: where its vCPUs are (all halted: it waits for something that does not

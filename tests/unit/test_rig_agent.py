@@ -231,3 +231,42 @@ def test_a_boot_whose_kernel_reports_a_stall_is_given_up_early_and_booted_once_m
         with pytest.raises(failures.RigError, match="did not answer within 3 s"):
             rig_module.Rig.start(timeout=3.0)
         assert len(boots) == 1
+
+
+class _Recorded(_Answering):
+    """An agent whose exec fails as `error`, and which records each file it is asked for (an empty timer
+    list: no timer overdue)."""
+
+    def __init__(self, error: AgentError) -> None:
+        self.error, self.asked = error, list[str]()
+
+    def exec(self, argv: list[str], **_: object) -> None:
+        raise self.error
+
+    def read_file(self, path: str, *, timeout: float) -> bytes:
+        self.asked.append(path)
+        return b""
+
+
+@pytest.mark.parametrize(("error", "timers"), [
+    (AgentSilent("the guest agent did not answer guest-exec-status within 60 s", 60.0),
+     "not read: L1's agent is silent"),
+    (AgentError("sleep 1000 ran past its 600 s"), "none"),
+], ids=["silent", "past-its-time"])
+def test_l1s_timers_are_asked_of_an_agent_that_answers_and_not_of_a_silent_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: AgentError, timers: str) -> None:
+    """A failure says L1's overdue timers, read through its agent; a silent agent is not asked, since
+    the question would only wait out TIMER_LIST_WAIT (20 s) on every failure that a silence caused."""
+    monkeypatch.setattr(failures, "cache_dir", lambda: tmp_path)
+    qemu = _qemu_that_quits(monkeypatch)
+    try:
+        rig = rig_module.Rig(None, topology.Files(tmp_path), qemu)  # type: ignore[arg-type]
+        rig.agent = agent = _Recorded(error)  # type: ignore[assignment]
+        with pytest.raises(AgentError) as exc:
+            rig.run(["sleep", "1000"], timeout=600)
+        assert f"--- {rig_module.TIMERS} ---\n{timers}" in exc.value.message, exc.value.message
+        assert agent.asked == ([] if isinstance(error, AgentSilent) else ["/proc/timer_list"])
+    finally:
+        qemu.kill()
+        qemu.wait()
+        rig._stopped = True

@@ -202,10 +202,9 @@ class Rig:
             # L1 silent or past the command's time: what its console said then is the only trace of why
             # (a nested run's L1 went silent in host-prepare's hugepage write, docs/testing.md)
             what = f"{exc.message} (running {shlex.join(argv)[:300]})"
-            silent = isinstance(exc, AgentSilent)
             if isinstance(exc, AgentSilent) and exc.waited >= WEDGED:
                 raise self._wedge(what, silent=True) from None
-            failure = self.failure(what, silent=silent)
+            failure = self.failure(what, silent=isinstance(exc, AgentSilent))
             raise AgentError(failure.message, failure.hint) from None
         if check and not result.ok:
             raise result.failure("in L1: ")

@@ -167,7 +167,7 @@ def test_the_suite_runs_every_unit_module_once_those_sharing_state_in_the_host_s
     unit_rig, rig, lint = suite["rig"]
     unit = sorted(f"tests/unit/{p.name}" for p in (Path(streams.__file__).parent / "unit").glob("test_*.py"))
     assert sorted(f for cmd in (host, unit_rig) for f in cmd if f.startswith("tests/unit/")) == unit
-    beside = [f for f in unit if Path(f).stem.startswith(streams.BESIDE_HOST)]
+    beside = [f for f in unit if Path(f).stem in streams.BESIDE_HOST]
     assert len(beside) == len(streams.BESIDE_HOST) and all(f in host for f in beside)  # for balance
     assert all(streams.shares_state(Path(f).stem) == (f in host) for f in unit if f not in beside)
     assert "tests/unit/test_journal.py" in host and "tests/unit/test_coverage.py" in unit_rig

@@ -20,7 +20,7 @@ What the two share is set up first, once, so that they do not race for it: the g
 concurrent builds would each build it; `image build` also takes a lock), the harness's ssh key, and
 what an earlier, killed session left in the host's journal (given back by `host-restore`, which must
 not run while the host stream measures). Tests that time what they measure (the open-loop rate held
-within 2%, percentiles against an injected delay) take the rig's lock exclusively (`quiet_machine`),
+within 2%, a throttled client's peak against its capacity) take the rig's lock exclusively (`quiet_machine`),
 so they wait until the rig's tests are done instead of measuring a shared CPU. Whatever takes it can
 add its whole time to the suite's, so the built-in experiment and the attribution study, the longest,
 do not: what they assert holds beside the rig, or their run says first why it could not

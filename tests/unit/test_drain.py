@@ -67,7 +67,7 @@ def test_a_client_that_lingers_after_the_server_closed_is_not_the_servers_work(l
 
 
 def test_the_port_drained_is_the_servers_own_not_a_proxys_in_the_url() -> None:
-    """test_load.py's client reaches the server through a delaying proxy: the URL names the proxy's port."""
+    """test_delay.py's client reaches the server through a delaying proxy: the URL names the proxy's port."""
     srv = Server(Machine(), ServerConfig(listen="127.0.0.1:18312"), owner="run:test")
     assert srv.port("http://127.0.0.1:18313/") == 18312
     assert Server(Machine(), ServerConfig(listen="[::1]:8081"), owner="run:test").port("http://[::1]:9/") == 8081

@@ -1,9 +1,9 @@
 """The open-loop load for real: oha against nginx on this machine at fractions of the peak wrk found
 (the rate held within 2% where the client has room, flagged where not), and a client throttled by a CPU
-quota (the capacity warning fires). Both are judged against what the same client reached moments
-before, so they want the machine to themselves: they wait until no rig runs (conftest.quiet_machine),
-at the end of the host's stream. The percentiles through an injected delay hold beside other work:
-test_delay.py."""
+quota (the capacity warning fires). Each judges a rate against one this machine reached moments before
+(the peak wrk found; the throttled client's own capacity), which other work on the cores would move
+between the two: they wait until no rig runs (conftest.quiet_machine), at the end of the host's
+stream. The percentiles through an injected delay hold beside other work: test_delay.py."""
 
 from __future__ import annotations
 

@@ -58,6 +58,10 @@ def measurements(run: Path) -> list[dict[str, Any]]:
     return [r for r in records(run) if r["kind"] == "measurement"]
 
 
+def loads(run: Path) -> list[dict[str, Any]]:
+    return [r for r in records(run) if r["kind"] == "load"]
+
+
 def nginx_gone(instance: str) -> bool:
     """No server folder of the instance is left (each run's is /tmp/vmharness-nginx-RUNID-INSTANCE,
     removed once its nginx is stopped), and no nginx runs from one."""

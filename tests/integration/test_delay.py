@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_bench import bench, config, records
-from tests.integration.test_load import loads
+from tests.integration.test_bench import bench, config, loads, records
 from vmharness.system import proc
 
 pytestmark = pytest.mark.integration

@@ -17,16 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_bench import JOURNAL, bench, config, records
+from tests.integration.test_bench import JOURNAL, bench, config, loads, records
 from vmharness.rundir.histogram import Histogram
 from vmharness.system import proc
 
 # Timed: the rate held within 2%, a throttled client's peak within 80% of its capacity (conftest.quiet_machine).
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("quiet_machine")]
-
-
-def loads(run: Path) -> list[dict[str, Any]]:
-    return [r for r in records(run) if r["kind"] == "load"]
 
 
 def report(run: Path) -> dict[str, Any]:
